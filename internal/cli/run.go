@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+)
+
+func runCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "run",
+		Usage:     "run a command or script on nodes",
+		UsageText: "run (--node NAME... | --selector SEL | --all) [options] -- COMMAND [ARGS...]\n   run (--node NAME... | --selector SEL | --all) [options] --script FILE",
+		Description: "Runs the command on every target node, at most --max-concurrency at a time, streaming each node's\n" +
+			"output with a [node] prefix, then prints a summary (node, exit code, duration) on stderr.\n" +
+			"Exit status: one node: its exit code (124 on timeout); several nodes: 1 if any failed.",
+		Flags: []ucli.Flag{
+			&ucli.StringSliceFlag{Name: "node", Usage: "target node `NAME` (repeatable, or comma-separated)"},
+			&ucli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "target nodes matching this label `SELECTOR` (kubectl syntax)"},
+			&ucli.BoolFlag{Name: "all", Usage: "target every node"},
+			&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: debugpod"},
+			&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles, ", ")},
+			&ucli.StringFlag{Name: "image", Value: debugpod.DefaultImage, EnvVars: []string{"NODEEXEC_IMAGE"}, Usage: "image of the debugging container"},
+			&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
+			&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` for pulling the image (repeatable)"},
+			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the pods"},
+			&ucli.StringFlag{Name: "cpu-request", Value: "10m", Usage: "CPU request of the debugging container"},
+			&ucli.StringFlag{Name: "memory-request", Value: "16Mi", Usage: "memory request of the debugging container"},
+			&ucli.DurationFlag{Name: "timeout", Value: nodeexec.DefaultTimeout, Usage: "time limit per node, pod start included"},
+			&ucli.IntFlag{Name: "max-concurrency", Value: nodeexec.DefaultMaxConcurrency, Usage: "nodes worked on at once"},
+			&ucli.StringFlag{Name: "script", Usage: "run this script `FILE` with sh on the node (in chroot /host when the profile mounts it)"},
+			&ucli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass standard input to the command (to every node)"},
+			&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment variable `KEY=VALUE` for the command (repeatable)"},
+			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
+			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
+		},
+		Action: func(c *ucli.Context) error {
+			return runAction(c, streams)
+		},
+	}
+}
+
+func runAction(c *ucli.Context, streams Streams) error {
+	targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
+	req := nodeexec.Request{
+		Command: c.Args().Slice(),
+		Stdout:  streams.Out,
+		Stderr:  streams.ErrOut,
+		Timeout: c.Duration("timeout"),
+	}
+	if f := c.String("script"); f != "" {
+		if len(req.Command) > 0 {
+			return errors.New("give either --script FILE or a command after --, not both")
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("cannot read --script file: %w", err)
+		}
+		if len(b) == 0 {
+			return fmt.Errorf("--script file %q is empty", f)
+		}
+		req.Script = string(b)
+	}
+	if c.Bool("stdin") {
+		req.Stdin = streams.In
+	}
+	env, err := parseEnv(c.StringSlice("env"))
+	if err != nil {
+		return err
+	}
+	req.Env = env
+	if c.Duration("timeout") <= 0 {
+		return fmt.Errorf("--timeout %s: give a positive duration such as 30s or 5m", c.Duration("timeout"))
+	}
+	if c.Int("max-concurrency") <= 0 {
+		return fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))
+	}
+	// Check the request and targets before touching the cluster.
+	if err := targets.Validate(); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if b := c.String("backend"); b != debugpod.Name {
+		return fmt.Errorf("unknown --backend %q: want %s", b, debugpod.Name)
+	}
+	requests := corev1.ResourceList{}
+	for flag, name := range map[string]corev1.ResourceName{"cpu-request": corev1.ResourceCPU, "memory-request": corev1.ResourceMemory} {
+		q, err := resource.ParseQuantity(c.String(flag))
+		if err != nil {
+			return fmt.Errorf("--%s %q: %w", flag, c.String(flag), err)
+		}
+		if !q.IsZero() {
+			requests[name] = q
+		}
+	}
+
+	client, cfg, ns, err := client(c)
+	if err != nil {
+		return err
+	}
+	backend, err := debugpod.New(debugpod.Options{
+		Client:            client,
+		Config:            cfg,
+		Namespace:         ns,
+		Profile:           c.String("profile"),
+		Image:             c.String("image"),
+		ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
+		ImagePullSecrets:  c.StringSlice("image-pull-secret"),
+		PriorityClassName: c.String("priority-class"),
+		Requests:          requests,
+	})
+	if err != nil {
+		return err
+	}
+	runner, err := nodeexec.NewRunner(nodeexec.RunnerOptions{
+		Client:          client,
+		Backend:         backend,
+		MaxConcurrency:  c.Int("max-concurrency"),
+		NoPrefix:        c.Bool("no-prefix"),
+		IncludeNotReady: c.Bool("include-not-ready"),
+	})
+	if err != nil {
+		return err
+	}
+	ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
+	results, err := runner.Run(ctx, targets, req)
+	if err != nil {
+		return err
+	}
+	printSummary(streams.ErrOut, results)
+	return exitStatus(results)
+}
+
+// printSummary writes one line per node: name, exit code, duration, and the error if any.
+func printSummary(w io.Writer, results []nodeexec.NodeResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tEXIT\tDURATION\tRESULT")
+	for _, r := range results {
+		exit := fmt.Sprint(r.ExitCode)
+		if r.ExitCode < 0 {
+			exit = "-"
+		}
+		result := "ok"
+		if r.Err != nil {
+			result = r.Err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Node, exit, r.Duration().Round(10*time.Millisecond), result)
+	}
+	_ = tw.Flush()
+}
+
+// exitStatus: one node, its exit code; several, 1 if any failed.
+func exitStatus(results []nodeexec.NodeResult) error {
+	if len(results) == 1 {
+		if code := nodeexec.ExitCode(results[0].Err); code != 0 {
+			return exitCoder{code}
+		}
+		return nil
+	}
+	if len(nodeexec.Failed(results)) > 0 {
+		return exitCoder{1}
+	}
+	return nil
+}
+
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+func splitCSV(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package nodeexec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors for states a caller branches on. Returned errors wrap them;
+// test with errors.Is.
+var (
+	// ErrTimeout: the request's Timeout expired before the command finished.
+	ErrTimeout = errors.New("timed out")
+	// ErrNodeNotFound: a node named by the caller does not exist (GET/LIST nodes).
+	ErrNodeNotFound = errors.New("node not found")
+	// ErrNoNodes: the targets (selector, or all) matched no node.
+	ErrNoNodes = errors.New("no nodes matched")
+	// ErrNodeNotReady: the node's Ready condition is not True, so a pod would not start there.
+	ErrNodeNotReady = errors.New("node is not Ready")
+	// ErrForbidden: the API server refused to create what the backend needs
+	// (RBAC, or the namespace's Pod Security level). The wrapping error says
+	// which, and how to fix it.
+	ErrForbidden = errors.New("forbidden")
+)
+
+// ExitError reports that the command ran and exited with a non-zero status.
+type ExitError struct {
+	// Node is the node the command ran on.
+	Node string
+	// Code is the exit status (1-255).
+	Code int
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("command on node %q exited with code %d", e.Node, e.Code)
+}
+
+// ExitStatus returns Code, so an *ExitError satisfies k8s.io/utils/exec.ExitError-style checks.
+func (e *ExitError) ExitStatus() int { return e.Code }
+
+// PodError reports that the pod meant to run the command could not run it, for
+// a reason reported by the kubelet or the API server: an image that cannot be
+// pulled, a pod rejected by the kubelet (OutOfcpu, OutOfpods), eviction or
+// preemption, a deadline, or a container that stopped on its own. These are
+// infrastructure failures, distinct from the command's own exit status.
+type PodError struct {
+	Node      string
+	Namespace string
+	Pod       string
+	// Reason is the machine-readable reason (e.g. "ErrImagePull", "OutOfcpu",
+	// "DeadlineExceeded", "Evicted", "CreateContainerConfigError").
+	Reason string
+	// Message is the human-readable detail from the pod status.
+	Message string
+}
+
+func (e *PodError) Error() string {
+	msg := fmt.Sprintf("pod %s/%s on node %q could not run the command: %s", e.Namespace, e.Pod, e.Node, e.Reason)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// ExitCode maps an error from Backend.Run to a process exit status: 0 for nil,
+// the command's status for an *ExitError, 124 (as timeout(1)) for ErrTimeout,
+// and 1 for anything else.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	if errors.Is(err, ErrTimeout) {
+		return 124
+	}
+	return 1
+}

@@ -1,0 +1,398 @@
+package podexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+// Defaults for Options.
+const (
+	// DefaultFirstAttemptDelay is how long after the kubelet picks the pod up
+	// (its first status report) an exec is attempted even though neither a
+	// Started event nor a running status has been seen.
+	DefaultFirstAttemptDelay = 700 * time.Millisecond
+	// DefaultRetryInterval is the first pause between exec attempts made
+	// before the container exists; it grows by half each time up to
+	// DefaultMaxRetryInterval.
+	DefaultRetryInterval    = 100 * time.Millisecond
+	DefaultMaxRetryInterval = 1 * time.Second
+	// DefaultCleanupTimeout bounds the pod deletion after the run, which is
+	// made even when the run's context is cancelled.
+	DefaultCleanupTimeout = 30 * time.Second
+	// DeleteGracePeriod is the grace period of the pod deletion, in seconds.
+	DeleteGracePeriod int64 = 1
+)
+
+// Streamer runs a command in a container over the exec subresource. It
+// returns an error satisfying IsContainerNotReady when the attempt was
+// refused because the container does not run yet (nothing was streamed), a
+// k8s.io/client-go/util/exec.CodeExitError for a non-zero exit, nil for exit 0.
+type Streamer interface {
+	Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error
+}
+
+// Options configure an Executor.
+type Options struct {
+	// Client creates, watches and deletes pods (RBAC: create, get, list,
+	// watch, delete on pods). Required.
+	Client kubernetes.Interface
+	// Streamer runs the command. Required; see NewStreamer.
+	Streamer Streamer
+	// Tracker is the shared watch over the pods this Executor creates; the
+	// pods must match its namespace and selector. Required.
+	Tracker *Tracker
+	// Backend is the name reported in Result.Backend. Required.
+	Backend string
+	// Clock drives retry timers and timestamps. Defaults to the real clock.
+	Clock clock.WithTicker
+	// FirstAttemptDelay, RetryInterval, MaxRetryInterval: see the Default
+	// constants, which are used when these are zero.
+	FirstAttemptDelay, RetryInterval, MaxRetryInterval time.Duration
+}
+
+// Executor runs commands in pods it creates.
+type Executor struct {
+	o Options
+}
+
+// New validates o and returns an Executor.
+func New(o Options) (*Executor, error) {
+	switch {
+	case o.Client == nil:
+		return nil, errors.New("podexec: Options.Client is nil")
+	case o.Streamer == nil:
+		return nil, errors.New("podexec: Options.Streamer is nil")
+	case o.Tracker == nil:
+		return nil, errors.New("podexec: Options.Tracker is nil")
+	case o.Backend == "":
+		return nil, errors.New("podexec: Options.Backend is empty")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.FirstAttemptDelay == 0 {
+		o.FirstAttemptDelay = DefaultFirstAttemptDelay
+	}
+	if o.RetryInterval == 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.MaxRetryInterval == 0 {
+		o.MaxRetryInterval = DefaultMaxRetryInterval
+	}
+	return &Executor{o: o}, nil
+}
+
+// Run creates pod (which must be pinned to req.Node and carry the Tracker's
+// labels), runs argv in its container over exec with req's streams, and
+// deletes the pod, also when ctx is cancelled or req.Timeout expires. It
+// returns the errors described on nodeexec.Backend.
+func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {
+	log := logr.FromContextOrDiscard(ctx)
+	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: e.o.Clock.Now(), Backend: e.o.Backend, Namespace: pod.Namespace, Pod: pod.Name}
+	req, firstOutput := nodeexec.RecordFirstOutput(req, e.o.Clock.Now)
+	defer func() {
+		res.Finished = e.o.Clock.Now()
+		res.FirstOutput = firstOutput()
+	}()
+
+	timeout := req.EffectiveTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("node %q: %w after %s", req.Node, nodeexec.ErrTimeout, timeout))
+	defer cancel()
+
+	release := e.o.Tracker.Acquire(ctx)
+	defer release()
+	changed, unsubscribe := e.o.Tracker.Subscribe(pod.Name)
+	defer unsubscribe()
+
+	pods := e.o.Client.CoreV1().Pods(pod.Namespace)
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	defer func() {
+		// Delete even when ctx is done: a cancelled or timed-out run must not leave its pod behind.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupTimeout)
+		defer ccancel()
+		derr := pods.Delete(cctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(DeleteGracePeriod)})
+		switch {
+		case derr == nil:
+			log.V(1).Info("deleted pod", "pod", pod.Name)
+		case apierrors.IsNotFound(derr):
+		case created == nil && err != nil:
+			// The create failed; nothing (known) to delete.
+		default:
+			err = errors.Join(err, fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, derr))
+		}
+	}()
+	if err != nil {
+		if cerr := ctxErr(ctx); cerr != nil {
+			return res, cerr
+		}
+		return res, CreateError(pod, err)
+	}
+	log.V(1).Info("created pod", "pod", pod.Name, "node", req.Node)
+
+	streams := remotecommand.StreamOptions{
+		Stdin:             req.Stdin,
+		Stdout:            orDiscard(req.Stdout),
+		Tty:               req.TTY,
+		TerminalSizeQueue: req.TerminalSizeQueue,
+	}
+	if !req.TTY {
+		streams.Stderr = orDiscard(req.Stderr)
+	}
+	execOpts := &corev1.PodExecOptions{
+		Container: container,
+		Command:   argv,
+		Stdin:     req.Stdin != nil,
+		Stdout:    true,
+		Stderr:    !req.TTY,
+		TTY:       req.TTY,
+	}
+
+	var (
+		due      <-chan time.Time // next exec attempt, once the kubelet has the pod
+		timer    clock.Timer
+		interval = e.o.RetryInterval
+		attempts int
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	schedule := func(d time.Duration) {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = e.o.Clock.NewTimer(d)
+		due = timer.C()
+	}
+	attemptNow, retrying := false, false
+	for {
+		cur := e.o.Tracker.Get(pod.Name)
+		if cur != nil && cur.UID == created.UID {
+			if perr := PodFailure(cur, container, req.Node); perr != nil {
+				return res, perr
+			}
+			switch {
+			case retrying:
+				// After a refused attempt only the backoff timer triggers the next.
+			case containerRunning(cur, container) || e.o.Tracker.Started(pod.Name):
+				attemptNow = true
+			case due == nil && cur.Status.StartTime != nil:
+				schedule(e.o.FirstAttemptDelay)
+			}
+		}
+		if attemptNow {
+			attemptNow = false
+			attempts++
+			xerr := e.o.Streamer.Exec(ctx, pod.Namespace, pod.Name, execOpts, streams)
+			if !IsContainerNotReady(xerr) || ctxErr(ctx) != nil {
+				log.V(1).Info("exec finished", "attempts", attempts, "err", xerr)
+				return e.finish(ctx, res, created, container, req.Node, xerr)
+			}
+			log.V(2).Info("container not ready for exec yet", "attempt", attempts, "err", xerr)
+			retrying = true
+			schedule(interval)
+			interval = min(interval*3/2, e.o.MaxRetryInterval)
+		}
+		select {
+		case <-changed:
+		case <-due:
+			due, timer = nil, nil
+			attemptNow = true
+		case <-ctx.Done():
+			return res, ctxErr(ctx)
+		}
+	}
+}
+
+// finish turns the exec outcome into a Result and error.
+func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.Pod, container, node string, xerr error) (nodeexec.Result, error) {
+	if xerr == nil {
+		res.ExitCode = 0
+		return res, nil
+	}
+	var ce utilexec.CodeExitError
+	if errors.As(xerr, &ce) {
+		res.ExitCode = ce.Code
+		return res, &nodeexec.ExitError{Node: node, Code: ce.Code}
+	}
+	if cerr := ctxErr(ctx); cerr != nil {
+		return res, cerr
+	}
+	// The stream broke: say why if the pod knows.
+	if cur := e.o.Tracker.Get(pod.Name); cur != nil && cur.UID == pod.UID {
+		if perr := PodFailure(cur, container, node); perr != nil {
+			return res, errors.Join(perr, xerr)
+		}
+	}
+	return res, fmt.Errorf("exec in pod %s/%s on node %q: %w", pod.Namespace, pod.Name, node, xerr)
+}
+
+// ctxErr is the cause of ctx's end (an error wrapping nodeexec.ErrTimeout
+// when the request's timeout expired), or nil while ctx is live.
+func ctxErr(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(ctx)
+}
+
+// PodFailure reports why pod cannot (or can no longer) run a command in
+// container, or nil if it still may.
+func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
+	fail := func(reason, msg string) *nodeexec.PodError {
+		return &nodeexec.PodError{Node: node, Namespace: pod.Namespace, Pod: pod.Name, Reason: reason, Message: msg}
+	}
+	if pod.DeletionTimestamp != nil {
+		return fail("Deleted", "the pod is being deleted")
+	}
+	switch pod.Status.Phase {
+	case corev1.PodFailed:
+		reason := pod.Status.Reason
+		if reason == "" {
+			reason = "Failed"
+		}
+		return fail(reason, pod.Status.Message)
+	case corev1.PodSucceeded:
+		return fail("Completed", "the pod's container exited before the command ran")
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != container {
+			continue
+		}
+		if w := cs.State.Waiting; w != nil && fatalWaiting[w.Reason] {
+			return fail(w.Reason, w.Message)
+		}
+		if t := cs.State.Terminated; t != nil {
+			return fail(t.Reason, fmt.Sprintf("container %q exited with code %d: %s", container, t.ExitCode, t.Message))
+		}
+	}
+	return nil
+}
+
+// fatalWaiting are container waiting reasons that will not resolve before a
+// short run's deadline, or need the user to act.
+var fatalWaiting = map[string]bool{
+	"ErrImagePull":               true,
+	"ImagePullBackOff":           true,
+	"InvalidImageName":           true,
+	"ErrImageNeverPull":          true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
+	"RunContainerError":          true,
+	"CrashLoopBackOff":           true,
+}
+
+func containerRunning(pod *corev1.Pod, container string) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			return cs.State.Running != nil
+		}
+	}
+	return false
+}
+
+// CreateError explains a failed pod create: a Pod Security rejection names
+// the namespace's level and the fix; an RBAC refusal names the permission.
+// Both wrap nodeexec.ErrForbidden.
+func CreateError(pod *corev1.Pod, err error) error {
+	if !apierrors.IsForbidden(err) {
+		return fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	text := err.Error()
+	if i := strings.Index(text, "violates PodSecurity"); i >= 0 {
+		level := "restricted or baseline"
+		if j := strings.Index(text[i:], "\""); j >= 0 {
+			rest := text[i+j+1:]
+			if k := strings.IndexAny(rest, ":\""); k >= 0 {
+				level = rest[:k]
+			}
+		}
+		return fmt.Errorf("%w: namespace %q enforces Pod Security level %q, which rejects this pod (%s); "+
+			"run in a namespace that allows it (-n/--namespace), or relabel this one: "+
+			"kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged --overwrite",
+			nodeexec.ErrForbidden, pod.Namespace, level, text[i:], pod.Namespace)
+	}
+	return fmt.Errorf("%w: creating pod %s/%s: %s (RBAC: this backend needs create, get, list, watch and delete on pods, and create on pods/exec, in namespace %q)",
+		nodeexec.ErrForbidden, pod.Namespace, pod.Name, text, pod.Namespace)
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// IsContainerNotReady reports whether an exec attempt was refused because the
+// container is not (yet) running, before anything was streamed: the kubelet
+// answers the upgrade with an error naming the missing container.
+func IsContainerNotReady(err error) bool {
+	if err == nil || !httpstream.IsUpgradeFailure(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"container not found", "not running", "No such container", "container is not created or running"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// restStreamer is the Streamer that talks to the API server: WebSocket
+// (v5.channel.k8s.io) first, SPDY when the server cannot upgrade to WebSocket.
+type restStreamer struct {
+	config *rest.Config
+	client rest.Interface
+}
+
+// NewStreamer returns the Streamer for a real cluster. client is
+// kubernetes.Interface.CoreV1().RESTClient() (or any REST client for the
+// core/v1 API); config supplies the transport. RBAC: create on pods/exec
+// (WebSocket exec is authorised as create since Kubernetes 1.35).
+func NewStreamer(config *rest.Config, client rest.Interface) Streamer {
+	return &restStreamer{config: config, client: client}
+}
+
+func (s *restStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+	u := s.client.Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
+		VersionedParams(opts, scheme.ParameterCodec).URL()
+	ws, err := remotecommand.NewWebSocketExecutor(s.config, "GET", u.String())
+	if err != nil {
+		return fmt.Errorf("websocket executor: %w", err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(s.config, "POST", u)
+	if err != nil {
+		return fmt.Errorf("spdy executor: %w", err)
+	}
+	// Fall back to SPDY only when the server cannot speak WebSocket, not when
+	// the container is merely not running yet (that attempt is retried).
+	fallback := func(err error) bool {
+		return (httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)) && !IsContainerNotReady(err)
+	}
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, fallback)
+	if err != nil {
+		return err
+	}
+	return exec.StreamWithContext(ctx, streams)
+}

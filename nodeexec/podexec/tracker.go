@@ -1,0 +1,188 @@
+package podexec
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Tracker is one shared watch over the pods of a run (a namespace and a label
+// selector), used by every concurrent Run instead of one watch per pod: a
+// fan-out over N nodes costs one LIST and one WATCH, not N of each.
+//
+// Beside the pods it watches the namespace's "Started" events (reason=Started,
+// involvedObject.kind=Pod): the kubelet records one as soon as the container
+// runtime has started a container, typically a second before its status
+// report shows the container running. Without RBAC to watch events the
+// Tracker still works; Started then never reports true.
+//
+// The watch runs while at least one caller holds it (Acquire/release) and
+// stops when the last one releases it.
+type Tracker struct {
+	client    kubernetes.Interface
+	namespace string
+	selector  string
+
+	mu      sync.Mutex
+	refs    int
+	stop    context.CancelFunc
+	store   cache.Store
+	started map[string]bool // pod name -> a Started event was seen
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+// NewTracker returns a Tracker for the pods in namespace matching the label selector.
+func NewTracker(client kubernetes.Interface, namespace, selector string) *Tracker {
+	return &Tracker{client: client, namespace: namespace, selector: selector, waiters: map[string]map[chan struct{}]struct{}{}}
+}
+
+// Acquire starts the watch if it is not running and returns the function
+// that releases it. The watch outlives ctx's cancellation only until release
+// is called; it keeps ctx's values (logger).
+func (t *Tracker) Acquire(ctx context.Context) (release func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refs++
+	if t.refs == 1 {
+		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		t.stop = cancel
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = t.selector
+				return t.client.CoreV1().Pods(t.namespace).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = t.selector
+				return t.client.CoreV1().Pods(t.namespace).Watch(ctx, o)
+			},
+		}
+		inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    t.notify,
+			UpdateFunc: func(_, obj any) { t.notify(obj) },
+			DeleteFunc: t.notify,
+		})
+		t.store = inf.GetStore()
+		t.started = map[string]bool{}
+		go inf.RunWithContext(wctx)
+
+		evLW := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = startedEvents
+				return t.client.CoreV1().Events(t.namespace).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = startedEvents
+				return t.client.CoreV1().Events(t.namespace).Watch(ctx, o)
+			},
+		}
+		evInf := cache.NewSharedIndexInformer(evLW, &corev1.Event{}, 0, cache.Indexers{})
+		_, _ = evInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    t.onEvent,
+			UpdateFunc: func(_, obj any) { t.onEvent(obj) },
+		})
+		go evInf.RunWithContext(wctx)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.refs--
+			if t.refs == 0 {
+				t.stop()
+				t.stop, t.store, t.started = nil, nil, nil
+			}
+		})
+	}
+}
+
+const startedEvents = "involvedObject.kind=Pod,reason=Started"
+
+func (t *Tracker) onEvent(obj any) {
+	ev, ok := obj.(*corev1.Event)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.started == nil || t.waiters[ev.InvolvedObject.Name] == nil {
+		return // not one of ours, or nobody waits for it
+	}
+	t.started[ev.InvolvedObject.Name] = true
+	t.signal(ev.InvolvedObject.Name)
+}
+
+// Started reports whether the kubelet has recorded a Started event for a
+// container of the named pod since the pod was subscribed to.
+func (t *Tracker) Started(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started[name]
+}
+
+func (t *Tracker) notify(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.signal(pod.Name)
+}
+
+// signal wakes the subscribers of the named pod. Called with t.mu held.
+func (t *Tracker) signal(name string) {
+	for ch := range t.waiters[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Subscribe returns a channel that receives (coalesced) notifications of
+// changes to the named pod, and a function to unsubscribe.
+func (t *Tracker) Subscribe(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waiters[name] == nil {
+		t.waiters[name] = map[chan struct{}]struct{}{}
+	}
+	t.waiters[name][ch] = struct{}{}
+	return ch, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.waiters[name], ch)
+		if len(t.waiters[name]) == 0 {
+			delete(t.waiters, name)
+			delete(t.started, name)
+		}
+	}
+}
+
+// Get returns the last observed state of the named pod, or nil if the watch
+// has not seen it (yet). Only valid while the Tracker is acquired.
+func (t *Tracker) Get(name string) *corev1.Pod {
+	t.mu.Lock()
+	store := t.store
+	t.mu.Unlock()
+	if store == nil {
+		return nil
+	}
+	obj, ok, _ := store.GetByKey(t.namespace + "/" + name)
+	if !ok {
+		return nil
+	}
+	return obj.(*corev1.Pod)
+}

@@ -1,0 +1,312 @@
+package nodeexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// DefaultMaxConcurrency is how many nodes a Runner works on at once when
+// RunnerOptions.MaxConcurrency is zero.
+const DefaultMaxConcurrency = 20
+
+// MaxStdinFanOut is the most standard input a Runner buffers to give the same
+// input to every node of a multi-node run (64 MiB).
+const MaxStdinFanOut = 64 << 20
+
+// Targets selects nodes. Exactly one of Nodes, Selector and All must be set.
+type Targets struct {
+	// Nodes lists node names; each must exist.
+	Nodes []string
+	// Selector is a label selector in kubectl syntax, e.g. "kubernetes.io/os=linux,!gpu".
+	Selector string
+	// All targets every node.
+	All bool
+}
+
+// Validate reports the first problem, naming the field.
+func (t Targets) Validate() error {
+	n := 0
+	if len(t.Nodes) > 0 {
+		n++
+	}
+	if t.Selector != "" {
+		n++
+	}
+	if t.All {
+		n++
+	}
+	if n != 1 {
+		return errors.New("choose the target nodes with exactly one of: node names (--node), a label selector (--selector), or all nodes (--all)")
+	}
+	for i, name := range t.Nodes {
+		if name == "" {
+			return fmt.Errorf("Nodes[%d] is empty: give a node name", i)
+		}
+	}
+	if t.Selector != "" {
+		if _, err := labels.Parse(t.Selector); err != nil {
+			return fmt.Errorf("invalid label selector %q: %w", t.Selector, err)
+		}
+	}
+	return nil
+}
+
+// RunnerOptions configure a Runner.
+type RunnerOptions struct {
+	// Client reads nodes (RBAC: list nodes). Required.
+	Client kubernetes.Interface
+	// Backend runs the request on each node. Required.
+	Backend Backend
+	// MaxConcurrency is how many nodes are worked on at once. Defaults to
+	// DefaultMaxConcurrency.
+	MaxConcurrency int
+	// NoPrefix turns off the "[node] " prefix on every output line. With one
+	// target node and NoPrefix the output is passed through unbuffered, as kubectl exec does.
+	NoPrefix bool
+	// IncludeNotReady also runs on nodes whose Ready condition is not True.
+	// By default such nodes fail at once with ErrNodeNotReady, since a pod
+	// would wait there until the timeout.
+	IncludeNotReady bool
+	// Clock measures durations. Defaults to the real clock.
+	Clock clock.PassiveClock
+}
+
+// Runner fans a Request out over nodes. It is safe for concurrent use.
+type Runner struct {
+	o RunnerOptions
+}
+
+// NewRunner validates o and returns a Runner.
+func NewRunner(o RunnerOptions) (*Runner, error) {
+	switch {
+	case o.Client == nil:
+		return nil, errors.New("RunnerOptions.Client is nil: give a Kubernetes client")
+	case o.Backend == nil:
+		return nil, errors.New("RunnerOptions.Backend is nil: give a backend, e.g. debugpod.New(...)")
+	case o.MaxConcurrency < 0:
+		return nil, fmt.Errorf("MaxConcurrency %d is negative: give a positive number, or 0 for the default %d", o.MaxConcurrency, DefaultMaxConcurrency)
+	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &Runner{o: o}, nil
+}
+
+// Run resolves targets, checks with the backend's Preflight (when it has one)
+// that the cluster will accept the pods, and then runs req on every target
+// node, at most MaxConcurrency at a time. req.Node is ignored; req.Stdout and
+// req.Stderr receive every node's output, line by line with a "[node] "
+// prefix unless NoPrefix is set.
+//
+// The error is non-nil only when nothing was run: bad targets or request,
+// nodes that do not exist (ErrNodeNotFound), an empty match (ErrNoNodes), an
+// unreachable API server, or a failed preflight. Otherwise the outcome of each
+// node, in target order, is in the returned slice; see Failed.
+func (r *Runner) Run(ctx context.Context, targets Targets, req Request) ([]NodeResult, error) {
+	if err := targets.Validate(); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	nodes, err := r.Resolve(ctx, targets)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := r.o.Backend.(Preflighter); ok {
+		if err := p.Preflight(ctx, nodes[0].Name); err != nil {
+			return nil, err
+		}
+	}
+	var stdin []byte
+	if req.Stdin != nil && len(nodes) > 1 {
+		// Every node gets the same input.
+		stdin, err = io.ReadAll(io.LimitReader(req.Stdin, MaxStdinFanOut+1))
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		if len(stdin) > MaxStdinFanOut {
+			return nil, fmt.Errorf("standard input is larger than %d bytes, the most a multi-node run buffers", MaxStdinFanOut)
+		}
+	}
+	stdout := &lockedWriter{w: orDiscard(req.Stdout)}
+	stderr := &lockedWriter{w: orDiscard(req.Stderr)}
+
+	results := make([]NodeResult, len(nodes))
+	sem := make(chan struct{}, r.o.MaxConcurrency)
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			nreq := req
+			nreq.Node = node.Name
+			if stdin != nil {
+				nreq.Stdin = bytes.NewReader(stdin)
+			}
+			results[i] = r.runOne(ctx, node, nreq, stdout, stderr, len(nodes) == 1)
+		})
+	}
+	wg.Wait()
+	return results, nil
+}
+
+func (r *Runner) runOne(ctx context.Context, node *corev1.Node, req Request, stdout, stderr *lockedWriter, single bool) NodeResult {
+	log := logr.FromContextOrDiscard(ctx).WithValues("node", node.Name)
+	if !r.o.IncludeNotReady && !IsNodeReady(node) {
+		now := r.o.Clock.Now()
+		return NodeResult{
+			Result: Result{Node: node.Name, ExitCode: -1, Started: now, Finished: now, Backend: r.o.Backend.Name()},
+			Err:    fmt.Errorf("node %q: %w (the kubelet does not report Ready; use IncludeNotReady to try anyway)", node.Name, ErrNodeNotReady),
+		}
+	}
+	var flush []func() error
+	if r.o.NoPrefix && single {
+		req.Stdout, req.Stderr = stdout.w, stderr.w
+	} else {
+		prefix := []byte("[" + node.Name + "] ")
+		if r.o.NoPrefix {
+			prefix = nil
+		}
+		o := &prefixWriter{prefix: prefix, out: stdout}
+		e := &prefixWriter{prefix: prefix, out: stderr}
+		req.Stdout, req.Stderr = o, e
+		flush = append(flush, o.Flush, e.Flush)
+	}
+	res, err := r.o.Backend.Run(logr.NewContext(ctx, log), req)
+	for _, f := range flush {
+		_ = f()
+	}
+	res.Node = node.Name
+	if res.Backend == "" {
+		res.Backend = r.o.Backend.Name()
+	}
+	if err != nil {
+		log.V(1).Info("run failed", "err", err)
+	}
+	return NodeResult{Result: res, Err: err}
+}
+
+// Resolve returns the nodes targets select, in the order given (names) or by
+// name (selector, all). It lists nodes page by page (RBAC: list nodes) and
+// fails with ErrNodeNotFound naming every missing node, or ErrNoNodes.
+func (r *Runner) Resolve(ctx context.Context, targets Targets) ([]*corev1.Node, error) {
+	if err := targets.Validate(); err != nil {
+		return nil, err
+	}
+	sel := labels.Everything()
+	if targets.Selector != "" {
+		sel, _ = labels.Parse(targets.Selector) // validated above
+	}
+	want := map[string]bool{}
+	for _, n := range targets.Nodes {
+		want[n] = true
+	}
+	found := map[string]*corev1.Node{}
+	var all []*corev1.Node
+	opts := metav1.ListOptions{LabelSelector: sel.String(), Limit: 500}
+	for {
+		list, err := r.o.Client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		for i := range list.Items {
+			n := &list.Items[i]
+			if len(want) > 0 {
+				if want[n.Name] {
+					found[n.Name] = n
+				}
+				continue
+			}
+			all = append(all, n)
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	if len(want) > 0 {
+		var missing []string
+		for _, n := range targets.Nodes {
+			if found[n] == nil {
+				missing = append(missing, n)
+				continue
+			}
+			if !slices.Contains(all, found[n]) {
+				all = append(all, found[n])
+			}
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("%w: %q (see `kubectl get nodes`)", ErrNodeNotFound, missing)
+		}
+		return all, nil
+	}
+	if len(all) == 0 {
+		if targets.Selector != "" {
+			return nil, fmt.Errorf("%w: label selector %q matched no node", ErrNoNodes, targets.Selector)
+		}
+		return nil, fmt.Errorf("%w: the cluster has no nodes", ErrNoNodes)
+	}
+	slices.SortFunc(all, func(a, b *corev1.Node) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return all, nil
+}
+
+// IsNodeReady reports whether the node's Ready condition is True.
+func IsNodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Failed returns the results whose Err is non-nil.
+func Failed(results []NodeResult) []NodeResult {
+	var out []NodeResult
+	for _, r := range results {
+		if r.Err != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// Now is a helper for backends: c.Now(), or time.Now when c is nil.
+func Now(c clock.PassiveClock) time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c.Now()
+}

@@ -1,0 +1,161 @@
+package nodeexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/tools/remotecommand"
+)
+
+// Labels and annotations set on every object nodeexec creates.
+const (
+	// LabelManagedBy is the well-known label naming the tool that manages an object.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on every object nodeexec creates.
+	ManagedByValue = "nodeexec"
+	// LabelRunID carries the ID of the run (one Runner.Run or one Backend) that created the object.
+	LabelRunID = "nodeexec.io/run-id"
+	// AnnotationNode names the target node (node names may exceed the 63 characters a label value allows).
+	AnnotationNode = "nodeexec.io/node"
+	// AnnotationDeadline is the RFC 3339 time after which the object is garbage:
+	// its pod's activeDeadlineSeconds ends it on the server side by then.
+	AnnotationDeadline = "nodeexec.io/deadline"
+	// AnnotationCommand records what the object was created to run (truncated to 1 KiB), for audit.
+	AnnotationCommand = "nodeexec.io/command"
+)
+
+// DefaultTimeout is the per-node time limit of a Request whose Timeout is zero.
+const DefaultTimeout = 10 * time.Minute
+
+// Request says what to run on one node.
+//
+// Exactly one of Command and Script must be set.
+type Request struct {
+	// Node is the name of the target node. Required by Backend.Run; set by the Runner.
+	Node string
+
+	// Command is the argv to run, e.g. []string{"sh", "-c", "hostname"}.
+	Command []string
+	// Script is a shell script run by `sh -c`. Backends that can see the
+	// host's root filesystem run it there (debugpod: `chroot /host sh -c`
+	// for profiles that mount /host).
+	Script string
+
+	// Env sets environment variables for the command.
+	Env map[string]string
+
+	// Stdin, when non-nil, is streamed to the command's standard input; the
+	// command sees EOF when it is exhausted. Nil means no standard input.
+	Stdin io.Reader
+	// Stdout and Stderr receive the command's output as it is produced. Nil
+	// discards the stream.
+	Stdout, Stderr io.Writer
+
+	// TTY allocates a terminal for the command; Stderr is then merged into Stdout.
+	TTY bool
+	// TerminalSizeQueue delivers terminal size changes when TTY is set. Optional.
+	TerminalSizeQueue remotecommand.TerminalSizeQueue
+
+	// Timeout bounds the whole run on this node: creating what the backend
+	// needs, waiting for it, and the command itself. When it expires the run
+	// ends with an error wrapping ErrTimeout and everything created is deleted.
+	// Defaults to DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Validate reports the first problem with r, naming the field. It does not
+// require Node (the Runner fills it in).
+func (r *Request) Validate() error {
+	switch {
+	case len(r.Command) == 0 && r.Script == "":
+		return errors.New("no command: give a command (Command, or after `--` on the command line) or a script (Script, --script FILE)")
+	case len(r.Command) > 0 && r.Script != "":
+		return errors.New("both Command and Script are set: give one")
+	case len(r.Command) > 0 && r.Command[0] == "":
+		return errors.New("Command[0] is empty: the first element must name the program to run")
+	case r.Timeout < 0:
+		return fmt.Errorf("Timeout %s is negative: give a positive duration, or 0 for the default %s", r.Timeout, DefaultTimeout)
+	case r.TerminalSizeQueue != nil && !r.TTY:
+		return errors.New("TerminalSizeQueue is set but TTY is not: a size queue needs a terminal")
+	}
+	for k := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("Env has an invalid variable name %q: names must be non-empty and contain no '=' or NUL", k)
+		}
+	}
+	return nil
+}
+
+// EffectiveTimeout is r.Timeout, or DefaultTimeout when it is zero.
+func (r *Request) EffectiveTimeout() time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return DefaultTimeout
+}
+
+// Argv is the command the request runs: Command, or `sh -c Script`.
+// Backends that run scripts elsewhere (such as in the host's root) build their own.
+func (r *Request) Argv() []string {
+	if r.Script != "" {
+		return []string{"sh", "-c", r.Script}
+	}
+	return slices.Clone(r.Command)
+}
+
+// Result says what happened on one node.
+type Result struct {
+	// Node is the node the command ran on.
+	Node string
+	// ExitCode is the command's exit status; -1 when it never ran or its
+	// status is unknown (see the error returned beside the Result).
+	ExitCode int
+	// Started is when the backend began work on the node (before creating any
+	// object); Finished is when the command's streams closed or the run failed.
+	Started, Finished time.Time
+	// FirstOutput is when the first byte of stdout or stderr arrived; zero if none did.
+	FirstOutput time.Time
+	// Backend names the backend that ran the command, e.g. "debugpod".
+	Backend string
+	// Namespace and Pod name the pod that ran the command, when one was created or used.
+	Namespace, Pod string
+}
+
+// Duration is Finished - Started.
+func (r Result) Duration() time.Duration { return r.Finished.Sub(r.Started) }
+
+// Backend runs one Request on one node.
+//
+// Run blocks until the command has finished, failed or ctx is done, and
+// releases everything it created before returning (including on
+// cancellation). It returns the Result (with as much filled in as is known)
+// and an error: nil when the command exited 0, an *ExitError when it exited
+// non-zero, an error wrapping ErrTimeout when req.Timeout expired, a *PodError
+// when the pod could not run it, or another error. Run is safe for concurrent
+// use by the Runner, one call per node.
+type Backend interface {
+	// Name is a short, stable name for results and logs, e.g. "debugpod".
+	Name() string
+	Run(ctx context.Context, req Request) (Result, error)
+}
+
+// Preflighter is implemented by backends that can check, before anything is
+// created, that the cluster will accept what they create (for example with a
+// server-side dry-run). The Runner calls Preflight once per run, with the
+// first target node, before fanning out.
+type Preflighter interface {
+	Preflight(ctx context.Context, node string) error
+}
+
+// NodeResult is the outcome on one node of a Runner.Run.
+type NodeResult struct {
+	Result
+	// Err is nil on success; otherwise what Backend.Run returned (an *ExitError
+	// for a non-zero exit).
+	Err error
+}

@@ -1,0 +1,697 @@
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	r *runner
+}
+
+// Start returns the running cluster, or brings one up: it installs missing Debian
+// packages, builds what is not cached (Kubernetes binaries, pause, images), creates
+// the PKI and network namespaces, starts etcd, the control plane and o.Nodes nodes,
+// and waits until every node is Ready and the default ServiceAccount exists.
+//
+// A healthy running cluster is reused (the warm path takes well under a second);
+// nodes are added if it has fewer than o.Nodes. A stopped or partial cluster is
+// removed first (as Stop does). A running cluster started with another
+// KubernetesVersion or APIPort is an error. Start needs root.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	o, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("testcluster: Start needs root")
+	}
+	r := newRunner(o)
+	t0 := time.Now()
+	unlock, err := lockCache(ctx, r.l, r.logf)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if st, err := r.attach(ctx); err == nil {
+		if st.KubernetesVersion != o.KubernetesVersion || st.APIPort != o.APIPort {
+			return nil, fmt.Errorf("testcluster: a cluster with Kubernetes %s on port %d is running (wanted %s on %d); Stop it first",
+				st.KubernetesVersion, st.APIPort, o.KubernetesVersion, o.APIPort)
+		}
+		r.logf("reusing the running cluster (%d nodes)", len(st.Nodes))
+		c := &Cluster{r: r}
+		for len(st.Nodes) < o.Nodes {
+			if _, err := r.addNode(ctx, st); err != nil {
+				return nil, err
+			}
+		}
+		cs, err := r.clientset()
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range st.Nodes {
+			if err := waitNodeReady(ctx, cs, nodeName(i), 2*time.Minute); err != nil {
+				return nil, fmt.Errorf("testcluster: %w", err)
+			}
+		}
+		r.timing("start-reuse", t0)
+		return c, nil
+	} else if r.leftovers() {
+		r.logf("no healthy cluster (%v): removing what is left of one", err)
+		r.stop(ctx)
+	}
+
+	if err := r.up(ctx); err != nil {
+		return nil, fmt.Errorf("testcluster: %w (logs in %s; Stop removes everything)", err, r.l.logs)
+	}
+	r.timing("start-total", t0)
+	return &Cluster{r: r}, nil
+}
+
+// Attach returns the running cluster described by o's directories. It fails with an
+// error wrapping ErrNotRunning when there is none, or when a component is not
+// running or the API server does not answer.
+func Attach(ctx context.Context, o Options) (*Cluster, error) {
+	o, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	r := newRunner(o)
+	st, err := r.attach(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// the running cluster's port wins over o's
+	r.o.APIPort = st.APIPort
+	return &Cluster{r: r}, nil
+}
+
+// Stop stops everything this package started for the cluster in o's directories,
+// using the PIDs it recorded (never by name), removes its network namespaces,
+// cgroups, mounts, state and run directories and the host directories it created,
+// and restores the host sysctls the kubelets changed. The cache stays. Stop is
+// idempotent: it does nothing when no cluster is there.
+func Stop(ctx context.Context, o Options) error {
+	o, err := o.resolve()
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("testcluster: Stop needs root")
+	}
+	r := newRunner(o)
+	unlock, err := lockCache(ctx, r.l, r.logf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return r.stop(ctx)
+}
+
+// Kubeconfig is the path of the admin kubeconfig (server https://127.0.0.1:<APIPort>,
+// user in group system:masters).
+func (c *Cluster) Kubeconfig() string { return c.r.l.kubeconfig }
+
+// RESTConfig returns the admin client configuration.
+func (c *Cluster) RESTConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.r.l.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	return cfg, nil
+}
+
+// Nodes returns the names of the cluster's real nodes, in index order.
+func (c *Cluster) Nodes() []string {
+	st, err := c.r.l.loadState()
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(st.Nodes))
+	for _, i := range slices.Sorted(slices.Values(st.Nodes)) {
+		names = append(names, nodeName(i))
+	}
+	return names
+}
+
+// AddNode starts the next real node (the lowest free index): its own network
+// namespace linked to the others, PID namespace, containerd with every image
+// imported so far, and kubelet. It waits until the node is Ready and returns its name.
+func (c *Cluster) AddNode(ctx context.Context) (string, error) {
+	r := c.r
+	unlock, err := lockCache(ctx, r.l, r.logf)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	st, err := r.attach(ctx)
+	if err != nil {
+		return "", err
+	}
+	t0 := time.Now()
+	name, err := r.addNode(ctx, st)
+	if err != nil {
+		return "", err
+	}
+	cs, err := r.clientset()
+	if err != nil {
+		return "", err
+	}
+	if err := waitNodeReady(ctx, cs, name, 2*time.Minute); err != nil {
+		return "", fmt.Errorf("testcluster: %w (logs in %s)", err, r.l.logs)
+	}
+	r.timing("add-node "+name, t0)
+	return name, nil
+}
+
+// RemoveNode stops the node's kubelet and containerd (removing its containers), its
+// init and network namespace (node 1's stay: the control plane lives there),
+// removes its state and cgroups, deletes its Node object and force-deletes the pods
+// bound to it. Its name is free again: AddNode reuses the lowest free index.
+func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
+	r := c.r
+	i, ok := nodeIndex(name)
+	if !ok {
+		return fmt.Errorf("testcluster: %q is not a test node name", name)
+	}
+	unlock, err := lockCache(ctx, r.l, r.logf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := r.l.loadState()
+	if err != nil {
+		return fmt.Errorf("testcluster: %w: %w", ErrNotRunning, err)
+	}
+	if !st.hasNode(i) {
+		return fmt.Errorf("testcluster: no node %s", name)
+	}
+	t0 := time.Now()
+	r.stopNode(ctx, r.l.node(i))
+	st.Nodes = slices.DeleteFunc(st.Nodes, func(x int) bool { return x == i })
+	if err := r.l.saveState(st); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	cs, err := r.clientset()
+	if err != nil {
+		return err
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("testcluster: delete Node %s: %w", name, err)
+	}
+	// Pods bound to the node would otherwise wait for the pod garbage collector, and a
+	// node added later under the same name would run them again.
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("testcluster: pods of %s: %w", name, err)
+	}
+	zero := int64(0)
+	for _, p := range pods.Items {
+		err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("testcluster: delete pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	r.timing("remove-node "+name, t0)
+	return nil
+}
+
+// ImportImage imports a docker-archive tarball (see BuildImage) into every node's
+// containerd, and keeps a copy so that nodes added later get it too.
+func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
+	r := c.r
+	unlock, err := lockCache(ctx, r.l, r.logf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := r.l.loadState()
+	if err != nil {
+		return fmt.Errorf("testcluster: %w: %w", ErrNotRunning, err)
+	}
+	if err := os.MkdirAll(r.l.images, 0o755); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	keep := filepath.Join(r.l.images, filepath.Base(tarball))
+	if err := copyFile(tarball, keep); err != nil {
+		return fmt.Errorf("testcluster: import %s: %w", tarball, err)
+	}
+	for _, i := range st.Nodes {
+		if err := r.importImage(ctx, r.l.node(i), keep); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+	}
+	if !slices.Contains(st.Images, keep) {
+		st.Images = append(st.Images, keep)
+	}
+	return r.l.saveState(st)
+}
+
+// attach checks that the cluster in r's directories runs: every recorded component
+// alive and the API server answering on the host port.
+func (r *runner) attach(ctx context.Context) (*clusterState, error) {
+	st, err := r.l.loadState()
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w: %w", ErrNotRunning, err)
+	}
+	need := []string{initProc(r.l.node(1)), procEtcd, procAPIServer, procCM, procScheduler, procSockFwd, procHostFwd}
+	for _, i := range st.Nodes {
+		n := r.l.node(i)
+		if i > 1 {
+			need = append(need, initProc(n))
+		}
+		need = append(need, containerdProc(n), kubeletProc(n))
+	}
+	for _, name := range need {
+		rec, err := r.l.readProc(name)
+		if err != nil || !rec.alive() {
+			return nil, fmt.Errorf("testcluster: %w: %s is not running", ErrNotRunning, name)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", r.l.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w: %w", ErrNotRunning, err)
+	}
+	cfg.Timeout = 5 * time.Second
+	if err := readyz(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("testcluster: %w: API server: %w", ErrNotRunning, err)
+	}
+	return st, nil
+}
+
+// leftovers reports whether anything of a cluster is there.
+func (r *runner) leftovers() bool {
+	for _, p := range []string{r.o.StateDir, r.o.RunDir} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	for _, ns := range listNetns() {
+		if isOurNetns(ns) {
+			return true
+		}
+	}
+	return len(ourCgroupRoots()) > 0
+}
+
+func readyz(ctx context.Context, cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(body)) != "ok" {
+		return fmt.Errorf("readyz: %s", body)
+	}
+	return nil
+}
+
+func (r *runner) clientset() (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", r.l.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
+	}
+	return cs, nil
+}
+
+// up brings up a new cluster (nothing of an old one is left).
+func (r *runner) up(ctx context.Context) error {
+	l := r.l
+	t := time.Now()
+	if err := r.ensurePackages(ctx); err != nil {
+		return err
+	}
+	r.timing("apt-packages", t)
+
+	t = time.Now()
+	kb := k8sBuild{Version: r.o.KubernetesVersion, SrcDir: filepath.Join(l.k8sDir, "src"), BinDir: l.k8sBin, GoCache: l.gocache}
+	if err := kb.run(ctx, r); err != nil {
+		return err
+	}
+	r.timing("build-k8s", t)
+
+	t = time.Now()
+	pauseBin, err := r.buildPause(ctx)
+	if err != nil {
+		return err
+	}
+	images, err := r.baseImages(ctx, pauseBin)
+	if err != nil {
+		return err
+	}
+	r.timing("build-pause+images", t)
+
+	t = time.Now()
+	st := &clusterState{
+		KubernetesVersion: r.o.KubernetesVersion,
+		APIPort:           r.o.APIPort,
+		PauseBinary:       pauseBin,
+		Images:            images,
+		AbsentHostPaths:   absentHostPaths(),
+	}
+	for _, d := range []string{r.o.StateDir, r.o.RunDir, l.logs, l.pki, l.images} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(l.etcdDir, 0o700); err != nil {
+		return err
+	}
+	if err := l.saveState(st); err != nil {
+		return err
+	}
+	if err := r.controlPlanePKI(); err != nil {
+		return err
+	}
+	r.timing("pki", t)
+
+	t = time.Now()
+	if err := portFree(r.o.APIPort); err != nil {
+		return fmt.Errorf("API port 127.0.0.1:%d is taken: %w", r.o.APIPort, err)
+	}
+	if err := r.setupHub(ctx); err != nil {
+		return err
+	}
+	hubInit, err := r.startInit(ctx, l.node(1), pauseBin)
+	if err != nil {
+		return err
+	}
+	hub := nsTarget{InitPID: hubInit.PID, Netns: netnsPath(hubNetns)}
+	r.timing("netns+init", t)
+
+	t = time.Now()
+	if _, err := r.startDaemon(procEtcd, hub, etcdArgs(l), false); err != nil {
+		return err
+	}
+	if err := r.waitEtcd(ctx); err != nil {
+		return err
+	}
+	r.timing("etcd", t)
+
+	t = time.Now()
+	if _, err := r.startDaemon(procAPIServer, hub, apiserverArgs(l), false); err != nil {
+		return err
+	}
+	if err := r.waitAPIServerInNetns(ctx); err != nil {
+		return err
+	}
+	r.timing("kube-apiserver", t)
+
+	t = time.Now()
+	for _, d := range []struct {
+		name string
+		argv []string
+	}{{procCM, controllerManagerArgs(l)}, {procScheduler, schedulerArgs(l)}, {procSockFwd, sockForwarderArgs(l)}} {
+		if _, err := r.startDaemon(d.name, hub, d.argv, false); err != nil {
+			return err
+		}
+	}
+	if err := poll(ctx, 10*time.Second, 20*time.Millisecond, "API socket", func(context.Context) (bool, error) {
+		st, err := os.Stat(l.apiSock)
+		return err == nil && st.Mode()&os.ModeSocket != 0, err
+	}); err != nil {
+		return err
+	}
+	if _, err := r.startDaemon(procHostFwd, nsTarget{}, hostForwarderArgs(l), false); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 5 * time.Second
+	if err := poll(ctx, 30*time.Second, 100*time.Millisecond, "API server on the host port", func(ctx context.Context) (bool, error) {
+		err := readyz(ctx, cfg)
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	r.timing("controllers+forward", t)
+
+	t = time.Now()
+	for len(st.Nodes) < r.o.Nodes {
+		if _, err := r.addNode(ctx, st); err != nil {
+			return err
+		}
+	}
+	cs, err := r.clientset()
+	if err != nil {
+		return err
+	}
+	for _, i := range st.Nodes {
+		if err := waitNodeReady(ctx, cs, nodeName(i), 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	r.timing("nodes-ready", t)
+
+	t = time.Now()
+	if err := poll(ctx, 90*time.Second, 200*time.Millisecond, "default ServiceAccount", func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: BaselineNamespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	r.timing("serviceaccount+namespace", t)
+	r.logf("cluster up: nodes %v, KUBECONFIG=%s, logs %s", (&Cluster{r: r}).Nodes(), l.kubeconfig, l.logs)
+	return nil
+}
+
+func (r *runner) controlPlanePKI() error {
+	l := r.l
+	c, err := ensureCA(l.pki)
+	if err != nil {
+		return err
+	}
+	if err := ensureServiceAccountKey(l.pki); err != nil {
+		return err
+	}
+	for _, s := range controlPlaneCerts(l) {
+		if err := c.ensureCert(l.pki, s); err != nil {
+			return err
+		}
+	}
+	inside := "https://127.0.0.1:" + strconv.Itoa(hubAPIPort)
+	for _, k := range []struct{ file, server, cert string }{
+		{l.kubeconfig, "https://127.0.0.1:" + strconv.Itoa(r.o.APIPort), "admin"},
+		{filepath.Join(l.pki, "controller-manager.kubeconfig"), inside, "controller-manager"},
+		{filepath.Join(l.pki, "scheduler.kubeconfig"), inside, "scheduler"},
+	} {
+		if err := writeKubeconfig(k.file, l.pki, k.server, k.cert); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitEtcd polls etcd's /health inside the hub namespace.
+func (r *runner) waitEtcd(ctx context.Context) error {
+	dial := netnsDialer(netnsPath(hubNetns))
+	return poll(ctx, 30*time.Second, 100*time.Millisecond, "etcd", func(ctx context.Context) (bool, error) {
+		c, err := dial(ctx, "tcp", "127.0.0.1:2379")
+		if err != nil {
+			return false, err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte("GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			return false, err
+		}
+		buf := make([]byte, 4096)
+		var resp []byte
+		for {
+			n, err := c.Read(buf)
+			resp = append(resp, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		if !strings.Contains(string(resp), `"health":"true"`) {
+			return false, fmt.Errorf("etcd /health: %q", lastBytes(resp, 200))
+		}
+		return true, nil
+	})
+}
+
+// waitAPIServerInNetns polls /readyz on 127.0.0.1:6443 inside the hub namespace.
+func (r *runner) waitAPIServerInNetns(ctx context.Context) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", r.l.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Host = "https://127.0.0.1:" + strconv.Itoa(hubAPIPort)
+	cfg.Dial = netnsDialer(netnsPath(hubNetns))
+	cfg.Timeout = 5 * time.Second
+	return poll(ctx, 90*time.Second, 200*time.Millisecond, "kube-apiserver /readyz", func(ctx context.Context) (bool, error) {
+		err := readyz(ctx, cfg)
+		return err == nil, err
+	})
+}
+
+func waitNodeReady(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
+	return poll(ctx, timeout, 200*time.Millisecond, "node "+name+" Ready", func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+				return false, fmt.Errorf("Ready=%s: %s", c.Status, c.Message)
+			}
+		}
+		return false, nil
+	})
+}
+
+// stop removes everything of the cluster; see Stop.
+func (r *runner) stop(ctx context.Context) error {
+	l := r.l
+	t0 := time.Now()
+	st, _ := l.loadState()
+	if st == nil {
+		st = &clusterState{}
+	}
+	var kubelets, containerds, inits, rest []string
+	for _, name := range l.recordedProcs() {
+		switch {
+		case strings.HasPrefix(name, "kubelet-"):
+			kubelets = append(kubelets, name)
+		case strings.HasPrefix(name, "containerd-"):
+			containerds = append(containerds, name)
+		case strings.HasPrefix(name, "init-"):
+			inits = append(inits, name)
+		default:
+			rest = append(rest, name)
+		}
+	}
+	// 1. kubelets first, so that nothing recreates containers
+	r.stopProcs(15*time.Second, kubelets...)
+	// 2. every container, through its containerd (the shims exit and clean up)
+	for _, name := range containerds {
+		if i, ok := nodeIndex(strings.TrimPrefix(name, "containerd-")); ok {
+			if rec, err := l.readProc(name); err == nil && rec.alive() {
+				r.removeContainers(ctx, l.node(i))
+			}
+		}
+	}
+	r.stopProcs(15*time.Second, containerds...)
+	// 3. control plane and forwarders, then the inits (the kernel ends whatever is
+	// left in their PID namespaces)
+	var first, later []string // etcd last: the API server's shutdown needs it
+	for _, name := range rest {
+		if name == procEtcd {
+			later = append(later, name)
+		} else {
+			first = append(first, name)
+		}
+	}
+	r.stopProcs(10*time.Second, first...)
+	r.stopProcs(10*time.Second, later...)
+	r.stopProcs(10*time.Second, inits...)
+	r.killOurShims(nil)
+
+	// 4. mounts under our directories in the host's mount namespace (normally none:
+	// the daemons mount in their nodes' private mount namespaces)
+	if mounts, err := readMountInfo("self"); err == nil {
+		for _, m := range mountsUnder(mounts, r.o.StateDir, r.o.RunDir) {
+			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+				r.logf("warning: umount %s: %v", m, err)
+			}
+		}
+	}
+	// 5. cgroups the kubelets made under our cgroup roots, and the roots
+	roots := ourCgroupRoots()
+	for _, root := range roots {
+		if left := removeCgroupRoot(root, 10*time.Second); len(left) > 0 {
+			r.logf("warning: could not remove cgroups %v", left)
+		}
+	}
+	// 6. network namespaces (their bridges, veths and iptables rules go with them)
+	for _, ns := range listNetns() {
+		if isOurNetns(ns) {
+			if err := r.ip(ctx, "netns", "del", ns); err != nil {
+				r.logf("warning: %v", err)
+			} else {
+				r.logf("deleted network namespace %s", ns)
+			}
+		}
+	}
+	// 7. host sysctls the kubelets changed
+	restored, err := restoreSysctls(l.sysctlFile)
+	if err != nil {
+		r.logf("warning: %v", err)
+	}
+	if len(restored) > 0 {
+		r.logf("restored sysctls %v", restored)
+	}
+	// 8. host files of our nodes: kubelet log symlinks, CNI result cache
+	dirs, _ := filepath.Glob(filepath.Join(r.o.StateDir, "containerd-"+NodeNamePrefix+"*"))
+	for _, d := range dirs {
+		if i, ok := nodeIndex(strings.TrimPrefix(filepath.Base(d), "containerd-")); ok {
+			removeHostFilesOf(l.node(i))
+		}
+	}
+	// 9. our directories, then host directories that were absent before Start
+	for _, d := range []string{r.o.StateDir, r.o.RunDir} {
+		if err := os.RemoveAll(d); err != nil {
+			r.logf("warning: %v", err)
+		}
+	}
+	r.removeAbsentHostPaths(st.AbsentHostPaths)
+	r.timing("stop", t0)
+	return nil
+}
+
+// removeAbsentHostPaths removes the host directories that did not exist before
+// Start, if they are empty now. /run/netns is unmounted first (`ip netns add` makes
+// it a bind mount of itself) when no namespace is left in it.
+func (r *runner) removeAbsentHostPaths(paths []string) {
+	sorted := slices.Clone(paths)
+	slices.SortFunc(sorted, func(a, b string) int { return len(b) - len(a) }) // deepest first
+	for _, p := range sorted {
+		if p == "/run/netns" {
+			if len(listNetns()) > 0 {
+				continue
+			}
+			for isMountPoint(p) {
+				if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
+					r.logf("warning: umount %s: %v", p, err)
+					break
+				}
+			}
+		}
+		removeEmptyTree(p)
+	}
+}

@@ -1,0 +1,249 @@
+package testcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// containerdConfig renders a node's containerd (1.6/1.7, config version 2) config.
+// Every path is the node's own (root, state, sockets, runc root, CNI conf dir, opt
+// dir), so several containerds coexist on one host.
+func containerdConfig(n nodeSpec) string {
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[debug]
+  address = %[5]q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[6]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[7]q
+  # This machine's root lacks CAP_SYS_RESOURCE, so no process may lower its
+  # oom_score_adj: the CRI would give the sandbox -998 and runc fails with
+  # "nsexec: failed to update /proc/self/oom_score_adj: Permission denied".
+  # restrict_oom_score_adj clamps every score to >= containerd's own (0).
+  restrict_oom_score_adj = true
+  # pod network namespaces are pinned under the state dir, not /run/netns
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %[8]q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[9]q
+`,
+		filepath.Join(n.ContainerdDir, "root"),
+		filepath.Join(n.ContainerdState, "state"),
+		n.ContainerdSocket,
+		n.ContainerdSocket+".ttrpc",
+		filepath.Join(n.ContainerdState, "debug.sock"),
+		filepath.Join(n.ContainerdDir, "opt"),
+		PauseImage,
+		filepath.Join(n.ContainerdState, "runc"),
+		filepath.Join(n.CNIDir, "net.d"),
+	)
+}
+
+// cniConfig renders the node's CNI network: a bridge cni0 in the node's network
+// namespace with host-local IPAM over the node's pod subnet (data under the state dir).
+func cniConfig(n nodeSpec) string {
+	type m = map[string]any
+	conf := m{
+		"cniVersion": "1.0.0",
+		"name":       n.Name, // per node: names the CNI result cache files
+		"plugins": []m{
+			{
+				"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+				"ipam": m{
+					"type":    "host-local",
+					"dataDir": filepath.Join(n.CNIDir, "networks"),
+					"ranges":  [][]m{{{"subnet": n.PodCIDR}}},
+					"routes":  []m{{"dst": "0.0.0.0/0"}},
+				},
+			},
+			{"type": "portmap", "capabilities": m{"portMappings": true}},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		panic(err) // static structure
+	}
+	return string(b) + "\n"
+}
+
+// kubeletConfig renders a node's KubeletConfiguration.
+func kubeletConfig(l layout, n nodeSpec) string {
+	q := strconv.Quote
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# cgroup v1 host: kubelets 1.35+ refuse to start on it unless told otherwise
+failCgroupV1: false
+# no systemd here; containerd 1.6 has no RuntimeConfig CRI call, so this is used as is
+cgroupDriver: cgroupfs
+# every node gets its own cgroup root (pre-created in every hierarchy), so several
+# kubelets (and other clusters' kubelets) never share /kubepods
+cgroupRoot: ` + q(n.CgroupRoot) + `
+containerRuntimeEndpoint: ` + q("unix://"+n.ContainerdSocket) + `
+address: ` + q(n.IP) + `
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: ` + q(filepath.Join(l.pki, "ca.crt")) + `}
+authorization: {mode: Webhook}
+tlsCertFile: ` + q(filepath.Join(l.pki, "kubelet-"+n.Name+"-serving.crt")) + `
+tlsPrivateKeyFile: ` + q(filepath.Join(l.pki, "kubelet-"+n.Name+"-serving.key")) + `
+rotateCertificates: false
+serverTLSBootstrap: false
+clusterDomain: cluster.local
+clusterDNS: [` + q(clusterDNSIP) + `]
+resolvConf: ""
+failSwapOn: false
+podCIDR: ` + q(n.PodCIDR) + `
+serializeImagePulls: false
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+# the default -999 needs CAP_SYS_RESOURCE, which root lacks on this machine
+oomScoreAdj: 0
+podLogsDir: ` + q(filepath.Join(n.KubeletDir, "pod-logs")) + `
+volumePluginDir: ` + q(filepath.Join(n.KubeletDir, "volume-plugins")) + `
+`
+}
+
+func kubeletArgs(l layout, n nodeSpec) []string {
+	return []string{
+		l.k8sBinary("kubelet"),
+		"--config=" + filepath.Join(n.KubeletDir, "config.yaml"),
+		"--kubeconfig=" + filepath.Join(l.pki, "kubelet-"+n.Name+".kubeconfig"),
+		"--root-dir=" + filepath.Join(n.KubeletDir, "root"),
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + n.IP,
+		"--v=1",
+	}
+}
+
+func etcdArgs(l layout) []string {
+	return []string{
+		"etcd", "--name", "nodeexec-tc", "--data-dir", l.etcdDir,
+		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "nodeexec-tc=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:2381",
+		"--quota-backend-bytes", "2147483648", "--snapshot-count", "10000",
+	}
+}
+
+func apiserverArgs(l layout) []string {
+	p := func(name string) string { return filepath.Join(l.pki, name) }
+	return []string{
+		l.k8sBinary("kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=0.0.0.0",
+		"--secure-port=" + strconv.Itoa(hubAPIPort),
+		"--advertise-address=" + l.hubIP(),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--client-ca-file=" + p("ca.crt"),
+		"--tls-cert-file=" + p("apiserver.crt"),
+		"--tls-private-key-file=" + p("apiserver.key"),
+		"--kubelet-client-certificate=" + p("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + p("apiserver-kubelet-client.key"),
+		"--kubelet-certificate-authority=" + p("ca.crt"),
+		// node names do not resolve: exec/logs/attach must use the node's InternalIP
+		"--kubelet-preferred-address-types=InternalIP",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p("sa.pub"),
+		"--service-account-signing-key-file=" + p("sa.key"),
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+func controllerManagerArgs(l layout) []string {
+	p := func(name string) string { return filepath.Join(l.pki, name) }
+	kc := p("controller-manager.kubeconfig")
+	return []string{
+		l.k8sBinary("kube-controller-manager"),
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + p("sa.key"),
+		"--root-ca-file=" + p("ca.crt"),
+		"--cluster-signing-cert-file=" + p("ca.crt"),
+		"--cluster-signing-key-file=" + p("ca.key"),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+func schedulerArgs(l layout) []string {
+	kc := filepath.Join(l.pki, "scheduler.kubeconfig")
+	return []string{
+		l.k8sBinary("kube-scheduler"),
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+// forwarder args: host 127.0.0.1:APIPort -> <run>/apiserver.sock -> (in the hub) 127.0.0.1:6443.
+func sockForwarderArgs(l layout) []string {
+	return []string{"socat", "UNIX-LISTEN:" + l.apiSock + ",fork,unlink-early,mode=600",
+		"TCP:127.0.0.1:" + strconv.Itoa(hubAPIPort)}
+}
+
+func hostForwarderArgs(l layout) []string {
+	return []string{"socat", "TCP-LISTEN:" + strconv.Itoa(l.o.APIPort) + ",bind=127.0.0.1,fork,reuseaddr",
+		"UNIX-CONNECT:" + l.apiSock}
+}
+
+// serviceDNATRules make the "kubernetes" Service IP reach the API server from pods
+// (and host-network pods) of a node; there is no kube-proxy.
+func serviceDNATRules(l layout) [][]string {
+	to := l.hubIP() + ":" + strconv.Itoa(hubAPIPort)
+	var rules [][]string
+	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+		rules = append(rules, []string{"-t", "nat", "-A", chain, "-d", serviceIP + "/32", "-p", "tcp",
+			"--dport", "443", "-j", "DNAT", "--to-destination", to})
+	}
+	return rules
+}
+
+// sysctlKeys are the host-wide sysctls the kubelet changes (vm.* and kernel.* are not
+// per network namespace); they are saved before the first kubelet starts and
+// restored by Stop.
+func sysctlKeys() []string {
+	return []string{"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
+		"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes"}
+}
+
+func sysctlPath(key string) string { return "/proc/sys/" + strings.ReplaceAll(key, ".", "/") }

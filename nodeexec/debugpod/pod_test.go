@@ -1,0 +1,228 @@
+package debugpod
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func spec(profile string) PodSpec {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	return PodSpec{
+		Node:             "node-a",
+		Name:             "nodeexec-node-a-x2x2x",
+		Namespace:        "default",
+		RunID:            "run1234567",
+		Profile:          profile,
+		Image:            DefaultImage,
+		ImagePullPolicy:  corev1.PullIfNotPresent,
+		ImagePullSecrets: []string{"regcred"},
+		Requests:         DefaultRequests(),
+		Env:              map[string]string{"B": "2", "A": "1"},
+		Now:              now,
+		Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
+		Command:          []string{"chroot", "/host", "sh", "-c", "hostname"},
+	}
+}
+
+// TestBuildPodGolden pins the whole pod for every profile: kubectl's profile
+// changes plus what nodeexec adds. Run with -update after a deliberate change.
+func TestBuildPodGolden(t *testing.T) {
+	for _, profile := range Profiles {
+		t.Run(profile, func(t *testing.T) {
+			pod, err := BuildPod(spec(profile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := yaml.Marshal(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", profile+".yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run `go test ./nodeexec/debugpod -update` to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("pod for profile %s differs from %s (-want +got):\n%s", profile, path, diff)
+			}
+		})
+	}
+}
+
+// TestBuildPodProfiles checks the properties each profile is known for, as
+// kubectl documents them, independently of the golden files.
+func TestBuildPodProfiles(t *testing.T) {
+	type props struct {
+		hostNS, hostRoot, privileged, nonRoot bool
+		addCaps                               []corev1.Capability
+	}
+	tests := map[string]props{
+		"legacy":     {hostNS: true, hostRoot: true},
+		"general":    {hostNS: true, hostRoot: true},
+		"baseline":   {},
+		"restricted": {nonRoot: true},
+		"netadmin":   {hostNS: true, addCaps: []corev1.Capability{"NET_ADMIN", "NET_RAW"}},
+		"sysadmin":   {hostNS: true, hostRoot: true, privileged: true},
+	}
+	for profile, want := range tests {
+		t.Run(profile, func(t *testing.T) {
+			pod, err := BuildPod(spec(profile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := pod.Spec.Containers[0]
+			var got props
+			got.hostNS = pod.Spec.HostPID && pod.Spec.HostNetwork && pod.Spec.HostIPC
+			for _, m := range c.VolumeMounts {
+				if m.MountPath == HostRoot {
+					got.hostRoot = true
+				}
+			}
+			if sc := c.SecurityContext; sc != nil {
+				got.privileged = sc.Privileged != nil && *sc.Privileged
+				got.nonRoot = sc.RunAsNonRoot != nil && *sc.RunAsNonRoot
+				if sc.Capabilities != nil {
+					got.addCaps = sc.Capabilities.Add
+				}
+			}
+			if diff := cmp.Diff(want, got, cmp.AllowUnexported(props{})); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if got.hostRoot != MountsHostRoot(profile) {
+				t.Errorf("MountsHostRoot(%q) = %v, but the pod mounts /host: %v", profile, MountsHostRoot(profile), got.hostRoot)
+			}
+			// What nodeexec adds, for every profile.
+			if pod.Labels[nodeexec.LabelManagedBy] != nodeexec.ManagedByValue || pod.Labels[nodeexec.LabelRunID] != "run1234567" {
+				t.Errorf("labels = %v", pod.Labels)
+			}
+			if pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds != 91 {
+				t.Errorf("activeDeadlineSeconds = %v, want 91 (90.5 s rounded up)", pod.Spec.ActiveDeadlineSeconds)
+			}
+			if diff := cmp.Diff([]string{"sleep", "91"}, c.Command); diff != "" {
+				t.Errorf("holder command (-want +got):\n%s", diff)
+			}
+			if pod.Spec.NodeName != "node-a" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				t.Errorf("nodeName=%q restartPolicy=%q", pod.Spec.NodeName, pod.Spec.RestartPolicy)
+			}
+			if diff := cmp.Diff([]corev1.Toleration{{Operator: corev1.TolerationOpExists}}, pod.Spec.Tolerations); diff != "" {
+				t.Errorf("tolerations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBuildPodErrors(t *testing.T) {
+	tests := map[string]struct {
+		mutate func(*PodSpec)
+		want   string
+	}{
+		"unknown profile": {func(s *PodSpec) { s.Profile = "admin" }, `unknown profile "admin": want one of legacy, general, baseline, restricted, netadmin, sysadmin`},
+		"no node":         {func(s *PodSpec) { s.Node = "" }, "Node is empty"},
+		"no image":        {func(s *PodSpec) { s.Image = "" }, "Image is empty"},
+		"deadline":        {func(s *PodSpec) { s.Deadline = s.Now }, "Deadline must be after Now"},
+		"bad secret":      {func(s *PodSpec) { s.ImagePullSecrets = []string{"Bad_Name"} }, `image pull secret "Bad_Name" is not a valid secret name`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := spec(DefaultProfile)
+			tc.mutate(&s)
+			_, err := BuildPod(s)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("BuildPod error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPodName(t *testing.T) {
+	tests := []struct{ node, want string }{
+		{"tc-node-1", "nodeexec-tc-node-1-abcde"},
+		{"ip-10-0-0-1.ec2.internal", "nodeexec-ip-10-0-0-1-ec2-internal-abcde"},
+		{"Upper", "nodeexec-upper-abcde"},
+		{strings.Repeat("n", 100), "nodeexec-" + strings.Repeat("n", 63-len("nodeexec-")-6) + "-abcde"},
+		{strings.Repeat("a", 47) + "-b", "nodeexec-" + strings.Repeat("a", 47) + "-abcde"},
+	}
+	for _, tc := range tests {
+		got := PodName(tc.node, "abcde")
+		if got != tc.want {
+			t.Errorf("PodName(%q) = %q, want %q", tc.node, got, tc.want)
+		}
+		if len(got) > 63 {
+			t.Errorf("PodName(%q) is %d characters, more than a DNS label allows", tc.node, len(got))
+		}
+	}
+}
+
+func TestNewValidation(t *testing.T) {
+	client := fake.NewClientset()
+	tests := map[string]struct {
+		o    Options
+		want string
+	}{
+		"no client":      {Options{}, "Options.Client is nil"},
+		"no config":      {Options{Client: client}, "Options.Config is nil"},
+		"bad profile":    {Options{Client: client, Streamer: nopStreamer{}, Profile: "root"}, `unknown profile "root"`},
+		"bad policy":     {Options{Client: client, Streamer: nopStreamer{}, ImagePullPolicy: "Sometimes"}, `invalid image pull policy "Sometimes"`},
+		"bad namespace":  {Options{Client: client, Streamer: nopStreamer{}, Namespace: "Not_OK"}, `invalid namespace "Not_OK"`},
+		"bad run ID":     {Options{Client: client, Streamer: nopStreamer{}, RunID: "no spaces"}, `invalid RunID "no spaces"`},
+		"defaults apply": {Options{Client: client, Streamer: nopStreamer{}}, ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b, err := New(tc.o)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b.o.Profile != DefaultProfile || b.o.Image != DefaultImage || b.o.Namespace != DefaultNamespace || b.o.ImagePullPolicy != corev1.PullIfNotPresent || len(b.RunID()) != 10 {
+					t.Errorf("defaults not applied: %+v", b.o)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestArgv(t *testing.T) {
+	tests := []struct {
+		profile string
+		req     nodeexec.Request
+		want    []string
+	}{
+		{"sysadmin", nodeexec.Request{Script: "echo hi"}, []string{"chroot", "/host", "sh", "-c", "echo hi"}},
+		{"general", nodeexec.Request{Script: "echo hi"}, []string{"chroot", "/host", "sh", "-c", "echo hi"}},
+		{"baseline", nodeexec.Request{Script: "echo hi"}, []string{"sh", "-c", "echo hi"}},
+		{"netadmin", nodeexec.Request{Script: "echo hi"}, []string{"sh", "-c", "echo hi"}},
+		{"sysadmin", nodeexec.Request{Command: []string{"uname", "-r"}}, []string{"uname", "-r"}},
+	}
+	for _, tc := range tests {
+		b, err := New(Options{Client: fake.NewClientset(), Streamer: nopStreamer{}, Profile: tc.profile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, b.Argv(tc.req)); diff != "" {
+			t.Errorf("%s %+v (-want +got):\n%s", tc.profile, tc.req, diff)
+		}
+	}
+}

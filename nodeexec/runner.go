@@ -108,8 +108,9 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	return &Runner{o: o}, nil
 }
 
-// Run resolves targets, checks with the backend's Preflight (when it has one)
-// that the cluster will accept the pods, and then runs req on every target
+// Run resolves targets, checks with the backend's Preflight (when it has one
+// and there is more than one node) that the cluster will accept the pods, and
+// then runs req on every target
 // node, at most MaxConcurrency at a time. req.Node is ignored; req.Stdout and
 // req.Stderr receive every node's output, line by line with a "[node] "
 // prefix unless NoPrefix is set.
@@ -129,7 +130,9 @@ func (r *Runner) Run(ctx context.Context, targets Targets, req Request) ([]NodeR
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := r.o.Backend.(Preflighter); ok {
+	// With one node the create itself is the admission check, and a refused
+	// create leaves nothing behind; with several, check once before any is made.
+	if p, ok := r.o.Backend.(Preflighter); ok && len(nodes) > 1 {
 		if err := p.Preflight(ctx, nodes[0].Name); err != nil {
 			return nil, err
 		}

@@ -146,8 +146,8 @@ type Backend interface {
 
 // Preflighter is implemented by backends that can check, before anything is
 // created, that the cluster will accept what they create (for example with a
-// server-side dry-run). The Runner calls Preflight once per run, with the
-// first target node, before fanning out.
+// server-side dry-run). The Runner calls Preflight once per multi-node run,
+// with the first target node, before fanning out.
 type Preflighter interface {
 	Preflight(ctx context.Context, node string) error
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/kubectl/pkg/cmd/debug"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
@@ -69,7 +70,8 @@ type PodSpec struct {
 // BuildPod returns the pod that `kubectl debug node/NODE --profile=PROFILE
 // --image=IMAGE` creates, with what kubectl lacks added: the managed-by and
 // run-ID labels, node, deadline and command annotations, activeDeadlineSeconds,
-// image pull secrets, priority class, resource requests, and a holder process
+// image pull secrets, priority class, resource requests, no service account
+// token, and a holder process
 // (sleep until the deadline) in place of the command, which is run over exec.
 // It is a pure function.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
@@ -112,6 +114,9 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 			Tolerations:           []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			ActiveDeadlineSeconds: &active,
 			PriorityClassName:     s.PriorityClassName,
+			// The command needs no API credentials; a privileged pod should
+			// not carry a token, and the kubelet then has no token to request.
+			AutomountServiceAccountToken: ptr.To(false),
 		},
 	}
 	for _, name := range s.ImagePullSecrets {

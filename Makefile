@@ -1,3 +1,47 @@
+# nodeexec. The two commands that do everything on a fresh machine (as root):
+#   make demo   brings up the local test cluster when KUBECONFIG is unset (else uses
+#               that cluster), builds the CLI and runs it on every node
+#   make test   lint, unit tests, and end-to-end tests on the real local cluster
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+
+.PHONY: all build demo test lint test-unit test-e2e bench clean
+all: build
+
+build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec)
+	$(GO) build -o bin/nodeexec ./cmd/nodeexec
+	ln -sf nodeexec bin/kubectl-nodeexec
+
+demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local test cluster
+	@set -e; if [ -z "$$KUBECONFIG" ]; then eval "$$($(TESTCLUSTER) up --nodes $(NODES))"; fi; \
+	echo "+ nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'" >&2; \
+	./bin/nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'
+
+test: lint test-unit test-e2e ## everything CI runs
+
+lint: ## gofmt and go vet, with and without the e2e tag
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./...
+
+test-unit: ## fast, hermetic
+	$(GO) test -race -count=1 ./...
+
+test-e2e: ## on the real local cluster (started, or reused when running)
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 40m -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+
+BENCHTIME ?= 10x
+bench: build ## nodeexec run vs kubectl debug node/X, same cluster, same run; JSON in bench/latest.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_OUT=$(CURDIR)/bench/latest.json $(GO) test -tags e2e -count=1 -run '^$$' -bench RunVsKubectlDebug -benchtime $(BENCHTIME) -timeout 30m ./e2e/
+	@cat bench/latest.json
+
+clean:
+	rm -rf bin
+
 # ---------------------------------------------------------------------------
 # Test cluster (internal/testcluster): a real local Kubernetes cluster (etcd,
 # control plane, NODES real kubelet+containerd nodes) for end-to-end tests.

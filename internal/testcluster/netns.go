@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,34 +168,41 @@ func (r *runner) startInit(ctx context.Context, n nodeSpec, pauseBin string) (pr
 	if err != nil {
 		return rec, fmt.Errorf("start %s: %w", name, err)
 	}
-	r.dropForeignNetnsMounts(ctx, rec.PID)
+	r.dropForeignMounts(ctx, rec.PID)
 	return rec, nil
 }
 
-// dropForeignNetnsMounts unmounts, inside the init's new mount namespace (nsenter -p
-// too: umount reads /proc/self, which only resolves inside the PID namespace), the copies
-// of network namespace pins (nsfs mounts such as /run/netns/*) it inherited from the
-// host: they would keep other namespaces (ours or other clusters') alive after
-// `ip netns del` until this init exits.
-func (r *runner) dropForeignNetnsMounts(ctx context.Context, initPID int) {
+// dropForeignMounts unmounts, inside the init's new mount namespace, the copies of
+// other runtimes' mounts it inherited from the host (see foreignMounts): they would
+// keep other namespaces and filesystems (ours or other clusters') alive after their
+// owners release them, until this init exits. nsenter -p too: umount reads
+// /proc/self, which only resolves inside the PID namespace.
+func (r *runner) dropForeignMounts(ctx context.Context, initPID int) {
 	mounts, err := readMountInfo(strconv.Itoa(initPID))
 	if err != nil {
 		r.logf("warning: mounts of init %d: %v", initPID, err)
 		return
 	}
-	var pins []string
+	r.unmountIn(ctx, initPID, foreignMounts(mounts))
+}
+
+// foreignMounts picks, deepest first, the inherited mounts a new node never needs:
+// network namespace pins (nsfs, e.g. /run/netns/*), container root filesystems
+// (overlay, except /), kubelet volumes and sandbox shm (tmpfs below a
+// kubernetes.io~ volume directory or a sandboxes directory).
+func foreignMounts(mounts []mountInfo) []string {
+	var out []string
 	for _, m := range mounts {
-		if m.FSType == "nsfs" {
-			pins = append(pins, m.MountPoint)
+		p := m.MountPoint
+		switch {
+		case m.FSType == "nsfs",
+			m.FSType == "overlay" && p != "/",
+			m.FSType == "tmpfs" && (strings.Contains(p, "/volumes/kubernetes.io~") || strings.Contains(p, "/sandboxes/")):
+			out = append(out, p)
 		}
 	}
-	if len(pins) == 0 {
-		return
-	}
-	args := append([]string{"-t", strconv.Itoa(initPID), "-m", "-p", "--", "umount", "-l"}, pins...)
-	if _, err := r.run(ctx, "nsenter", args...); err != nil {
-		r.logf("warning: %v", err)
-	}
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
 }
 
 // unmountInside lazily unmounts, in the mount namespace of initPID, every mount at or
@@ -204,7 +212,11 @@ func (r *runner) unmountInside(ctx context.Context, initPID int, roots ...string
 	if err != nil {
 		return
 	}
-	targets := mountsUnder(mounts, roots...)
+	r.unmountIn(ctx, initPID, mountsUnder(mounts, roots...))
+}
+
+// unmountIn lazily unmounts targets in the mount (and PID) namespace of initPID.
+func (r *runner) unmountIn(ctx context.Context, initPID int, targets []string) {
 	for len(targets) > 0 {
 		batch := targets[:min(len(targets), 200)]
 		targets = targets[len(batch):]

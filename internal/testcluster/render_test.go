@@ -313,3 +313,25 @@ func TestParseSysctls(t *testing.T) {
 		t.Error("sysctlPath")
 	}
 }
+
+func TestForeignMounts(t *testing.T) {
+	m := parseMountInfo(`1 0 8:1 / / rw - overlay overlay rw
+2 1 0:4 net:[1] /run/netns/tc rw - nsfs nsfs rw
+3 1 0:5 / /opt/tc/state/containerd/root/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw
+4 1 0:6 / /opt/tc/state/kubelet/root/pods/u/volumes/kubernetes.io~projected/kube-api-access-x rw - tmpfs tmpfs rw
+5 1 0:7 / /run/containerd/io.containerd.grpc.v1.cri/sandboxes/abc/shm rw - tmpfs shm rw
+6 1 0:8 / /dev/shm rw - tmpfs tmpfs rw
+7 1 0:9 / /sys/fs/cgroup rw - tmpfs tmpfs rw
+8 1 0:10 / /proc rw - proc proc rw
+`)
+	got := foreignMounts(m)
+	want := []string{
+		"/opt/tc/state/kubelet/root/pods/u/volumes/kubernetes.io~projected/kube-api-access-x",
+		"/opt/tc/state/containerd/root/io.containerd.runtime.v2.task/k8s.io/abc/rootfs",
+		"/run/containerd/io.containerd.grpc.v1.cri/sandboxes/abc/shm",
+		"/run/netns/tc",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("foreignMounts =\n%v\nwant\n%v", got, want)
+	}
+}

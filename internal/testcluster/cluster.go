@@ -660,11 +660,13 @@ func (r *runner) stop(ctx context.Context) error {
 	if len(restored) > 0 {
 		r.logf("restored sysctls %v", restored)
 	}
-	// 8. host files of our nodes: kubelet log symlinks, CNI result cache
+	// 8. host files of our nodes: kubelet log symlinks, CNI result cache files
+	// and sockets of shims that were killed rather than stopped
 	dirs, _ := filepath.Glob(filepath.Join(r.o.StateDir, "containerd-"+NodeNamePrefix+"*"))
 	for _, d := range dirs {
 		if i, ok := nodeIndex(strings.TrimPrefix(filepath.Base(d), "containerd-")); ok {
 			removeHostFilesOf(l.node(i))
+			removeShimSockets(l.node(i))
 		}
 	}
 	// 9. our directories, then host directories that were absent before Start

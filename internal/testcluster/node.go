@@ -3,6 +3,8 @@ package testcluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -201,6 +203,7 @@ func (r *runner) stopNode(ctx context.Context, n nodeSpec) {
 	}
 	r.deleteNodeNetns(ctx, n)
 	removeHostFilesOf(n)
+	removeShimSockets(n)
 	for _, d := range dirs {
 		if err := os.RemoveAll(d); err != nil {
 			r.logf("warning: %v", err)
@@ -231,4 +234,26 @@ func removeHostFilesOf(n nodeSpec) {
 	for _, f := range results {
 		_ = os.Remove(f)
 	}
+}
+
+// removeShimSockets removes the sockets of node n's shims, which containerd puts in
+// /run/containerd/s/ whatever its own state directory (named by the sha256 of
+// "<containerd socket>/<namespace>/<task ID>"). A shim removes its socket when it
+// exits normally; this cleans up after shims that were killed. Call it after the
+// shims are gone and before n's state directory is removed (task IDs are read there).
+func removeShimSockets(n nodeSpec) {
+	tasks, _ := os.ReadDir(filepath.Join(n.ContainerdState, "state", "io.containerd.runtime.v2.task", "k8s.io"))
+	for _, t := range tasks {
+		p := shimSocketPath(n.ContainerdSocket, "k8s.io", t.Name())
+		if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// shimSocketPath is containerd's runtime/v2 shim.SocketAddress (1.6 to 2.x), without
+// the unix:// scheme.
+func shimSocketPath(containerdSocket, namespace, id string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(containerdSocket, namespace, id)))
+	return filepath.Join("/run/containerd/s", hex.EncodeToString(sum[:]))
 }

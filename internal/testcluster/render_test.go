@@ -335,3 +335,12 @@ func TestForeignMounts(t *testing.T) {
 		t.Errorf("foreignMounts =\n%v\nwant\n%v", got, want)
 	}
 }
+
+func TestShimSocketPath(t *testing.T) {
+	// observed on containerd 1.6.20: the shim of sandbox 351b... served at this path
+	got := shimSocketPath("/run/nodeexec-testcluster/containerd-nodeexec-tc-2.sock", "k8s.io",
+		"351b479714a953b9c4b43c3b644c3021b4ac6174027886616c7e9446ef01a6c8")
+	if got != "/run/containerd/s/bc8b7af039d83a6c8db37c212141309ba620986ad04b7ab8b5f42d471b4dc22e" {
+		t.Errorf("shimSocketPath = %s", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/nodeexec/nodeexec/internal/testcluster"
@@ -26,7 +27,11 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "testcluster:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "testcluster") {
+			msg = "testcluster: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }

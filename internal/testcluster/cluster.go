@@ -75,7 +75,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return c, nil
 	} else if r.leftovers() {
 		r.logf("no healthy cluster (%v): removing what is left of one", err)
-		r.stop(ctx)
+		if err := r.stop(ctx); err != nil {
+			r.logf("warning: %v", err)
+		}
 	}
 
 	if err := r.up(ctx); err != nil {
@@ -249,7 +251,11 @@ func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
 	if err := os.MkdirAll(r.l.images, 0o755); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}
-	keep := filepath.Join(r.l.images, filepath.Base(tarball))
+	sum, err := fileSHA256(tarball)
+	if err != nil {
+		return fmt.Errorf("testcluster: import %s: %w", tarball, err)
+	}
+	keep := filepath.Join(r.l.images, sum[:12]+"-"+filepath.Base(tarball))
 	if err := copyFile(tarball, keep); err != nil {
 		return fmt.Errorf("testcluster: import %s: %w", tarball, err)
 	}
@@ -579,10 +585,12 @@ func waitNodeReady(ctx context.Context, cs kubernetes.Interface, name string, ti
 	})
 }
 
-// stop removes everything of the cluster; see Stop.
+// stop removes everything of the cluster; see Stop. It goes on after a failed step
+// and returns every failure.
 func (r *runner) stop(ctx context.Context) error {
 	l := r.l
 	t0 := time.Now()
+	var errs []error
 	st, _ := l.loadState()
 	if st == nil {
 		st = &clusterState{}
@@ -639,14 +647,14 @@ func (r *runner) stop(ctx context.Context) error {
 	roots := ourCgroupRoots()
 	for _, root := range roots {
 		if left := removeCgroupRoot(root, 10*time.Second); len(left) > 0 {
-			r.logf("warning: could not remove cgroups %v", left)
+			errs = append(errs, fmt.Errorf("could not remove cgroups %v", left))
 		}
 	}
 	// 6. network namespaces (their bridges, veths and iptables rules go with them)
 	for _, ns := range listNetns() {
 		if isOurNetns(ns) {
 			if err := r.ip(ctx, "netns", "del", ns); err != nil {
-				r.logf("warning: %v", err)
+				errs = append(errs, err)
 			} else {
 				r.logf("deleted network namespace %s", ns)
 			}
@@ -655,7 +663,7 @@ func (r *runner) stop(ctx context.Context) error {
 	// 7. host sysctls the kubelets changed
 	restored, err := restoreSysctls(l.sysctlFile)
 	if err != nil {
-		r.logf("warning: %v", err)
+		errs = append(errs, err)
 	}
 	if len(restored) > 0 {
 		r.logf("restored sysctls %v", restored)
@@ -672,11 +680,14 @@ func (r *runner) stop(ctx context.Context) error {
 	// 9. our directories, then host directories that were absent before Start
 	for _, d := range []string{r.o.StateDir, r.o.RunDir} {
 		if err := os.RemoveAll(d); err != nil {
-			r.logf("warning: %v", err)
+			errs = append(errs, err)
 		}
 	}
 	r.removeAbsentHostPaths(st.AbsentHostPaths)
 	r.timing("stop", t0)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("testcluster: stop: %w", err)
+	}
 	return nil
 }
 

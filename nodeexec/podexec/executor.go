@@ -203,6 +203,7 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 		if attemptNow {
 			attemptNow = false
 			attempts++
+			log.V(2).Info("exec attempt", "attempt", attempts, "sinceCreate", e.o.Clock.Since(res.Started).String(), "startedEvent", e.o.Tracker.Started(pod.Name))
 			xerr := e.o.Streamer.Exec(ctx, pod.Namespace, pod.Name, execOpts, streams)
 			if !IsContainerNotReady(xerr) || ctxErr(ctx) != nil {
 				log.V(1).Info("exec finished", "attempts", attempts, "err", xerr)

@@ -1,0 +1,378 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+// writeKubeconfig writes a kubeconfig for server and points KUBECONFIG at a
+// missing file, so that nothing from the environment is used.
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("KUBECONFIG", filepath.Join(dir, "not-this-one"))
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	t.Setenv("NODEEXEC_IMAGE", "")
+	path := filepath.Join(dir, "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: %s
+    insecure-skip-tls-verify: true
+users:
+- name: u
+  user:
+    token: t0ken
+contexts:
+- name: ctx
+  context:
+    cluster: c
+    user: u
+    namespace: team
+current-context: ctx
+`, server)
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fakeAPIServer serves the few API calls the CLI makes before it creates a
+// pod, and records every request.
+type fakeAPIServer struct {
+	*httptest.Server
+	nodes []string
+	// createErr, when set, refuses every pod create (the preflight dry-run included).
+	createErr *apierrors.StatusError
+
+	mu       sync.Mutex
+	requests []string
+}
+
+func newFakeAPIServer(t *testing.T, nodes []string, createErr *apierrors.StatusError) *fakeAPIServer {
+	s := &fakeAPIServer{nodes: nodes, createErr: createErr}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, r.Method+" "+r.URL.Path)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes":
+		sel, err := labels.Parse(r.URL.Query().Get("labelSelector"))
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		list := corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}}
+		for _, n := range s.nodes {
+			// The nodes have no labels.
+			if !sel.Matches(labels.Set{}) {
+				continue
+			}
+			list.Items = append(list.Items, corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: n},
+				Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+			})
+		}
+		_ = json.NewEncoder(w).Encode(list)
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods") && s.createErr != nil:
+		st := s.createErr.ErrStatus
+		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+		w.WriteHeader(int(st.Code))
+		_ = json.NewEncoder(w).Encode(st)
+	default:
+		st := apierrors.NewInternalError(fmt.Errorf("the fake API server does not serve %s %s", r.Method, r.URL)).ErrStatus
+		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(st)
+	}
+}
+
+func (s *fakeAPIServer) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.requests...)
+}
+
+type result struct {
+	code        int
+	out, errOut string
+}
+
+func run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(t.Context(), Streams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}, append([]string{"nodeexec"}, args...))
+	return result{code: code, out: out.String(), errOut: errOut.String()}
+}
+
+func TestRunBadInput(t *testing.T) {
+	srv := newFakeAPIServer(t, []string{"n1"}, nil)
+	kc := writeKubeconfig(t, srv.URL)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.sh")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "script.sh")
+	if err := os.WriteFile(script, []byte("hostname\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.sh")
+
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{name: "no targets", args: []string{"run", "--", "true"}, want: []string{"exactly one of", "--node", "--selector", "--all"}},
+		{name: "names and all", args: []string{"run", "--node", "n1", "--all", "--", "true"}, want: []string{"exactly one of"}},
+		{name: "selector and all", args: []string{"run", "-l", "a=b", "--all", "--", "true"}, want: []string{"exactly one of"}},
+		{name: "malformed selector", args: []string{"run", "--selector", "a in (b", "--", "true"}, want: []string{"invalid label selector", `"a in (b"`}},
+		{name: "no command", args: []string{"run", "--node", "n1"}, want: []string{"no command"}},
+		{name: "empty program", args: []string{"run", "--node", "n1", "--", ""}, want: []string{"Command[0]"}},
+		{name: "unreadable script", args: []string{"run", "--node", "n1", "--script", missing}, want: []string{"--script", "missing.sh"}},
+		{name: "empty script", args: []string{"run", "--node", "n1", "--script", empty}, want: []string{"--script", "empty"}},
+		{name: "script and command", args: []string{"run", "--node", "n1", "--script", script, "--", "true"}, want: []string{"--script", "not both"}},
+		{name: "env without =", args: []string{"run", "--node", "n1", "--env", "FOO", "--", "true"}, want: []string{"--env", `"FOO"`, "KEY=VALUE"}},
+		{name: "env without name", args: []string{"run", "--node", "n1", "-e", "=x", "--", "true"}, want: []string{"--env", `"=x"`}},
+		{name: "zero timeout", args: []string{"run", "--node", "n1", "--timeout", "0", "--", "true"}, want: []string{"--timeout", "positive"}},
+		{name: "negative timeout", args: []string{"run", "--node", "n1", "--timeout", "-5s", "--", "true"}, want: []string{"--timeout -5s"}},
+		{name: "zero concurrency", args: []string{"run", "--node", "n1", "--max-concurrency", "0", "--", "true"}, want: []string{"--max-concurrency 0", "positive"}},
+		{name: "unknown backend", args: []string{"run", "--node", "n1", "--backend", "ssh", "--", "true"}, want: []string{`unknown --backend "ssh"`, "debugpod"}},
+		{name: "bad cpu request", args: []string{"run", "--node", "n1", "--cpu-request", "lots", "--", "true"}, want: []string{`--cpu-request "lots"`}},
+		{name: "bad memory request", args: []string{"run", "--node", "n1", "--memory-request", "1 GB", "--", "true"}, want: []string{`--memory-request "1 GB"`}},
+		{name: "unknown profile", args: []string{"run", "--node", "n1", "--profile", "superuser", "--", "true"}, want: []string{"profile", "superuser"}},
+		{name: "bad pull policy", args: []string{"run", "--node", "n1", "--image-pull-policy", "Sometimes", "--", "true"}, want: []string{"Sometimes"}},
+		{name: "bad namespace", args: []string{"-n", "Not_A_Namespace", "run", "--node", "n1", "--", "true"}, want: []string{"namespace", "Not_A_Namespace"}},
+		{name: "negative burst", args: []string{"--burst", "-1", "run", "--node", "n1", "--", "true"}, want: []string{"Burst"}},
+		{name: "unknown flag", args: []string{"run", "--node", "n1", "--frobnicate", "--", "true"}, want: []string{"frobnicate"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := run(t, "", append([]string{"--kubeconfig", kc}, tt.args...)...)
+			if got.code != 2 {
+				t.Errorf("exit code %d, want 2; stderr:\n%s", got.code, got.errOut)
+			}
+			if n := strings.Count(got.errOut, "error: "); n != 1 || !strings.HasPrefix(got.errOut, "error: ") {
+				t.Errorf("stderr has %d error lines, want exactly one at the start:\n%s", n, got.errOut)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(got.errOut, s) {
+					t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
+				}
+			}
+			// urfave/cli prints the usage on stdout after an unknown flag.
+			if tt.name != "unknown flag" && got.out != "" {
+				t.Errorf("stdout not empty:\n%s", got.out)
+			}
+		})
+	}
+	if reqs := srv.seen(); len(reqs) != 0 {
+		t.Errorf("bad input reached the API server: %v", reqs)
+	}
+}
+
+func TestRunUnreachableAPIServer(t *testing.T) {
+	kc := writeKubeconfig(t, "https://127.0.0.1:1")
+	start := time.Now()
+	got := run(t, "", "--kubeconfig", kc, "run", "--all", "--", "true")
+	if elapsed := time.Since(start); elapsed > 4*time.Second {
+		t.Errorf("took %s to give up on an unreachable API server", elapsed)
+	}
+	if got.code != 2 {
+		t.Errorf("exit code %d, want 2", got.code)
+	}
+	for _, s := range []string{"error: ", "listing nodes", "127.0.0.1:1"} {
+		if !strings.Contains(got.errOut, s) {
+			t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
+		}
+	}
+	if got.out != "" {
+		t.Errorf("stdout not empty:\n%s", got.out)
+	}
+}
+
+func TestRunMissingKubeconfig(t *testing.T) {
+	writeKubeconfig(t, "https://127.0.0.1:1")
+	got := run(t, "", "--kubeconfig", filepath.Join(t.TempDir(), "nope"), "run", "--all", "--", "true")
+	if got.code != 2 || !strings.Contains(got.errOut, "kubeconfig") {
+		t.Errorf("exit code %d, stderr %q; want 2 and a kubeconfig error", got.code, got.errOut)
+	}
+}
+
+func TestRunResolveErrors(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x",
+		errors.New(`violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (container "debugger" must not set securityContext.privileged=true)`))
+	tests := []struct {
+		name      string
+		nodes     []string
+		createErr *apierrors.StatusError
+		args      []string
+		want      []string
+		wantReqs  []string
+	}{
+		{
+			name: "empty cluster", args: []string{"run", "--all", "--", "true"},
+			want: []string{"no nodes matched"}, wantReqs: []string{"GET /api/v1/nodes"},
+		},
+		{
+			name: "selector matches nothing", nodes: []string{"n1"}, args: []string{"run", "-l", "gpu=true", "--", "true"},
+			want: []string{"no nodes matched", `"gpu=true"`}, wantReqs: []string{"GET /api/v1/nodes"},
+		},
+		{
+			name: "missing nodes", nodes: []string{"n1"}, args: []string{"run", "--node", "n9,n1", "--node", "n8", "--", "true"},
+			want: []string{"node not found", `["n9" "n8"]`}, wantReqs: []string{"GET /api/v1/nodes"},
+		},
+		{
+			name: "pod security refuses the preflight", nodes: []string{"n1", "n2"}, createErr: forbidden,
+			args:     []string{"run", "--all", "--", "true"},
+			want:     []string{"forbidden", `namespace "team"`, `level "baseline"`, "kubectl label namespace team pod-security.kubernetes.io/enforce=privileged --overwrite"},
+			wantReqs: []string{"GET /api/v1/nodes", "POST /api/v1/namespaces/team/pods"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newFakeAPIServer(t, tt.nodes, tt.createErr)
+			kc := writeKubeconfig(t, srv.URL)
+			got := run(t, "", append([]string{"--kubeconfig", kc}, tt.args...)...)
+			if got.code != 2 {
+				t.Errorf("exit code %d, want 2; stderr:\n%s", got.code, got.errOut)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(got.errOut, s) {
+					t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
+				}
+			}
+			if diff := cmp.Diff(tt.wantReqs, srv.seen()); diff != "" {
+				t.Errorf("API requests mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	got := run(t, "", "run", "--help")
+	if got.code != 0 {
+		t.Errorf("exit code %d, want 0; stderr:\n%s", got.code, got.errOut)
+	}
+	for _, s := range []string{"--selector", "--max-concurrency", "--script"} {
+		if !strings.Contains(got.out, s) {
+			t.Errorf("help does not mention %s:\n%s", s, got.out)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	ok := nodeexec.NodeResult{Result: nodeexec.Result{Node: "a"}}
+	exit3 := nodeexec.NodeResult{Result: nodeexec.Result{Node: "b", ExitCode: 3}, Err: &nodeexec.ExitError{Node: "b", Code: 3}}
+	timeout := nodeexec.NodeResult{Result: nodeexec.Result{Node: "c", ExitCode: -1}, Err: fmt.Errorf("x: %w", nodeexec.ErrTimeout)}
+	podErr := nodeexec.NodeResult{Result: nodeexec.Result{Node: "d", ExitCode: -1}, Err: &nodeexec.PodError{Reason: "ErrImagePull"}}
+	tests := []struct {
+		name    string
+		results []nodeexec.NodeResult
+		want    int
+	}{
+		{name: "one ok", results: []nodeexec.NodeResult{ok}, want: 0},
+		{name: "one exit 3", results: []nodeexec.NodeResult{exit3}, want: 3},
+		{name: "one timeout", results: []nodeexec.NodeResult{timeout}, want: 124},
+		{name: "one pod error", results: []nodeexec.NodeResult{podErr}, want: 1},
+		{name: "several ok", results: []nodeexec.NodeResult{ok, ok}, want: 0},
+		{name: "several, one exit 3", results: []nodeexec.NodeResult{ok, exit3}, want: 1},
+		{name: "several, one timeout", results: []nodeexec.NodeResult{timeout, ok}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := exitStatus(tt.results)
+			got := 0
+			var ec exitCoder
+			if errors.As(err, &ec) {
+				got = ec.code
+			} else if err != nil {
+				t.Fatalf("exitStatus returned %v, not an exitCoder", err)
+			}
+			if got != tt.want {
+				t.Errorf("exit code %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPrintSummary(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var b bytes.Buffer
+	printSummary(&b, []nodeexec.NodeResult{
+		{Result: nodeexec.Result{Node: "node-a", ExitCode: 0, Started: t0, Finished: t0.Add(1234 * time.Millisecond)}},
+		{Result: nodeexec.Result{Node: "b", ExitCode: 3, Started: t0, Finished: t0.Add(2 * time.Second)}, Err: &nodeexec.ExitError{Node: "b", Code: 3}},
+		{Result: nodeexec.Result{Node: "c", ExitCode: -1, Started: t0, Finished: t0}, Err: fmt.Errorf("node %q: %w", "c", nodeexec.ErrNodeNotReady)},
+	})
+	want := "" +
+		"NODE    EXIT  DURATION  RESULT\n" +
+		"node-a  0     1.23s     ok\n" +
+		"b       3     2s        command on node \"b\" exited with code 3\n" +
+		"c       -     0s        node \"c\": node is not Ready\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("summary mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseEnv(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    map[string]string
+		wantErr bool
+	}{
+		{in: nil, want: nil},
+		{in: []string{"A=1", "B=", "C=x=y"}, want: map[string]string{"A": "1", "B": "", "C": "x=y"}},
+		{in: []string{"A=1", "A=2"}, want: map[string]string{"A": "2"}},
+		{in: []string{"A"}, wantErr: true},
+		{in: []string{"=1"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseEnv(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("parseEnv(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("parseEnv(%q) mismatch (-want +got):\n%s", tt.in, diff)
+		}
+	}
+}
+
+func TestSplitCSV(t *testing.T) {
+	got := splitCSV([]string{"a,b", " c ", "", "d,,e,"})
+	if diff := cmp.Diff([]string{"a", "b", "c", "d", "e"}, got); diff != "" {
+		t.Errorf("splitCSV mismatch (-want +got):\n%s", diff)
+	}
+	if got := splitCSV(nil); got != nil {
+		t.Errorf("splitCSV(nil) = %q, want nil", got)
+	}
+}

@@ -806,6 +806,17 @@ func TestRunPreflight(t *testing.T) {
 		}
 	})
 
+	t.Run("skipped for a single node: its create is the admission check", func(t *testing.T) {
+		be := &preflightBackend{}
+		r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("a", "b")...), Backend: be})
+		if _, err := r.Run(t.Context(), nodeexec.Targets{Nodes: []string{"b"}}, nodeexec.Request{Command: []string{"true"}}); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if len(be.preflights) != 0 || len(be.called()) != 1 {
+			t.Errorf("preflights %v, runs %v; want none and one", be.preflights, be.called())
+		}
+	})
+
 	t.Run("first of the names given", func(t *testing.T) {
 		be := &preflightBackend{}
 		r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("c", "a", "b")...), Backend: be})

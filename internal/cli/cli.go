@@ -16,7 +16,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
@@ -104,15 +103,13 @@ func client(c *ucli.Context) (kubernetes.Interface, *rest.Config, string, error)
 }
 
 // withLogger returns ctx carrying a logger that writes to w at verbosity v
-// (nothing at 0). client-go's own klog output goes the same way, so that a
-// cancelled stream's "use of closed network connection" noise is not printed.
+// (nothing at 0). client-go logs through the context's logger too.
 func withLogger(ctx context.Context, w io.Writer, v int) context.Context {
-	log := logr.Discard()
-	if v > 0 {
-		log = funcr.New(func(prefix, args string) {
-			fmt.Fprintln(w, strings.TrimSpace(prefix+" "+args))
-		}, funcr.Options{Verbosity: v, LogTimestamp: true})
+	if v <= 0 {
+		return ctx
 	}
-	klog.SetLogger(log)
+	log := funcr.New(func(prefix, args string) {
+		fmt.Fprintln(w, strings.TrimSpace(prefix+" "+args))
+	}, funcr.Options{Verbosity: v, LogTimestamp: true})
 	return logr.NewContext(ctx, log)
 }

@@ -125,8 +125,14 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 
 	pods := e.o.Client.CoreV1().Pods(pod.Namespace)
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	createErr := err
 	defer func() {
-		// Delete even when ctx is done: a cancelled or timed-out run must not leave its pod behind.
+		if apierrors.IsAlreadyExists(createErr) {
+			return // the name belongs to another pod: not ours to delete
+		}
+		// Delete even when ctx is done: a cancelled or timed-out run must not
+		// leave its pod behind. After a failed create the pod may still exist
+		// (the request reached the server before ctx ended), so try anyway.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupTimeout)
 		defer ccancel()
 		derr := pods.Delete(cctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(DeleteGracePeriod)})
@@ -134,8 +140,8 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 		case derr == nil:
 			log.V(1).Info("deleted pod", "pod", pod.Name)
 		case apierrors.IsNotFound(derr):
-		case created == nil && err != nil:
-			// The create failed; nothing (known) to delete.
+		case createErr != nil:
+			// The create failed; nothing known to delete, and the create's error says why.
 		default:
 			err = errors.Join(err, fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, derr))
 		}

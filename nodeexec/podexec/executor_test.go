@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -904,17 +903,7 @@ func TestRunDeleteErrors(t *testing.T) {
 	})
 }
 
-// knownBug skips a test that reproduces a known, not yet fixed bug, unless
-// NODEEXEC_TEST_KNOWN_BUGS is set (to watch it fail).
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("NODEEXEC_TEST_KNOWN_BUGS") == "" {
-		t.Skipf("known bug, set NODEEXEC_TEST_KNOWN_BUGS=1 to run: %s", what)
-	}
-}
-
 func TestRunNameCollisionLeavesOtherPod(t *testing.T) {
-	knownBug(t, "executor.go deletes the pod by name after any failed create, including AlreadyExists, so it deletes another run's pod")
 	// A pod of the same name already exists (another run's): the create
 	// fails, and the other pod must not be deleted.
 	other := testPod("p", runningStatus())
@@ -937,7 +926,6 @@ func TestRunNameCollisionLeavesOtherPod(t *testing.T) {
 }
 
 func TestRunCreateAndDeleteForbidden(t *testing.T) {
-	knownBug(t, `executor.go's "created == nil" test never holds (typed clients return an empty object with the error), so a refused clean-up delete is joined to the create error`)
 	// Without RBAC for pods both the create and the clean-up delete are
 	// refused; only the create's refusal is news to the user.
 	pods := schema.GroupResource{Resource: "pods"}

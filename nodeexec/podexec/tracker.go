@@ -62,7 +62,7 @@ func (t *Tracker) Acquire(ctx context.Context) (release func()) {
 				return t.client.CoreV1().Pods(t.namespace).Watch(ctx, o)
 			},
 		}
-		inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+		inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, t.client), &corev1.Pod{}, 0, cache.Indexers{})
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    t.notify,
 			UpdateFunc: func(_, obj any) { t.notify(obj) },
@@ -82,7 +82,7 @@ func (t *Tracker) Acquire(ctx context.Context) (release func()) {
 				return t.client.CoreV1().Events(t.namespace).Watch(ctx, o)
 			},
 		}
-		evInf := cache.NewSharedIndexInformer(evLW, &corev1.Event{}, 0, cache.Indexers{})
+		evInf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(evLW, t.client), &corev1.Event{}, 0, cache.Indexers{})
 		_, _ = evInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    t.onEvent,
 			UpdateFunc: func(_, obj any) { t.onEvent(obj) },

@@ -10,11 +10,8 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 )
 
 func runCommand(streams Streams) *ucli.Command {
@@ -25,18 +22,10 @@ func runCommand(streams Streams) *ucli.Command {
 		Description: "Runs the command on every target node, at most --max-concurrency at a time, streaming each node's\n" +
 			"output with a [node] prefix, then prints a summary (node, exit code, duration) on stderr.\n" +
 			"Exit status: one node: its exit code (124 on timeout); several nodes: 1 if any failed.",
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			&ucli.StringSliceFlag{Name: "node", Usage: "target node `NAME` (repeatable, or comma-separated)"},
 			&ucli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "target nodes matching this label `SELECTOR` (kubectl syntax)"},
 			&ucli.BoolFlag{Name: "all", Usage: "target every node"},
-			&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: debugpod"},
-			&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles, ", ")},
-			&ucli.StringFlag{Name: "image", Value: debugpod.DefaultImage, EnvVars: []string{"NODEEXEC_IMAGE"}, Usage: "image of the debugging container"},
-			&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
-			&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` for pulling the image (repeatable)"},
-			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the pods"},
-			&ucli.StringFlag{Name: "cpu-request", Value: "10m", Usage: "CPU request of the debugging container"},
-			&ucli.StringFlag{Name: "memory-request", Value: "16Mi", Usage: "memory request of the debugging container"},
 			&ucli.DurationFlag{Name: "timeout", Value: nodeexec.DefaultTimeout, Usage: "time limit per node, pod start included"},
 			&ucli.IntFlag{Name: "max-concurrency", Value: nodeexec.DefaultMaxConcurrency, Usage: "nodes worked on at once"},
 			&ucli.StringFlag{Name: "script", Usage: "run this script `FILE` with sh on the node (in chroot /host when the profile mounts it)"},
@@ -44,7 +33,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment variable `KEY=VALUE` for the command (repeatable)"},
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
-		},
+		}, backendFlags()...),
 		Action: func(c *ucli.Context) error {
 			return runAction(c, streams)
 		},
@@ -93,35 +82,14 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	if b := c.String("backend"); b != debugpod.Name {
-		return fmt.Errorf("unknown --backend %q: want %s", b, debugpod.Name)
+	if err := checkBackendFlags(c); err != nil {
+		return err
 	}
-	requests := corev1.ResourceList{}
-	for flag, name := range map[string]corev1.ResourceName{"cpu-request": corev1.ResourceCPU, "memory-request": corev1.ResourceMemory} {
-		q, err := resource.ParseQuantity(c.String(flag))
-		if err != nil {
-			return fmt.Errorf("--%s %q: %w", flag, c.String(flag), err)
-		}
-		if !q.IsZero() {
-			requests[name] = q
-		}
-	}
-
 	client, cfg, ns, err := client(c)
 	if err != nil {
 		return err
 	}
-	backend, err := debugpod.New(debugpod.Options{
-		Client:            client,
-		Config:            cfg,
-		Namespace:         ns,
-		Profile:           c.String("profile"),
-		Image:             c.String("image"),
-		ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
-		ImagePullSecrets:  c.StringSlice("image-pull-secret"),
-		PriorityClassName: c.String("priority-class"),
-		Requests:          requests,
-	})
+	backend, err := newBackend(c, client, cfg, ns)
 	if err != nil {
 		return err
 	}

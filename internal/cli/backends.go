@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+)
+
+// backendNames lists the values of --backend.
+func backendNames() []string { return []string{debugpod.Name} }
+
+// backendFlags are the flags that choose and configure a backend; each maps
+// onto one field of that backend's Options.
+func backendFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: " + strings.Join(backendNames(), ", ")},
+		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles, ", ")},
+		&ucli.StringFlag{Name: "image", Value: debugpod.DefaultImage, EnvVars: []string{"NODEEXEC_IMAGE"}, Usage: "image of the debugging container"},
+		&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
+		&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` for pulling the image (repeatable)"},
+		&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the pods"},
+		&ucli.StringFlag{Name: "cpu-request", Value: "10m", Usage: "CPU request of the debugging container"},
+		&ucli.StringFlag{Name: "memory-request", Value: "16Mi", Usage: "memory request of the debugging container"},
+	}
+}
+
+// checkBackendFlags validates the backend flags without touching the cluster.
+func checkBackendFlags(c *ucli.Context) error {
+	name := c.String("backend")
+	for _, n := range backendNames() {
+		if n == name {
+			_, err := requests(c)
+			return err
+		}
+	}
+	return fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+}
+
+// newBackend builds the backend --backend names from its flags.
+func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns string) (nodeexec.Backend, error) {
+	reqs, err := requests(c)
+	if err != nil {
+		return nil, err
+	}
+	switch name := c.String("backend"); name {
+	case debugpod.Name:
+		return debugpod.New(debugpod.Options{
+			Client:            client,
+			Config:            cfg,
+			Namespace:         ns,
+			Profile:           c.String("profile"),
+			Image:             c.String("image"),
+			ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
+			ImagePullSecrets:  c.StringSlice("image-pull-secret"),
+			PriorityClassName: c.String("priority-class"),
+			Requests:          reqs,
+		})
+	default:
+		return nil, fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	}
+}
+
+// requests reads --cpu-request and --memory-request.
+func requests(c *ucli.Context) (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
+	for _, f := range []struct {
+		flag string
+		name corev1.ResourceName
+	}{{"cpu-request", corev1.ResourceCPU}, {"memory-request", corev1.ResourceMemory}} {
+		q, err := resource.ParseQuantity(c.String(f.flag))
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: %w", f.flag, c.String(f.flag), err)
+		}
+		if !q.IsZero() {
+			out[f.name] = q
+		}
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
@@ -80,8 +81,34 @@ type RunnerOptions struct {
 	// By default such nodes fail at once with ErrNodeNotReady, since a pod
 	// would wait there until the timeout.
 	IncludeNotReady bool
-	// Clock measures durations. Defaults to the real clock.
-	Clock clock.PassiveClock
+	// Canary is how many nodes, the first in target order, run before any
+	// other; the others run only if every canary succeeds. Defaults to 0 (no canary).
+	Canary int
+	// Batches are the sizes of the stages after the canary, each a count or
+	// a percentage of the target nodes (rounded up), e.g. 1, 5, 20%. A stage
+	// starts when the previous one has finished; the last size repeats until
+	// every node has run. Defaults to one stage of all remaining nodes.
+	Batches []intstr.IntOrString
+	// MaxErrors is the error budget, a count or a percentage of the target
+	// nodes (rounded down): once more nodes than this have failed, no further
+	// node is started (those already running finish) and the rest end with
+	// ErrSkipped. Nil means no limit.
+	MaxErrors *intstr.IntOrString
+	// Retries is how often a node is retried after an infrastructure failure
+	// (a *PodError: image pull, kubelet rejection, eviction, ...). A non-zero
+	// exit, a timeout or cancellation is never retried. Defaults to 0.
+	Retries int
+	// RetryBackoff is the pause before the first retry; it doubles with each
+	// retry, plus up to 50% jitter. Defaults to DefaultRetryBackoff.
+	RetryBackoff time.Duration
+	// TailBytes is how much of the end of each node's stdout and stderr its
+	// NodeResult keeps. Defaults to DefaultTailBytes.
+	TailBytes int
+	// OnResult, when set, is called with each node's result as soon as the
+	// node is done (from the goroutine that ran it; calls may be concurrent).
+	OnResult func(NodeResult)
+	// Clock measures durations and times retries. Defaults to the real clock.
+	Clock clock.Clock
 }
 
 // Runner fans a Request out over nodes. It is safe for concurrent use.
@@ -98,6 +125,15 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		return nil, errors.New("RunnerOptions.Backend is nil: give a backend, e.g. debugpod.New(...)")
 	case o.MaxConcurrency < 0:
 		return nil, fmt.Errorf("MaxConcurrency %d is negative: give a positive number, or 0 for the default %d", o.MaxConcurrency, DefaultMaxConcurrency)
+	}
+	if err := validateRollout(o); err != nil {
+		return nil, err
+	}
+	if o.TailBytes == 0 {
+		o.TailBytes = DefaultTailBytes
+	}
+	if o.RetryBackoff == 0 {
+		o.RetryBackoff = DefaultRetryBackoff
 	}
 	if o.MaxConcurrency == 0 {
 		o.MaxConcurrency = DefaultMaxConcurrency
@@ -152,21 +188,73 @@ func (r *Runner) Run(ctx context.Context, targets Targets, req Request) ([]NodeR
 	stderr := &lockedWriter{w: orDiscard(req.Stderr)}
 
 	results := make([]NodeResult, len(nodes))
-	sem := make(chan struct{}, r.o.MaxConcurrency)
-	var wg sync.WaitGroup
-	for i, node := range nodes {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			nreq := req
-			nreq.Node = node.Name
-			if stdin != nil {
-				nreq.Stdin = bytes.NewReader(stdin)
-			}
-			results[i] = r.runOne(ctx, node, nreq, stdout, stderr, len(nodes) == 1)
-		})
+	budget := errorBudget(r.o.MaxErrors, len(nodes))
+	var (
+		mu       sync.Mutex
+		failures int
+		halted   error // why the remaining nodes are skipped
+	)
+	skip := func(i int, why error) {
+		now := r.o.Clock.Now()
+		results[i] = NodeResult{
+			Result: Result{Node: nodes[i].Name, ExitCode: -1, Started: now, Finished: now, Backend: r.o.Backend.Name()},
+			Err:    fmt.Errorf("node %q: %w: %w", nodes[i].Name, ErrSkipped, why),
+		}
+		if r.o.OnResult != nil {
+			r.o.OnResult(results[i])
+		}
 	}
-	wg.Wait()
+	sem := make(chan struct{}, r.o.MaxConcurrency)
+	stages := plan(len(nodes), r.o.Canary, r.o.Batches)
+	for si, stage := range stages {
+		var wg sync.WaitGroup
+		for _, i := range stage {
+			sem <- struct{}{}
+			mu.Lock()
+			why := halted
+			mu.Unlock()
+			if why != nil {
+				<-sem
+				skip(i, why)
+				continue
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				nreq := req
+				nreq.Node = nodes[i].Name
+				if stdin != nil {
+					nreq.Stdin = bytes.NewReader(stdin)
+				}
+				res := r.runOne(ctx, nodes[i], nreq, stdout, stderr, len(nodes) == 1)
+				results[i] = res
+				if res.Err != nil {
+					mu.Lock()
+					failures++
+					if budget >= 0 && failures > budget && halted == nil {
+						halted = fmt.Errorf("%d nodes failed, more than the error budget of %d (MaxErrors %s)", failures, budget, r.o.MaxErrors.String())
+					}
+					mu.Unlock()
+				}
+				if r.o.OnResult != nil {
+					r.o.OnResult(res)
+				}
+			})
+		}
+		wg.Wait()
+		if si == 0 && r.o.Canary > 0 && len(stages) > 1 {
+			var failed []string
+			for _, i := range stage {
+				if results[i].Err != nil {
+					failed = append(failed, nodes[i].Name)
+				}
+			}
+			mu.Lock()
+			if len(failed) > 0 && halted == nil {
+				halted = fmt.Errorf("canary failed on %q", failed)
+			}
+			mu.Unlock()
+		}
+	}
 	return results, nil
 }
 
@@ -192,7 +280,35 @@ func (r *Runner) runOne(ctx context.Context, node *corev1.Node, req Request, std
 		req.Stdout, req.Stderr = o, e
 		flush = append(flush, o.Flush, e.Flush)
 	}
-	res, err := r.o.Backend.Run(logr.NewContext(ctx, log), req)
+	var (
+		res            Result
+		err            error
+		attempts       int
+		outRec, errRec *recorder
+	)
+	base := req
+	for {
+		attempts++
+		outRec, errRec = newRecorder(r.o.TailBytes), newRecorder(r.o.TailBytes)
+		req.Stdout, req.Stderr = tee(base.Stdout, outRec), tee(base.Stderr, errRec)
+		res, err = r.o.Backend.Run(logr.NewContext(ctx, log), req)
+		var pe *PodError
+		if err == nil || !errors.As(err, &pe) || attempts > r.o.Retries || ctx.Err() != nil {
+			break
+		}
+		wait := backoff(r.o.RetryBackoff, attempts)
+		log.V(1).Info("retrying after an infrastructure failure", "attempt", attempts, "backoff", wait.String(), "err", err)
+		select {
+		case <-r.o.Clock.After(wait):
+		case <-ctx.Done():
+		}
+		if base.Stdin != nil {
+			// A retried node reads its input again only when it can be re-read.
+			if s, ok := base.Stdin.(io.Seeker); ok {
+				_, _ = s.Seek(0, io.SeekStart)
+			}
+		}
+	}
 	for _, f := range flush {
 		_ = f()
 	}
@@ -203,7 +319,7 @@ func (r *Runner) runOne(ctx context.Context, node *corev1.Node, req Request, std
 	if err != nil {
 		log.V(1).Info("run failed", "err", err)
 	}
-	return NodeResult{Result: res, Err: err}
+	return NodeResult{Result: res, Err: err, Attempts: attempts, Stdout: outRec.output(), Stderr: errRec.output()}
 }
 
 // Resolve returns the nodes targets select, in the order given (names) or by

@@ -156,6 +156,11 @@ type Preflighter interface {
 type NodeResult struct {
 	Result
 	// Err is nil on success; otherwise what Backend.Run returned (an *ExitError
-	// for a non-zero exit).
+	// for a non-zero exit), or an error wrapping ErrSkipped for a node not run.
 	Err error
+	// Attempts is how often the node was tried (retries after infrastructure
+	// failures included); 0 for a skipped node.
+	Attempts int
+	// Stdout and Stderr summarise the node's output (of its last attempt).
+	Stdout, Stderr Output
 }

@@ -1,0 +1,177 @@
+package nodeexec
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// DefaultTailBytes is how much of the end of each stream a NodeResult keeps
+// when RunnerOptions.TailBytes is zero.
+const DefaultTailBytes = 4 << 10
+
+// DefaultRetryBackoff is the first pause before retrying a node after an
+// infrastructure failure; it doubles with each retry, with up to 50% jitter.
+const DefaultRetryBackoff = time.Second
+
+// ErrSkipped marks a node that was not run because the run stopped first: a
+// canary failed, or failures exceeded the error budget (MaxErrors).
+var ErrSkipped = errors.New("not run")
+
+// Output summarises one stream of one node.
+type Output struct {
+	// Tail is the last TailBytes bytes of the stream.
+	Tail []byte
+	// Bytes is the stream's whole length.
+	Bytes int64
+	// SHA256 is the hex digest of the whole stream: equal digests, equal output.
+	SHA256 string
+}
+
+// recorder keeps a stream's length, digest and tail.
+type recorder struct {
+	max  int
+	n    int64
+	h    hash.Hash
+	tail []byte
+}
+
+func newRecorder(max int) *recorder { return &recorder{max: max, h: sha256.New()} }
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.n += int64(len(p))
+	r.h.Write(p)
+	r.tail = append(r.tail, p...)
+	if over := len(r.tail) - r.max; over > 0 {
+		r.tail = append(r.tail[:0], r.tail[over:]...)
+	}
+	return len(p), nil
+}
+
+func (r *recorder) output() Output {
+	return Output{Tail: append([]byte(nil), r.tail...), Bytes: r.n, SHA256: hex.EncodeToString(r.h.Sum(nil))}
+}
+
+// tee writes to w (when non-nil) and to the recorder.
+func tee(w io.Writer, r *recorder) io.Writer {
+	if w == nil {
+		return r
+	}
+	return io.MultiWriter(w, r)
+}
+
+// validateRollout checks the rollout fields of o, naming the field.
+func validateRollout(o RunnerOptions) error {
+	if o.Canary < 0 {
+		return fmt.Errorf("Canary %d is negative: give the number of canary nodes, or 0 for none", o.Canary)
+	}
+	for i, b := range o.Batches {
+		if err := checkCountOrPercent(b, false); err != nil {
+			return fmt.Errorf("Batches[%d] %q: %w", i, b.String(), err)
+		}
+	}
+	if o.MaxErrors != nil {
+		if err := checkCountOrPercent(*o.MaxErrors, true); err != nil {
+			return fmt.Errorf("MaxErrors %q: %w", o.MaxErrors.String(), err)
+		}
+	}
+	if o.Retries < 0 {
+		return fmt.Errorf("Retries %d is negative: give 0 for no retries", o.Retries)
+	}
+	if o.RetryBackoff < 0 {
+		return fmt.Errorf("RetryBackoff %s is negative", o.RetryBackoff)
+	}
+	if o.TailBytes < 0 {
+		return fmt.Errorf("TailBytes %d is negative: give 0 for the default %d", o.TailBytes, DefaultTailBytes)
+	}
+	return nil
+}
+
+// checkCountOrPercent accepts a count (>= 1, or >= 0 when zeroOK) or a
+// percentage from 1% (0% when zeroOK) to 100%.
+func checkCountOrPercent(v intstr.IntOrString, zeroOK bool) error {
+	lo := 1
+	if zeroOK {
+		lo = 0
+	}
+	if v.Type == intstr.Int {
+		if int(v.IntVal) < lo {
+			return fmt.Errorf("want a number >= %d or a percentage such as 20%%", lo)
+		}
+		return nil
+	}
+	p, err := intstr.GetScaledValueFromIntOrPercent(&v, 100, false)
+	if err != nil {
+		return fmt.Errorf("want a number or a percentage such as 20%%: %w", err)
+	}
+	if p < lo || p > 100 {
+		return fmt.Errorf("want a percentage from %d%% to 100%%", lo)
+	}
+	return nil
+}
+
+// ParseCountOrPercent reads "5" or "20%" as command lines give them.
+func ParseCountOrPercent(s string) (intstr.IntOrString, error) {
+	v := intstr.Parse(s)
+	if v.Type == intstr.String {
+		if _, err := intstr.GetScaledValueFromIntOrPercent(&v, 100, false); err != nil {
+			return v, fmt.Errorf("%q is neither a number nor a percentage such as 20%%", s)
+		}
+	}
+	return v, nil
+}
+
+// plan splits n target nodes (by index, in target order) into stages: the
+// canary (if any), then batches; the last batch size repeats until every node
+// is in a stage. Percentages are of n, rounded up, at least 1.
+func plan(n, canary int, batches []intstr.IntOrString) [][]int {
+	var stages [][]int
+	next := 0
+	take := func(k int) {
+		k = max(1, min(k, n-next))
+		stage := make([]int, k)
+		for i := range stage {
+			stage[i] = next + i
+		}
+		stages = append(stages, stage)
+		next += k
+	}
+	if canary > 0 && n > 0 {
+		take(canary)
+	}
+	if len(batches) == 0 {
+		if next < n {
+			take(n - next)
+		}
+		return stages
+	}
+	for i := 0; next < n; i++ {
+		b := batches[min(i, len(batches)-1)]
+		k, _ := intstr.GetScaledValueFromIntOrPercent(&b, n, true) // validated
+		take(k)
+	}
+	return stages
+}
+
+// errorBudget is how many failures a run of n nodes tolerates (-1: unlimited).
+func errorBudget(maxErrors *intstr.IntOrString, n int) int {
+	if maxErrors == nil {
+		return -1
+	}
+	k, _ := intstr.GetScaledValueFromIntOrPercent(maxErrors, n, false) // validated
+	return k
+}
+
+// backoff is the pause before retry number attempt (1-based): base doubled
+// per retry, plus up to 50% jitter.
+func backoff(base time.Duration, attempt int) time.Duration {
+	d := base << (attempt - 1)
+	return d + time.Duration(rand.Int64N(int64(d)/2+1))
+}

@@ -208,8 +208,14 @@ func timeCLI(ctx context.Context, b *testing.B, bin string, args []string) trial
 			return err != nil
 		})
 	} else {
-		// Let our pod's deletion finish too, so trials do not overlap.
-		waitFor(30*time.Second, func() bool { return managedPodCount(ctx, &testing.T{}) == 0 })
+		// Let our run's pod finish deleting too, so trials do not overlap
+		// (resident agents, app.kubernetes.io/component=agent, stay).
+		waitFor(30*time.Second, func() bool {
+			list, err := env.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+				LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + ",app.kubernetes.io/component!=agent",
+			})
+			return err == nil && len(list.Items) == 0
+		})
 	}
 	return t
 }

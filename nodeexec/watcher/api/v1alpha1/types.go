@@ -1,0 +1,237 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// GroupVersion is the API group and version of NodeScript.
+var GroupVersion = schema.GroupVersion{Group: "nodeexec.io", Version: "v1alpha1"}
+
+// Resource is the plural resource name, for dynamic clients.
+var Resource = GroupVersion.WithResource("nodescripts")
+
+// NodeScript applies Spec.Script to every node Spec.NodeSelector matches,
+// now and to each node that joins later, as a controlled rollout.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=nscript,categories=nodeexec
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.stage`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.succeeded`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`
+// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.running`
+// +kubebuilder:printcolumn:name="Halted",type=string,JSONPath=`.status.conditions[?(@.type=="Halted")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeScript struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeScriptSpec   `json:"spec"`
+	Status NodeScriptStatus `json:"status,omitempty"`
+}
+
+// NodeScriptList is a list of NodeScripts.
+//
+// +kubebuilder:object:root=true
+type NodeScriptList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeScript `json:"items"`
+}
+
+// NodeScriptSpec is what to run, where, and how to roll it out.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.onFailure) || !has(self.onFailure.rollback) || !self.onFailure.rollback || (has(self.rollbackScript) && size(self.rollbackScript) > 0)",message="onFailure.rollback needs rollbackScript"
+type NodeScriptSpec struct {
+	// NodeSelector selects the nodes, now and as they join. An empty
+	// selector selects every node.
+	NodeSelector metav1.LabelSelector `json:"nodeSelector"`
+	// ExcludeNodes names nodes never to run on, even when selected.
+	// +optional
+	// +listType=set
+	ExcludeNodes []string `json:"excludeNodes,omitempty"`
+
+	// Script is run by `sh -c` on each node (in the node's root filesystem
+	// where the backend allows). Required.
+	// +kubebuilder:validation:MinLength=1
+	Script string `json:"script"`
+	// VerifyScript, when set, must exit 0 on a canary node after Script
+	// succeeded and the soak time passed, before automatic promotion.
+	// +optional
+	VerifyScript string `json:"verifyScript,omitempty"`
+	// RollbackScript undoes Script; run on a node where Script failed when
+	// OnFailure.Rollback is set.
+	// +optional
+	RollbackScript string `json:"rollbackScript,omitempty"`
+
+	// Backend is how the script reaches a node.
+	// +optional
+	Backend BackendSpec `json:"backend,omitempty"`
+	// Timeout bounds one run of a script on one node, pod start included.
+	// Defaults to 10m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Rollout says in which order and how fast nodes get the script.
+	// +optional
+	Rollout RolloutSpec `json:"rollout,omitempty"`
+	// OnFailure says what happens on a node where the script failed.
+	// +optional
+	OnFailure FailurePolicy `json:"onFailure,omitempty"`
+	// Retry governs retries after infrastructure failures (image pull, pod
+	// rejected, node NotReady, preemption, eviction); a non-zero exit of the
+	// script itself is a failure, not retried.
+	// +optional
+	Retry RetryPolicy `json:"retry,omitempty"`
+	// StartupTaint, when set, names a taint that new nodes register with; the
+	// watcher removes it from a node only after the script succeeded there,
+	// so workloads land only on fixed nodes.
+	// +optional
+	StartupTaint *corev1.Taint `json:"startupTaint,omitempty"`
+}
+
+// BackendSpec chooses and configures the backend.
+type BackendSpec struct {
+	// Name of the backend. Defaults to debugpod.
+	// +kubebuilder:validation:Enum=debugpod;nsenter;runtime;ephemeral
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Namespace for the pods the backend creates; it needs the Pod Security
+	// level the backend requires (privileged for debugpod's sysadmin profile
+	// and for nsenter). Defaults to nodeexec-system.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Profile is kubectl debug's profile, for debugpod. Defaults to sysadmin.
+	// +kubebuilder:validation:Enum=legacy;general;baseline;restricted;netadmin;sysadmin
+	// +optional
+	Profile string `json:"profile,omitempty"`
+	// Image of the pod's container. Defaults to the backend's default.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Namespaces to enter, for nsenter (mnt, uts, ipc, net, pid, cgroup).
+	// Defaults to mnt, uts, ipc, net, pid.
+	// +optional
+	// +listType=set
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// Promotion modes.
+const (
+	PromotionAutomatic = "Automatic"
+	PromotionManual    = "Manual"
+)
+
+// RolloutSpec is the order and pace of the rollout.
+type RolloutSpec struct {
+	// Canary is how many nodes run first; the rest wait for promotion.
+	// Defaults to 1.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Canary *int32 `json:"canary,omitempty"`
+	// Promotion is Automatic (after SoakTime with VerifyScript passing on the
+	// canaries) or Manual (PromoteTo, set by `nodeexec promote`). Defaults to Automatic.
+	// +kubebuilder:validation:Enum=Automatic;Manual
+	// +optional
+	Promotion string `json:"promotion,omitempty"`
+	// SoakTime is how long canaries run healthy before automatic promotion.
+	// Defaults to 0.
+	// +optional
+	SoakTime *metav1.Duration `json:"soakTime,omitempty"`
+	// PromoteTo is "all" or a label selector: the nodes beyond the canaries
+	// that may run. Set by `nodeexec promote` for manual promotion.
+	// +optional
+	PromoteTo string `json:"promoteTo,omitempty"`
+	// Batches are the sizes of the stages after the canary, counts or
+	// percentages of the selected nodes, e.g. [1, 5, "20%"]; the last repeats.
+	// Defaults to one stage of all nodes.
+	// +optional
+	Batches []intstr.IntOrString `json:"batches,omitempty"`
+	// MaxConcurrency is how many nodes run at once, a count or a percentage
+	// of the selected nodes (1 to 100%). Defaults to 1.
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxConcurrency *intstr.IntOrString `json:"maxConcurrency,omitempty"`
+	// MaxFailures is the error budget, a count or a percentage: once more
+	// nodes than this failed, the rollout halts. Defaults to 0.
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
+}
+
+// FailurePolicy is what happens on a node where the script failed.
+type FailurePolicy struct {
+	// Rollback runs RollbackScript on the failed node.
+	// +optional
+	Rollback bool `json:"rollback,omitempty"`
+	// Cordon marks the failed node unschedulable (remembering whether it
+	// already was: nodeexec never uncordons what it did not cordon).
+	// +optional
+	Cordon bool `json:"cordon,omitempty"`
+	// Drain evicts the failed node's pods after cordoning it, within DrainTimeout.
+	// +optional
+	Drain bool `json:"drain,omitempty"`
+	// DrainTimeout bounds the drain. Defaults to 5m.
+	// +optional
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+}
+
+// RetryPolicy governs retries after infrastructure failures.
+type RetryPolicy struct {
+	// Limit is the number of retries per node. Defaults to 3.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Limit *int32 `json:"limit,omitempty"`
+	// InitialBackoff is the first pause, doubled per retry with jitter. Defaults to 10s.
+	// +optional
+	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
+	// MaxBackoff caps the pause. Defaults to 5m.
+	// +optional
+	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+}
+
+// Condition types of NodeScriptStatus.
+const (
+	ConditionProgressing = "Progressing"
+	ConditionHalted      = "Halted"
+	ConditionComplete    = "Complete"
+)
+
+// NodeScriptStatus is the observed state of the rollout. Per-node state
+// lives in annotations on the nodes (see the watcher package).
+type NodeScriptStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// SpecHash identifies what runs: script, verify and rollback scripts,
+	// backend and timeout. A node that ran this hash is not run again.
+	// +optional
+	SpecHash string `json:"specHash,omitempty"`
+	// Stage is Canary, Soaking, AwaitingPromotion, Rolling, Complete or Halted.
+	// +optional
+	Stage string `json:"stage,omitempty"`
+	// Nodes is the number of selected nodes; the counts below are per phase.
+	// +optional
+	Nodes      int32 `json:"nodes"`
+	Pending    int32 `json:"pending"`
+	Running    int32 `json:"running"`
+	Succeeded  int32 `json:"succeeded"`
+	Failed     int32 `json:"failed"`
+	RolledBack int32 `json:"rolledBack"`
+	// Conditions: Progressing, Halted, Complete.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AddToScheme registers NodeScript and NodeScriptList.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &NodeScript{}, &NodeScriptList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

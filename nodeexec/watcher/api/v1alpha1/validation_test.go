@@ -1,0 +1,97 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+func valid() *NodeScript {
+	return &NodeScript{
+		ObjectMeta: metav1.ObjectMeta{Name: "fix-sysctl"},
+		Spec: NodeScriptSpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "gpu"}},
+			Script:       "sysctl -w net.core.somaxconn=4096",
+			Rollout:      RolloutSpec{Canary: ptr.To[int32](1), MaxConcurrency: ptr.To(intstr.FromString("20%"))},
+		},
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := map[string]struct {
+		mutate func(*NodeScript)
+		want   string // "" = valid
+	}{
+		"valid": {func(*NodeScript) {}, ""},
+		"invalid selector": {func(n *NodeScript) {
+			n.Spec.NodeSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}
+		}, "spec.nodeSelector: Invalid value"},
+		"concurrency 0":        {func(n *NodeScript) { n.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromInt32(0)) }, "spec.rollout.maxConcurrency: Invalid value: 0: must be 1 or more"},
+		"concurrency 150%":     {func(n *NodeScript) { n.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromString("150%")) }, `spec.rollout.maxConcurrency: Invalid value: "150%": want a percentage from 1% to 100%`},
+		"unknown backend":      {func(n *NodeScript) { n.Spec.Backend.Name = "ssh" }, `spec.backend.name: Unsupported value: "ssh"`},
+		"missing script":       {func(n *NodeScript) { n.Spec.Script = "  " }, "spec.script: Required value"},
+		"rollback no script":   {func(n *NodeScript) { n.Spec.OnFailure.Rollback = true }, "spec.rollbackScript: Required value: onFailure.rollback is set"},
+		"drain without cordon": {func(n *NodeScript) { n.Spec.OnFailure.Drain = true }, "spec.onFailure.drain: Invalid value: true: drain needs cordon"},
+		"bad batch": {func(n *NodeScript) {
+			n.Spec.Rollout.Batches = []intstr.IntOrString{intstr.FromInt32(1), intstr.FromString("x%")}
+		}, "spec.rollout.batches[1]"},
+		"bad promoteTo":     {func(n *NodeScript) { n.Spec.Rollout.PromoteTo = "a in (" }, "spec.rollout.promoteTo"},
+		"max failures 0 ok": {func(n *NodeScript) { n.Spec.Rollout.MaxFailures = ptr.To(intstr.FromInt32(0)) }, ""},
+		"negative timeout":  {func(n *NodeScript) { n.Spec.Timeout = &metav1.Duration{Duration: -time.Second} }, "spec.timeout"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := valid()
+			tc.mutate(n)
+			errs := Validate(n)
+			if tc.want == "" {
+				if len(errs) > 0 {
+					t.Fatalf("want valid, got %v", errs)
+				}
+				return
+			}
+			if !strings.Contains(errs.ToAggregate().Error(), tc.want) {
+				t.Fatalf("errors %v, want one containing %q", errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidatePromotion(t *testing.T) {
+	n := valid()
+	if err := ValidatePromotion(n, "all"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidatePromotion(n, "a in ("); err == nil || !strings.Contains(err.Error(), `--to "a in ("`) {
+		t.Errorf("bad selector: %v", err)
+	}
+	n.Status.Conditions = []metav1.Condition{{Type: ConditionHalted, Status: metav1.ConditionTrue, Reason: "ErrorBudgetExceeded", Message: "2 nodes failed"}}
+	if err := ValidatePromotion(n, "all"); err == nil || !strings.Contains(err.Error(), "is halted (ErrorBudgetExceeded: 2 nodes failed): promotion refused") {
+		t.Errorf("halted: %v", err)
+	}
+}
+
+func TestSpecHash(t *testing.T) {
+	a, b := valid(), valid()
+	if SpecHash(&a.Spec) != SpecHash(&b.Spec) || len(SpecHash(&a.Spec)) != 16 {
+		t.Fatal("equal specs must hash equal, 16 hex digits")
+	}
+	b.Spec.Rollout.Canary = ptr.To[int32](5)
+	b.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromInt32(3))
+	if SpecHash(&a.Spec) != SpecHash(&b.Spec) {
+		t.Error("changing the rollout pace must not change the hash (nothing reruns)")
+	}
+	b.Spec.Script += "\n"
+	if SpecHash(&a.Spec) == SpecHash(&b.Spec) {
+		t.Error("changing the script must change the hash (nodes run again)")
+	}
+	c := valid()
+	c.Spec.Backend.Profile = "general"
+	if SpecHash(&a.Spec) == SpecHash(&c.Spec) {
+		t.Error("changing backend options must change the hash")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -253,9 +254,13 @@ func TestRunResolveErrors(t *testing.T) {
 		},
 		{
 			name: "pod security refuses the preflight", nodes: []string{"n1", "n2"}, createErr: forbidden,
-			args:     []string{"run", "--all", "--", "true"},
-			want:     []string{"forbidden", `namespace "team"`, `level "baseline"`, "kubectl label namespace team pod-security.kubernetes.io/enforce=privileged --overwrite"},
-			wantReqs: []string{"GET /api/v1/nodes", "POST /api/v1/namespaces/team/pods"},
+			args: []string{"run", "--all", "--", "true"},
+			want: []string{"forbidden", `namespace "team"`, `level "baseline"`, "kubectl label namespace team pod-security.kubernetes.io/enforce=privileged --overwrite"},
+			// The CLI's preflight: namespace labels and 9 access reviews
+			// (unanswered by this server: inconclusive, not refusals), then the dry-run create.
+			wantReqs: slices.Concat([]string{"GET /api/v1/nodes", "GET /api/v1/namespaces/team"},
+				slices.Repeat([]string{"POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"}, 9),
+				[]string{"POST /api/v1/namespaces/team/pods"}),
 		},
 	}
 	for _, tt := range tests {

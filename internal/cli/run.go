@@ -33,6 +33,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment variable `KEY=VALUE` for the command (repeatable)"},
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
+			explainFlag(),
 		}, backendFlags()...),
 		Action: func(c *ucli.Context) error {
 			return runAction(c, streams)
@@ -104,6 +105,16 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return err
 	}
 	ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
+	// Refusals (Pod Security, RBAC, admission) are reported before anything is created.
+	nodes, err := runner.Resolve(ctx, targets)
+	if err != nil {
+		return err
+	}
+	first := req
+	first.Node = nodes[0].Name
+	if err := runPreflight(ctx, streams.Out, backend, client, ns, first, c.Bool("explain")); err != nil || c.Bool("explain") {
+		return err
+	}
 	results, err := runner.Run(ctx, targets, req)
 	if err != nil {
 		return err

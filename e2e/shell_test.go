@@ -1,0 +1,206 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+// uniqueName is prefix plus 8 random hex digits.
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// tempNamespace creates a namespace with labels, deleted when the test ends.
+func tempNamespace(ctx context.Context, t *testing.T, prefix string, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: uniqueName(prefix), Labels: labels}}
+	if _, err := env.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
+	})
+	return ns.Name
+}
+
+// managedPods lists the nodeexec pods in ns.
+func managedPods(ctx context.Context, t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// tmuxSession is a detached tmux session running one shell command, as a
+// person at a 120x40 terminal would.
+type tmuxSession struct {
+	t    *testing.T
+	name string
+}
+
+func startTmux(t *testing.T, command string) *tmuxSession {
+	t.Helper()
+	s := &tmuxSession{t: t, name: uniqueName("nodeexec-e2e-")}
+	if out, err := exec.Command("tmux", "new-session", "-d", "-s", s.name, "-x", "120", "-y", "40", command).CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", s.name).Run() })
+	return s
+}
+
+func (s *tmuxSession) tmux(args ...string) string {
+	s.t.Helper()
+	out, err := exec.Command("tmux", args...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("tmux %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// screen is the visible pane.
+func (s *tmuxSession) screen() string { return s.tmux("capture-pane", "-p", "-t", s.name) }
+
+// typeLine types line and Enter.
+func (s *tmuxSession) typeLine(line string) {
+	s.tmux("send-keys", "-t", s.name, "-l", line)
+	s.tmux("send-keys", "-t", s.name, "Enter")
+}
+
+// waitScreen waits until the screen matches re and returns the match's groups.
+func (s *tmuxSession) waitScreen(timeout time.Duration, re string) []string {
+	s.t.Helper()
+	rx := regexp.MustCompile(re)
+	var m []string
+	var scr string
+	if !waitFor(timeout, func() bool { scr = s.screen(); m = rx.FindStringSubmatch(scr); return m != nil }) {
+		s.t.Fatalf("screen did not show %q within %s; screen:\n%s", re, timeout, scr)
+	}
+	return m
+}
+
+// shellCommandLine runs the CLI's shell in sh, then prints its exit status
+// and whether the terminal is back in canonical mode, and stays open.
+func shellCommandLine(ns, node string) string {
+	return fmt.Sprintf("sh -c 'NODEEXEC_IMAGE=%s %s --kubeconfig %s -n %s shell %s; echo EXIT=$?; stty -a | grep -o -- \"-*icanon\" | sed s/^/MODE=/; sleep 600'",
+		env.image, env.cli, env.kubeconfig, ns, node)
+}
+
+// The prompt of a root login shell: the last non-empty line ends in "#".
+const promptRE = `(?m)^\S*[#$] *$`
+
+func TestShellInteractive(t *testing.T) {
+	ctx := t.Context()
+	node := env.nodes[0]
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-shell-", nil)
+	want, _, code := cli(ctx, "", "run", "--node", node, "--no-prefix", "--", "hostname")
+	if code != 0 {
+		t.Fatalf("run hostname: exit %d", code)
+	}
+	want = strings.TrimSpace(want)
+
+	s := startTmux(t, shellCommandLine(ns, node))
+	s.waitScreen(60*time.Second, promptRE)
+	if pods := managedPods(ctx, t, ns); len(pods) != 1 {
+		t.Errorf("during the shell: %d nodeexec pods in %s, want 1", len(pods), ns)
+	} else if pods[0].Spec.NodeName != node || !pods[0].Spec.Containers[0].TTY {
+		t.Errorf("pod %s: node %q tty %v; want %q and a TTY", pods[0].Name, pods[0].Spec.NodeName, pods[0].Spec.Containers[0].TTY, node)
+	}
+
+	s.typeLine("echo HOST=$(hostname)")
+	if got := s.waitScreen(10*time.Second, `(?m)^HOST=(\S+)`)[1]; got != want {
+		t.Errorf("hostname in the shell %q, want the node's %q", got, want)
+	}
+	s.typeLine("echo SIZE=$(stty size | tr ' ' x)")
+	s.waitScreen(10*time.Second, `(?m)^SIZE=40x120\s*$`)
+
+	s.tmux("resize-window", "-t", s.name, "-x", "100", "-y", "30")
+	s.waitScreen(10*time.Second, `(?m)^SIZE=40x120\s*$`) // still there after the redraw
+	time.Sleep(300 * time.Millisecond)                   // let SIGWINCH reach the CLI and the resize the kubelet
+	s.typeLine("echo NEWSIZE=$(stty size | tr ' ' x)")
+	s.waitScreen(10*time.Second, `(?m)^NEWSIZE=30x100\s*$`)
+
+	// Ctrl-C goes to the remote shell (raw terminal), which survives it.
+	s.typeLine("sleep 30")
+	time.Sleep(300 * time.Millisecond)
+	s.tmux("send-keys", "-t", s.name, "C-c")
+	s.typeLine("echo ALIVE=$((20+22))")
+	s.waitScreen(10*time.Second, `(?m)^ALIVE=42`)
+
+	s.typeLine("exit 3")
+	s.waitScreen(30*time.Second, `(?m)^EXIT=3\s*$`)
+	s.waitScreen(5*time.Second, `(?m)^MODE=icanon\s*$`)
+	var left []corev1.Pod
+	if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {
+		t.Errorf("%d pods left in %s after the shell exited", len(left), ns)
+	}
+}
+
+// TestShellSignals kills the CLI in the middle of a shell: the pod is
+// deleted and the terminal restored.
+func TestShellSignals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ctx := t.Context()
+			ns := tempNamespace(ctx, t, "nodeexec-e2e-shell-", nil)
+			s := startTmux(t, shellCommandLine(ns, env.nodes[1]))
+			s.waitScreen(60*time.Second, promptRE)
+			if pods := managedPods(ctx, t, ns); len(pods) != 1 {
+				t.Fatalf("during the shell: %d nodeexec pods in %s, want 1", len(pods), ns)
+			}
+			// The pane runs sh; its child is the CLI.
+			shPid := strings.TrimSpace(s.tmux("list-panes", "-t", s.name, "-F", "#{pane_pid}"))
+			out, err := exec.Command("pgrep", "-P", shPid).Output()
+			if err != nil {
+				t.Fatalf("pgrep -P %s: %v", shPid, err)
+			}
+			pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(pid, sig); err != nil {
+				t.Fatal(err)
+			}
+			s.waitScreen(30*time.Second, `(?m)^EXIT=[1-9]\d*\s*$`)
+			s.waitScreen(5*time.Second, `(?m)^MODE=icanon\s*$`)
+			var left []corev1.Pod
+			if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {
+				t.Errorf("%d pods left in %s after %s", len(left), ns, sig)
+			}
+		})
+	}
+}
+
+// TestShellNoTTY: with standard input not a terminal the shell runs without
+// one, reading commands from stdin.
+func TestShellNoTTY(t *testing.T) {
+	ctx := t.Context()
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-shell-", nil)
+	stdout, stderr, code := cli(ctx, "echo OUT=$((40+2))\nexit 4\n", "-n", ns, "shell", env.nodes[0])
+	if code != 4 || !strings.Contains(stdout, "OUT=42") || !strings.Contains(stderr, "standard input is not a terminal") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 4, OUT=42 and the no-terminal notice", code, stdout, stderr)
+	}
+	var left []corev1.Pod
+	if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {
+		t.Errorf("%d pods left in %s", len(left), ns)
+	}
+}

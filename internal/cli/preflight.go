@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
+)
+
+// explainFlag is --explain, shared by run and shell.
+func explainFlag() ucli.Flag {
+	return &ucli.BoolFlag{Name: "explain", Usage: "print the pod the backend would create and why (profile, Pod Security level, RBAC, preflight result); create nothing"}
+}
+
+// preflightOptions describes backend b to the preflight checks: its RBAC
+// (preflight.Requirements by name), the Pod Security level its pod needs and
+// the variants that need less, and a dry-run create on node when b has one.
+func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node string) preflight.Options {
+	if ns == "" {
+		ns = debugpod.DefaultNamespace
+	}
+	o := preflight.Options{Client: client, Namespace: ns, Backend: b.Name()}
+	if p, ok := b.(nodeexec.Preflighter); ok {
+		o.DryRun = func(ctx context.Context) error { return p.Preflight(ctx, node) }
+	}
+	if d, ok := b.(*debugpod.Backend); ok {
+		o.Namespace = d.Namespace()
+		o.Variant = "profile " + d.Profile()
+		o.Level = d.PodSecurityLevel()
+		o.AlternativeFlag = "--profile"
+		o.Alternatives = map[string]string{}
+		for _, p := range debugpod.Profiles {
+			if p != d.Profile() {
+				o.Alternatives[p] = debugpod.PodSecurityLevel(p)
+			}
+		}
+	}
+	return o
+}
+
+// runPreflight checks, before anything is created, that the cluster will
+// accept what b creates on node. With explain it prints the pod req would
+// create and the checks and returns nil (the caller then stops); otherwise
+// it returns the refusal (exit 2), or nil.
+func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client kubernetes.Interface, ns string, req nodeexec.Request, explain bool) error {
+	report, err := preflight.Check(ctx, preflightOptions(b, client, ns, req.Node))
+	if err != nil {
+		return err
+	}
+	if !explain {
+		return report.Err()
+	}
+	return printExplain(w, b, req, report)
+}
+
+// printExplain writes, as YAML comments, the backend, what its variant grants
+// and needs and the preflight result, then the pod it would create.
+func printExplain(w io.Writer, b nodeexec.Backend, req nodeexec.Request, report *preflight.Report) error {
+	comment := func(format string, args ...any) {
+		for _, line := range strings.Split(strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "\n") {
+			fmt.Fprintln(w, strings.TrimRight("# "+line, " "))
+		}
+	}
+	comment("nodeexec --explain: nothing was created.")
+	comment("backend: %s", b.Name())
+	var perms []string
+	for _, p := range report.Permissions {
+		perms = append(perms, p.Permission.String())
+	}
+	if d, ok := b.(*debugpod.Backend); ok {
+		comment("profile: %s: %s", d.Profile(), debugpod.ProfileGrants(d.Profile()))
+		comment("pod security level needed: %s", d.PodSecurityLevel())
+		comment("command (over exec, in the pod's container): %q", d.Argv(req))
+	}
+	comment("RBAC needed: %s", strings.Join(perms, ", "))
+	comment("preflight on node %s:\n%s", req.Node, report.String())
+	d, ok := b.(*debugpod.Backend)
+	if !ok {
+		comment("backend %s has no pod to show", b.Name())
+		return nil
+	}
+	pod, err := d.Pod(req)
+	if err != nil {
+		return err
+	}
+	pod.APIVersion, pod.Kind = "v1", "Pod"
+	out, err := yaml.Marshal(pod)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "---")
+	_, err = w.Write(out)
+	return err
+}

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/internal/term"
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+)
+
+// DefaultShellTimeout is shell's --timeout: an interactive session lasts longer than a command.
+const DefaultShellTimeout = time.Hour
+
+func shellCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "shell",
+		Usage:     "open an interactive shell on a node",
+		UsageText: "shell NODE [options] [-- COMMAND [ARGS...]]",
+		Description: "Opens a login shell on the node in a pod of the chosen backend, with a terminal: the node's\n" +
+			"root (chroot /host, bash if the node has it, else sh) for profiles that mount it (sysadmin,\n" +
+			"general, legacy), the container's sh otherwise. A COMMAND after -- runs instead of the shell.\n" +
+			"The pod is deleted when the shell exits, on Ctrl-C/SIGTERM/SIGHUP, and at --timeout.\n" +
+			"Exit status: the remote shell's (124 on timeout). When standard input is not a terminal the\n" +
+			"shell runs without one (like kubectl exec -i): input is read from stdin, no prompt is shown.",
+		Flags: append([]ucli.Flag{
+			&ucli.DurationFlag{Name: "timeout", Value: DefaultShellTimeout, Usage: "time limit of the session, pod start included"},
+			explainFlag(),
+		}, backendFlags()...),
+		Action: func(c *ucli.Context) error {
+			return shellAction(c, streams)
+		},
+	}
+}
+
+// shellArgv is the login shell for backend b: in the node's root when the
+// profile mounts it, else in the container.
+func shellArgv(b nodeexec.Backend) []string {
+	const pick = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
+	if d, ok := b.(*debugpod.Backend); ok && debugpod.MountsHostRoot(d.Profile()) {
+		return []string{"chroot", debugpod.HostRoot, "/bin/sh", "-c", pick}
+	}
+	return []string{"sh", "-c", pick}
+}
+
+func shellAction(c *ucli.Context, streams Streams) error {
+	if c.NArg() < 1 || c.Args().First() == "" {
+		return errors.New("give the node: shell NODE")
+	}
+	node := c.Args().First()
+	if c.Duration("timeout") <= 0 {
+		return fmt.Errorf("--timeout %s: give a positive duration such as 30m or 2h", c.Duration("timeout"))
+	}
+	if err := checkBackendFlags(c); err != nil {
+		return err
+	}
+	fd, tty := term.Fd(streams.In)
+	req := nodeexec.Request{Node: node, Command: c.Args().Tail(), Stdin: streams.In, Stdout: streams.Out, Timeout: c.Duration("timeout")}
+	if tty {
+		req.TTY = true
+		if t := os.Getenv("TERM"); t != "" {
+			req.Env = map[string]string{"TERM": t}
+		}
+	} else {
+		req.Stderr = streams.ErrOut
+	}
+	client, cfg, ns, err := client(c)
+	if err != nil {
+		return err
+	}
+	backend, err := newBackend(c, client, cfg, ns)
+	if err != nil {
+		return err
+	}
+	if len(req.Command) == 0 {
+		req.Command = shellArgv(backend)
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	runner, err := nodeexec.NewRunner(nodeexec.RunnerOptions{Client: client, Backend: backend})
+	if err != nil {
+		return err
+	}
+	// SIGINT and SIGTERM end c.Context (see main); SIGHUP (the terminal went away) too.
+	ctx, stop := signal.NotifyContext(withLogger(c.Context, streams.ErrOut, c.Int("v")), syscall.SIGHUP)
+	defer stop()
+	if _, err := runner.Resolve(ctx, nodeexec.Targets{Nodes: []string{node}}); err != nil {
+		return err
+	}
+	if err := runPreflight(ctx, streams.Out, backend, client, ns, req, c.Bool("explain")); err != nil || c.Bool("explain") {
+		return err
+	}
+	if !tty {
+		fmt.Fprintln(streams.ErrOut, "standard input is not a terminal: running without a TTY (no prompt; commands are read from stdin)")
+	} else {
+		raw, err := term.MakeRaw(fd)
+		if err != nil {
+			return err
+		}
+		defer raw.Restore() //nolint:errcheck // restored again below, with the error reported
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		req.TerminalSizeQueue = term.NewSizeQueue(sctx, fd)
+		_, err = backend.Run(ctx, req)
+		if rerr := raw.Restore(); rerr != nil {
+			fmt.Fprintf(streams.ErrOut, "warning: %v; run `reset`\n", rerr)
+		}
+		return shellExit(streams, err)
+	}
+	_, err = backend.Run(ctx, req)
+	return shellExit(streams, err)
+}
+
+// shellExit maps the session's end to the exit status: the remote status
+// silently, otherwise the error on stderr and 124 (timeout) or 1.
+func shellExit(streams Streams, err error) error {
+	var ee *nodeexec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee):
+		return exitCoder{ee.Code}
+	default:
+		fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+		return exitCoder{nodeexec.ExitCode(err)}
+	}
+}

@@ -1,0 +1,410 @@
+// Package preflight checks, before anything is created, whether the cluster
+// will refuse what a nodeexec backend needs: the namespace's Pod Security
+// level (its pod-security.kubernetes.io/enforce label), the caller's RBAC
+// permissions (one SelfSubjectAccessReview per permission), and, when the
+// backend can do one, a server-side dry-run of the pod it would create.
+//
+// A Report says what was found; Report.Err is nil when nothing will be
+// refused, and otherwise an error wrapping nodeexec.ErrForbidden that names
+// the backend, each missing permission or Pod Security level, and what would
+// work instead. Check creates nothing but SelfSubjectAccessReviews (which
+// are not stored) and makes only dry-run creates.
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	authv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+// Pod Security levels, from the most permissive to the strictest, and the
+// namespace labels that set them
+// (https://kubernetes.io/docs/concepts/security/pod-security-admission/).
+const (
+	LevelPrivileged = "privileged"
+	LevelBaseline   = "baseline"
+	LevelRestricted = "restricted"
+
+	// LabelEnforce is the namespace label whose level the API server enforces on pod creation.
+	LabelEnforce = "pod-security.kubernetes.io/enforce"
+	// LabelEnforceVersion pins the policy version of LabelEnforce ("latest" when absent).
+	LabelEnforceVersion = "pod-security.kubernetes.io/enforce-version"
+)
+
+// Levels are the Pod Security levels, from the most permissive to the strictest.
+func Levels() []string { return []string{LevelPrivileged, LevelBaseline, LevelRestricted} }
+
+// Allows reports whether a namespace enforcing level nsLevel admits a pod
+// that needs podLevel. An empty nsLevel (no label) is treated as privileged,
+// the API server's default when no admission configuration says otherwise.
+// An unknown level allows nothing and is allowed nowhere.
+func Allows(nsLevel, podLevel string) bool {
+	if nsLevel == "" {
+		nsLevel = LevelPrivileged
+	}
+	ns, pod := slices.Index(Levels(), nsLevel), slices.Index(Levels(), podLevel)
+	return ns >= 0 && pod >= 0 && ns <= pod
+}
+
+// Permission is one RBAC permission, as a SelfSubjectAccessReview asks for it.
+type Permission struct {
+	// Verb is the API verb: create, get, list, watch, delete, patch, update.
+	Verb string
+	// Group is the API group; "" is the core group.
+	Group string
+	// Resource is the resource's plural name, e.g. "pods".
+	Resource string
+	// Subresource, e.g. "exec", "attach", "ephemeralcontainers". Optional.
+	Subresource string
+	// Cluster is true for a cluster-scoped check (e.g. list nodes); otherwise
+	// the check is made in the namespace of the run.
+	Cluster bool
+}
+
+// String is "create pods/exec", "list nodes (cluster-wide)".
+func (p Permission) String() string {
+	s := p.Verb + " " + p.Resource
+	if p.Subresource != "" {
+		s += "/" + p.Subresource
+	}
+	if p.Group != "" {
+		s += "." + p.Group
+	}
+	if p.Cluster {
+		s += " (cluster-wide)"
+	}
+	return s
+}
+
+// Building blocks of Requirements.
+
+// PodLifecycle: create a pod, follow it (the shared watch), delete it.
+func PodLifecycle() []Permission {
+	return []Permission{
+		{Verb: "create", Resource: "pods"}, {Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"},
+		{Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
+	}
+}
+
+// Exec runs a command in a pod's container (WebSocket exec is authorised as create).
+func Exec() []Permission {
+	return []Permission{{Verb: "create", Resource: "pods", Subresource: "exec"}}
+}
+
+// Attach attaches to a running container's process.
+func Attach() []Permission {
+	return []Permission{{Verb: "create", Resource: "pods", Subresource: "attach"}}
+}
+
+// EphemeralContainers adds an ephemeral container to an existing pod.
+func EphemeralContainers() []Permission {
+	return []Permission{{Verb: "patch", Resource: "pods", Subresource: "ephemeralcontainers"}}
+}
+
+// Events follows the kubelet's events (the Started event that triggers the first exec).
+func Events() []Permission {
+	return []Permission{{Verb: "list", Resource: "events"}, {Verb: "watch", Resource: "events"}}
+}
+
+// Nodes resolves the targets (the Runner lists nodes).
+func Nodes() []Permission { return []Permission{{Verb: "list", Resource: "nodes", Cluster: true}} }
+
+// Requirements is the RBAC each backend needs, by backend name (the value
+// of Backend.Name()). A new backend adds its entry here, built from the
+// blocks above. The map is new on each call.
+func Requirements() map[string][]Permission {
+	return map[string][]Permission{
+		// nodeexec/debugpod: a pod per node, exec into it, delete it.
+		"debugpod": slices.Concat(PodLifecycle(), Exec(), Events(), Nodes()),
+		// nodeexec/ephemeral: read and watch the target pod, add an ephemeral
+		// container, attach to it, exec kill on timeout.
+		"ephemeral": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}},
+			EphemeralContainers(), Attach(), Exec(), Nodes()),
+		// nodeexec/runtimeexec: read the target pod, an agent pod on its node, exec into it, delete it.
+		"runtime": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}}, PodLifecycle(), Exec(), Events(), Nodes()),
+	}
+}
+
+// Options configure Check.
+type Options struct {
+	// Client makes the checks: GET on the namespace (RBAC get namespaces; a
+	// refusal makes the Pod Security check inconclusive, not a failure) and
+	// create on selfsubjectaccessreviews.authorization.k8s.io (allowed to
+	// every authenticated user by the default system:basic-user role).
+	// Required.
+	Client kubernetes.Interface
+	// Namespace the backend creates its objects in. Required.
+	Namespace string
+	// Backend is the backend's name, used in messages and as the key of
+	// Requirements when Permissions is nil. Required.
+	Backend string
+	// Permissions to check. Defaults to Requirements()[Backend]; a backend
+	// missing from the table (and no Permissions) is an error.
+	Permissions []Permission
+	// Variant names the backend's configuration in messages, e.g. "profile sysadmin". Optional.
+	Variant string
+	// Level is the Pod Security level the backend's pod needs: one of
+	// Levels(). Empty skips the Pod Security check (a backend that creates no pod).
+	Level string
+	// Alternatives are other variants of the backend and the level each needs
+	// (e.g. profile name -> level), offered when Level does not fit. Optional.
+	Alternatives map[string]string
+	// AlternativeFlag is how a caller picks an alternative, shown in messages
+	// (e.g. "--profile"). Optional.
+	AlternativeFlag string
+	// DryRun, when set, asks the API server to admit the object without
+	// creating it (server-side dry-run), e.g. debugpod.Backend.Preflight for
+	// one node. Its error is reported in Report.DryRun. Optional.
+	DryRun func(ctx context.Context) error
+}
+
+// PermissionResult is the answer of one SelfSubjectAccessReview.
+type PermissionResult struct {
+	Permission
+	// Allowed is the review's status.allowed.
+	Allowed bool
+	// Reason is the authorizer's status.reason or status.evaluationError. Optional.
+	Reason string
+	// Err is set when the review could not be made (then Allowed is false
+	// and the permission is reported as unknown, not as missing).
+	Err error
+}
+
+// Report is what Check found.
+type Report struct {
+	Backend, Variant, Namespace string
+
+	// Enforce and EnforceVersion are the namespace's enforce labels ("" when
+	// absent); NamespaceErr is set when the namespace could not be read.
+	Enforce, EnforceVersion string
+	NamespaceErr            error
+	// Level is the level the backend's pod needs ("" when not checked).
+	Level string
+	// Fits lists the Alternatives whose level the namespace allows, sorted.
+	Fits []string
+	// AlternativeFlag is Options.AlternativeFlag.
+	AlternativeFlag string
+
+	// Permissions holds one result per permission checked, in order.
+	Permissions []PermissionResult
+
+	// DryRunDone is true when a dry-run was made; DryRun is its error.
+	DryRunDone bool
+	DryRun     error
+}
+
+// Check checks o's namespace, permissions and dry-run. The error is non-nil
+// only for bad Options or a cancelled ctx; refusals are in the Report (see
+// Report.Err).
+func Check(ctx context.Context, o Options) (*Report, error) {
+	switch {
+	case o.Client == nil:
+		return nil, errors.New("preflight: Options.Client is nil")
+	case o.Namespace == "":
+		return nil, errors.New("preflight: Options.Namespace is empty")
+	case o.Backend == "":
+		return nil, errors.New("preflight: Options.Backend is empty")
+	case o.Level != "" && !slices.Contains(Levels(), o.Level):
+		return nil, fmt.Errorf("preflight: Options.Level %q: want one of %s", o.Level, strings.Join(Levels(), ", "))
+	}
+	perms := o.Permissions
+	if perms == nil {
+		var ok bool
+		if perms, ok = Requirements()[o.Backend]; !ok {
+			return nil, fmt.Errorf("preflight: no RBAC requirements known for backend %q: give Options.Permissions or add it to Requirements", o.Backend)
+		}
+	}
+	r := &Report{Backend: o.Backend, Variant: o.Variant, Namespace: o.Namespace, Level: o.Level, AlternativeFlag: o.AlternativeFlag}
+
+	if o.Level != "" {
+		ns, err := o.Client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			r.NamespaceErr = fmt.Errorf("reading namespace %q: %w", o.Namespace, err)
+		default:
+			r.Enforce, r.EnforceVersion = ns.Labels[LabelEnforce], ns.Labels[LabelEnforceVersion]
+			for alt, level := range o.Alternatives {
+				if Allows(r.Enforce, level) {
+					r.Fits = append(r.Fits, alt)
+				}
+			}
+			slices.Sort(r.Fits)
+		}
+	}
+
+	for _, p := range perms {
+		res := PermissionResult{Permission: p}
+		attrs := &authv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}
+		if !p.Cluster {
+			attrs.Namespace = o.Namespace
+		}
+		review, err := o.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+			&authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}}, metav1.CreateOptions{})
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			res.Err = fmt.Errorf("SelfSubjectAccessReview for %s: %w", p, err)
+		default:
+			res.Allowed = review.Status.Allowed
+			res.Reason = review.Status.Reason
+			if res.Reason == "" {
+				res.Reason = review.Status.EvaluationError
+			}
+		}
+		r.Permissions = append(r.Permissions, res)
+	}
+
+	if o.DryRun != nil {
+		r.DryRunDone = true
+		r.DryRun = o.DryRun(ctx)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+	}
+	return r, nil
+}
+
+// LevelFits reports whether the namespace's enforced level admits the pod:
+// true when not checked or the namespace could not be read (inconclusive).
+func (r *Report) LevelFits() bool {
+	return r.Level == "" || r.NamespaceErr != nil || Allows(r.Enforce, r.Level)
+}
+
+// Missing lists the permissions the reviews denied.
+func (r *Report) Missing() []Permission {
+	var out []Permission
+	for _, p := range r.Permissions {
+		if !p.Allowed && p.Err == nil {
+			out = append(out, p.Permission)
+		}
+	}
+	return out
+}
+
+// Problems lists, one sentence each, what will be refused: the Pod Security
+// level (with what fits instead), the missing permissions, and the dry-run's
+// refusal. Empty when nothing will.
+func (r *Report) Problems() []string {
+	var out []string
+	who := "backend " + r.Backend
+	if r.Variant != "" {
+		who += " with " + r.Variant
+	}
+	if !r.LevelFits() {
+		msg := fmt.Sprintf("namespace %q enforces Pod Security level %q%s; %s needs %q",
+			r.Namespace, r.Enforce, versionSuffix(r.EnforceVersion), who, r.Level)
+		var fixes []string
+		if len(r.Fits) > 0 {
+			alt := strings.Join(r.Fits, ", ")
+			if r.AlternativeFlag != "" {
+				alt = r.AlternativeFlag + " " + strings.Join(r.Fits, " or "+r.AlternativeFlag+" ")
+			}
+			fixes = append(fixes, alt+" fits this namespace")
+		}
+		fixes = append(fixes, fmt.Sprintf("or use a namespace whose enforced level admits %q (-n)", r.Level),
+			fmt.Sprintf("or relabel this one: kubectl label namespace %s %s=%s --overwrite", r.Namespace, LabelEnforce, r.Level))
+		out = append(out, msg+": "+strings.Join(fixes, "; "))
+	}
+	if missing := r.Missing(); len(missing) > 0 {
+		var names []string
+		for _, p := range missing {
+			names = append(names, p.String())
+		}
+		out = append(out, fmt.Sprintf("RBAC: %s needs %s in namespace %q, which the API server denies to you (SelfSubjectAccessReview)",
+			who, strings.Join(names, ", "), r.Namespace))
+	}
+	if r.DryRun != nil {
+		// The dry-run repeats a Pod Security or RBAC refusal already named; say it only when it adds something.
+		if !errors.Is(r.DryRun, nodeexec.ErrForbidden) || len(out) == 0 {
+			out = append(out, "dry-run create: "+r.DryRun.Error())
+		}
+	}
+	return out
+}
+
+// Err is nil when nothing will be refused; otherwise an error wrapping
+// nodeexec.ErrForbidden (or, for a dry-run that failed for another reason,
+// wrapping that error) listing Problems.
+func (r *Report) Err() error {
+	problems := r.Problems()
+	if len(problems) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("preflight: %s", strings.Join(problems, "; "))
+	if r.DryRun != nil && !errors.Is(r.DryRun, nodeexec.ErrForbidden) && r.LevelFits() && len(r.Missing()) == 0 {
+		return fmt.Errorf("%s: %w", msg, r.DryRun)
+	}
+	return fmt.Errorf("%w: %s", nodeexec.ErrForbidden, msg)
+}
+
+// String describes the report over several lines, for people (e.g. --explain).
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "namespace %s:\n", r.Namespace)
+	switch {
+	case r.Level == "":
+		b.WriteString("  pod security: not checked (the backend creates no pod)\n")
+	case r.NamespaceErr != nil:
+		fmt.Fprintf(&b, "  pod security: unknown (%v); the pod needs %q\n", r.NamespaceErr, r.Level)
+	default:
+		enforce := r.Enforce
+		if enforce == "" {
+			enforce = "no " + LabelEnforce + " label (the cluster default, privileged unless configured)"
+		} else {
+			enforce = fmt.Sprintf("enforces %q%s", enforce, versionSuffix(r.EnforceVersion))
+		}
+		verdict := "fits"
+		if !r.LevelFits() {
+			verdict = "REFUSED"
+		}
+		fmt.Fprintf(&b, "  pod security: %s; the pod needs %q: %s\n", enforce, r.Level, verdict)
+		if len(r.Fits) > 0 {
+			fmt.Fprintf(&b, "  variants that fit this namespace: %s\n", strings.Join(r.Fits, ", "))
+		}
+	}
+	b.WriteString("  RBAC (SelfSubjectAccessReview):\n")
+	for _, p := range r.Permissions {
+		verdict := "allowed"
+		switch {
+		case p.Err != nil:
+			verdict = "unknown: " + p.Err.Error()
+		case !p.Allowed:
+			verdict = "DENIED"
+		}
+		fmt.Fprintf(&b, "    %-40s %s\n", p.Permission.String(), verdict)
+	}
+	switch {
+	case !r.DryRunDone:
+		b.WriteString("  dry-run: not made\n")
+	case r.DryRun != nil:
+		fmt.Fprintf(&b, "  dry-run create: REFUSED: %v\n", r.DryRun)
+	default:
+		b.WriteString("  dry-run create: admitted\n")
+	}
+	if err := r.Err(); err != nil {
+		fmt.Fprintf(&b, "result: %v\n", err)
+	} else {
+		b.WriteString("result: nothing will be refused\n")
+	}
+	return b.String()
+}
+
+func versionSuffix(v string) string {
+	if v == "" || v == "latest" {
+		return ""
+	}
+	return " (version " + v + ")"
+}

@@ -124,6 +124,8 @@ func Requirements() map[string][]Permission {
 	return map[string][]Permission{
 		// nodeexec/debugpod: a pod per node, exec into it, delete it.
 		"debugpod": slices.Concat(PodLifecycle(), Exec(), Events(), Nodes()),
+		// nsenter: a privileged hostPID agent pod per node, exec into it, delete it.
+		"nsenter": slices.Concat(PodLifecycle(), Exec(), Events(), Nodes()),
 		// nodeexec/ephemeral: read and watch the target pod, add an ephemeral
 		// container, attach to it, exec kill on timeout.
 		"ephemeral": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}},

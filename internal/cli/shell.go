@@ -113,6 +113,12 @@ func shellAction(c *ucli.Context, streams Streams) error {
 		if rerr := raw.Restore(); rerr != nil {
 			fmt.Fprintf(streams.ErrOut, "warning: %v; run `reset`\n", rerr)
 		}
+		var ee *nodeexec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			// The session was cut (signal, timeout, broken stream): the
+			// cursor may still be after the remote prompt.
+			fmt.Fprintln(streams.ErrOut)
+		}
 		return shellExit(streams, err)
 	}
 	_, err = backend.Run(ctx, req)

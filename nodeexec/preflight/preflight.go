@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	authv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,28 +246,15 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
-	for _, p := range perms {
-		res := PermissionResult{Permission: p}
-		attrs := &authv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}
-		if !p.Cluster {
-			attrs.Namespace = o.Namespace
-		}
-		review, err := o.Client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
-			&authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}}, metav1.CreateOptions{})
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			res.Err = fmt.Errorf("SelfSubjectAccessReview for %s: %w", p, err)
-		default:
-			res.Allowed = review.Status.Allowed
-			res.Reason = review.Status.Reason
-			if res.Reason == "" {
-				res.Reason = review.Status.EvaluationError
-			}
-		}
-		r.Permissions = append(r.Permissions, res)
+	// The reviews are independent: ask them at once.
+	r.Permissions = make([]PermissionResult, len(perms))
+	var wg sync.WaitGroup
+	for i, p := range perms {
+		wg.Go(func() { r.Permissions[i] = review(ctx, o.Client, o.Namespace, p) })
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
 	}
 
 	if o.DryRun != nil {
@@ -277,6 +265,27 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// review asks the API server whether the caller has permission p.
+func review(ctx context.Context, client kubernetes.Interface, namespace string, p Permission) PermissionResult {
+	res := PermissionResult{Permission: p}
+	attrs := &authv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}
+	if !p.Cluster {
+		attrs.Namespace = namespace
+	}
+	rev, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+		&authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}}, metav1.CreateOptions{})
+	if err != nil {
+		res.Err = fmt.Errorf("SelfSubjectAccessReview for %s: %w", p, err)
+		return res
+	}
+	res.Allowed = rev.Status.Allowed
+	res.Reason = rev.Status.Reason
+	if res.Reason == "" {
+		res.Reason = rev.Status.EvaluationError
+	}
+	return res
 }
 
 // LevelFits reports whether the namespace's enforced level admits the pod:

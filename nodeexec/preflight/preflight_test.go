@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,8 +88,23 @@ func TestCheckAllowed(t *testing.T) {
 	}
 	want := []string{"ops:create pods/", "ops:get pods/", "ops:list pods/", "ops:watch pods/", "ops:delete pods/",
 		"ops:create pods/exec", "ops:list events/", "ops:watch events/", ":list nodes/"}
+	// The reviews are made concurrently: compare as sets.
+	slices.Sort(want)
+	slices.Sort(got)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("access reviews (-want +got):\n%s", diff)
+	}
+	// The report keeps the table's order.
+	var order []string
+	for _, p := range r.Permissions {
+		order = append(order, p.Permission.String())
+	}
+	var table []string
+	for _, p := range Requirements()["debugpod"] {
+		table = append(table, p.String())
+	}
+	if diff := cmp.Diff(table, order); diff != "" {
+		t.Errorf("report order (-want +got):\n%s", diff)
 	}
 	if s := r.String(); !strings.Contains(s, "nothing will be refused") || !strings.Contains(s, "dry-run create: admitted") {
 		t.Errorf("String() lacks the verdicts:\n%s", s)

@@ -12,10 +12,11 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
 )
 
 // backendNames lists the values of --backend.
-func backendNames() []string { return []string{debugpod.Name} }
+func backendNames() []string { return []string{debugpod.Name, ephemeral.Name} }
 
 // backendFlags are the flags that choose and configure a backend; each maps
 // onto one field of that backend's Options.
@@ -29,6 +30,8 @@ func backendFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the pods"},
 		&ucli.StringFlag{Name: "cpu-request", Value: "10m", Usage: "CPU request of the debugging container"},
 		&ucli.StringFlag{Name: "memory-request", Value: "16Mi", Usage: "memory request of the debugging container"},
+		&ucli.StringFlag{Name: "pod", Usage: "ephemeral backend: the running pod `[NAMESPACE/]NAME` to add the ephemeral container to; the run targets its node (no --node, --selector or --all)"},
+		&ucli.StringFlag{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
 	}
 }
 
@@ -51,6 +54,8 @@ func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 		return nil, err
 	}
 	switch name := c.String("backend"); name {
+	case ephemeral.Name:
+		return newEphemeral(c, client, cfg, ns)
 	case debugpod.Name:
 		return debugpod.New(debugpod.Options{
 			Client:            client,

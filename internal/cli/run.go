@@ -77,7 +77,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))
 	}
 	// Check the request and targets before touching the cluster.
-	if err := targets.Validate(); err != nil {
+	if err := checkTargets(c, targets); err != nil {
 		return err
 	}
 	if err := req.Validate(); err != nil {
@@ -92,6 +92,9 @@ func runAction(c *ucli.Context, streams Streams) error {
 	}
 	backend, err := newBackend(c, client, cfg, ns)
 	if err != nil {
+		return err
+	}
+	if targets, err = podTargets(c, backend, targets); err != nil {
 		return err
 	}
 	runner, err := nodeexec.NewRunner(nodeexec.RunnerOptions{

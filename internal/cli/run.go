@@ -34,7 +34,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
 			explainFlag(),
-		}, backendFlags()...),
+		}, append(backendFlags(), rolloutFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			return runAction(c, streams)
 		},
@@ -97,7 +97,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if targets, err = podTargets(c, backend, targets); err != nil {
 		return err
 	}
-	runner, err := nodeexec.NewRunner(nodeexec.RunnerOptions{
+	runner, err := newRunner(c, streams, nodeexec.RunnerOptions{
 		Client:          client,
 		Backend:         backend,
 		MaxConcurrency:  c.Int("max-concurrency"),
@@ -118,11 +118,11 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err := runPreflight(ctx, streams.Out, backend, client, ns, first, c.Bool("explain")); err != nil || c.Bool("explain") {
 		return err
 	}
-	results, err := runner.Run(ctx, targets, req)
+	results, err := runner.Run(ctx, targets, outputRequest(c, req))
 	if err != nil {
 		return err
 	}
-	printSummary(streams.ErrOut, results)
+	printResults(c, streams, results)
 	return exitStatus(results)
 }
 

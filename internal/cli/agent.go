@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// Exit codes of `nodeexec agent nsenter` when the command did not run, as
+// util-linux nsenter and docker run have them; the reason is the last line
+// on stderr. Otherwise the agent exits with the command's own code.
+const (
+	agentNsenterFailed      = 125 // namespaces not entered, command not started or not waited for
+	agentNsenterNotExecable = 126 // the program is not executable
+	agentNsenterNotFound    = 127 // the program is not in the target's filesystem
+)
+
+// agentCommand is the hidden `nodeexec agent` command: what runs inside
+// nodeexec's agent pods, not for users. Its subcommands are nsenter and
+// extra.
+func agentCommand(streams Streams, extra ...*ucli.Command) *ucli.Command {
+	return &ucli.Command{
+		Name:            "agent",
+		Usage:           "what runs inside nodeexec's agent pods",
+		Hidden:          true,
+		HideHelpCommand: true,
+		Subcommands:     append([]*ucli.Command{agentNsenterCommand(streams)}, extra...),
+	}
+}
+
+// agentNsenterCommand is `nodeexec agent nsenter --target PID [--namespaces
+// LIST] -- CMD [ARGS...]`: nsenter.Cmd with the process's stdio and
+// environment, exiting with the command's exit code.
+func agentNsenterCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "nsenter",
+		Usage:     "run a command inside the namespaces of a process (what the nsenter backend's agent runs)",
+		UsageText: "nsenter --target PID [--namespaces mnt,uts,ipc,net,pid|all] -- COMMAND [ARGS...]",
+		Description: "Enters the listed namespaces of process PID (as seen from this process's PID namespace) and runs\n" +
+			"COMMAND there, looked up in the PATH of this environment inside the target's filesystem, with this\n" +
+			"process's standard streams and environment, in the target's / when mnt is entered.\n" +
+			"Exit status: the command's (128+N when killed by signal N); 125 when the namespaces could not be\n" +
+			"entered or the command not started, 126 when it is not executable, 127 when it is not found (the\n" +
+			"reason on stderr); 2 for bad usage. Needs root (CAP_SYS_ADMIN) and, for node processes, hostPID.",
+		HideHelpCommand: true,
+		Flags: []ucli.Flag{
+			&ucli.IntFlag{Name: "target", Aliases: []string{"t"}, Required: true, Usage: "`PID` of the process whose namespaces to enter (> 0)"},
+			&ucli.StringFlag{Name: "namespaces", Value: joinNamespaceNames(nsenter.DefaultNamespaces()),
+				Usage: "namespaces to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all (user only when the target shares ours)"},
+		},
+		Action: func(c *ucli.Context) error {
+			target := c.Int("target")
+			if target <= 0 {
+				return fmt.Errorf("--target %d: give the PID (> 0) of the process whose namespaces to enter", target)
+			}
+			nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
+			if err != nil {
+				return fmt.Errorf("--namespaces: %w", err)
+			}
+			argv := c.Args().Slice()
+			if len(argv) == 0 || argv[0] == "" {
+				return errors.New("no command: give it after --, as in `nsenter --target 1 -- hostname`")
+			}
+			cmd := nsenter.Cmd{
+				Target:     target,
+				Namespaces: nss,
+				Args:       argv,
+				Stdin:      streams.In,
+				Stdout:     streams.Out,
+				Stderr:     streams.ErrOut,
+			}
+			code, err := cmd.Run(c.Context)
+			if err != nil {
+				fmt.Fprintf(streams.ErrOut, "nodeexec agent nsenter: %v\n", err)
+				switch {
+				case errors.Is(err, exec.ErrNotFound):
+					return exitCoder{code: agentNsenterNotFound}
+				case errors.Is(err, nsenter.ErrNotExecutable):
+					return exitCoder{code: agentNsenterNotExecable}
+				}
+				return exitCoder{code: agentNsenterFailed}
+			}
+			if code != 0 {
+				return exitCoder{code: code}
+			}
+			return nil
+		},
+	}
+}
+
+func joinNamespaceNames(nss []nsenter.Namespace) string {
+	s := make([]string, len(nss))
+	for i, n := range nss {
+		s[i] = string(n)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// runAgent runs `nodeexec agent nsenter ARGS...` and returns the exit code,
+// stdout and stderr.
+func runAgent(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), Streams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut},
+		append([]string{"nodeexec", "agent", "nsenter"}, args...))
+	return code, out.String(), errOut.String()
+}
+
+func TestAgentNsenterFlagValidation(t *testing.T) {
+	self := strconv.Itoa(os.Getpid())
+	cases := []struct {
+		name string
+		args []string
+		want string // on stderr
+	}{
+		{"no target", []string{"--", "true"}, `Required flag "target" not set`},
+		{"zero target", []string{"--target", "0", "--", "true"}, "--target 0: give the PID (> 0)"},
+		{"negative target", []string{"--target", "-3", "--", "true"}, "--target -3"},
+		{"target not a number", []string{"--target", "init", "--", "true"}, "invalid value \"init\" for flag -target"},
+		{"unknown namespace", []string{"--target", self, "--namespaces", "mnt,netz", "--", "true"}, `--namespaces: unknown namespace "netz": valid names are mnt, uts, ipc, net, pid, cgroup, user, or all`},
+		{"empty namespaces", []string{"--target", self, "--namespaces", "", "--", "true"}, "--namespaces: no namespace"},
+		{"all in a list", []string{"--target", self, "--namespaces", "all,net", "--", "true"}, `"all" alone`},
+		{"no command", []string{"--target", self}, "no command: give it after --"},
+		{"empty command", []string{"--target", self, "--", ""}, "no command"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runAgent(t, "", tc.args...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2 (bad usage); stderr %q", code, errOut)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q, want it to contain %q", errOut, tc.want)
+			}
+			if out != "" && !strings.Contains(out, "USAGE") {
+				t.Errorf("stdout %q", out)
+			}
+		})
+	}
+}
+
+func TestAgentHiddenFromHelp(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, []string{"nodeexec", "--help"}); code != 0 {
+		t.Fatalf("--help: exit %d, %s", code, errOut.String())
+	}
+	if strings.Contains(out.String(), "agent") {
+		t.Errorf("--help shows the agent command:\n%s", out.String())
+	}
+	out.Reset()
+	Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, []string{"nodeexec", "agent", "nsenter", "--help"})
+	if !strings.Contains(out.String(), "--target PID") || !strings.Contains(out.String(), "--namespaces LIST") {
+		t.Errorf("agent nsenter --help:\n%s", out.String())
+	}
+}
+
+// TestAgentNsenterRuns enters namespaces of this test process (as root, as
+// CI runs): the command's streams and exit code are the agent's.
+func TestAgentNsenterRuns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test enters namespaces and needs root (CI runs as root)")
+	}
+	self := strconv.Itoa(os.Getpid())
+	noexec := filepath.Join(t.TempDir(), "noexec")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name             string
+		args             []string
+		code             int
+		stdout, inStderr string
+	}{
+		{"exit code and streams", []string{"--target", self, "--namespaces", "uts,net", "--", "sh", "-c", `cat; echo err >&2; exit 7`}, 7, "from stdin\n", "err\n"},
+		{"default namespaces", []string{"--target", self, "--", "sh", "-c", `pwd`}, 0, "/\n", ""},
+		{"all", []string{"-t", self, "--namespaces", "all", "--", "true"}, 0, "", ""},
+		{"signal", []string{"--target", self, "--", "sh", "-c", `kill -TERM $$`}, 143, "", ""},
+		{"no such process", []string{"--target", "1073741824", "--", "true"}, 125, "", "nodeexec agent nsenter: nsenter: target process 1073741824 does not exist"},
+		{"not found", []string{"--target", self, "--", "no-such-program-nodeexec"}, 127, "", "no-such-program-nodeexec"},
+		{"not executable", []string{"--target", self, "--", noexec}, 126, "", "not executable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runAgent(t, "from stdin\n", tc.args...)
+			if code != tc.code || out != tc.stdout || !strings.Contains(errOut, tc.inStderr) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", code, out, errOut, tc.code, tc.stdout, tc.inStderr)
+			}
+		})
+	}
+}

@@ -23,10 +23,16 @@ import (
 // the first container running.
 func targetPod(ctx context.Context, t *testing.T, commands ...[]string) *corev1.Pod {
 	t.Helper()
+	return targetPodIn(ctx, t, "default", commands...)
+}
+
+// targetPodIn is targetPod in namespace ns.
+func targetPodIn(ctx context.Context, t *testing.T, ns string, commands ...[]string) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "eph-target-",
-			Namespace:    "default",
+			Namespace:    ns,
 			Labels:       map[string]string{"nodeexec.io/e2e": "ephemeral-target"},
 		},
 		Spec: corev1.PodSpec{
@@ -41,20 +47,20 @@ func targetPod(ctx context.Context, t *testing.T, commands ...[]string) *corev1.
 			Name: fmt.Sprintf("c%d", i), Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: cmd,
 		})
 	}
-	created, err := env.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	created, err := env.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := env.client.CoreV1().Pods("default").Delete(cctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := env.client.CoreV1().Pods(ns).Delete(cctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Errorf("deleting target pod %s: %v", created.Name, err)
 		}
 	})
 	var cur *corev1.Pod
 	if !waitFor(60*time.Second, func() bool {
-		cur, err = env.client.CoreV1().Pods("default").Get(ctx, created.Name, metav1.GetOptions{})
+		cur, err = env.client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 		return err == nil && cur.Status.Phase == corev1.PodRunning && len(cur.Status.ContainerStatuses) == len(commands) &&
 			cur.Status.ContainerStatuses[0].State.Running != nil
 	}) {
@@ -264,4 +270,34 @@ func TestEphemeralBadInput(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEphemeralPodSecurity: in a namespace enforcing baseline, the general
+// profile (SYS_PTRACE) is refused before anything is added (Preflight's dry
+// run; exit 2 on the command line), and the baseline profile runs.
+func TestEphemeralPodSecurity(t *testing.T) {
+	ctx := context.Background()
+	pod := targetPodIn(ctx, t, "nodeexec-baseline", []string{"sleep", "3600"})
+	_, before := runContainers(ctx, t, pod, "-")
+
+	err := ephemeralBackend(t, pod, nil).Preflight(ctx, "")
+	if !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), `Pod Security level rejects an ephemeral container with profile "general"`) {
+		t.Errorf("Preflight error = %v, want ErrForbidden naming the profile", err)
+	}
+	_, err = ephemeralBackend(t, pod, nil).Run(ctx, nodeexec.Request{Command: []string{"true"}, Timeout: time.Minute})
+	if !errors.Is(err, nodeexec.ErrForbidden) {
+		t.Errorf("Run error = %v, want ErrForbidden", err)
+	}
+	_, stderr, code := cli(ctx, "", "run", "--backend", "ephemeral", "--pod", pod.Namespace+"/"+pod.Name, "--", "true")
+	if code != 2 || !strings.Contains(stderr, "SYS_PTRACE") {
+		t.Errorf("CLI: exit %d, want 2 naming SYS_PTRACE:\n%s", code, stderr)
+	}
+	if _, after := runContainers(ctx, t, pod, "-"); after != before {
+		t.Errorf("refused runs added ephemeral containers: %d before, %d after", before, after)
+	}
+
+	stdout, stderr, code := cli(ctx, "", "run", "--backend", "ephemeral", "--profile", "baseline", "--pod", pod.Namespace+"/"+pod.Name, "--no-prefix", "--", "sh", "-c", "ps | grep -c '[s]leep 3600'")
+	if code != 0 || stdout != "1\n" {
+		t.Errorf("baseline profile: exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+	}
 }

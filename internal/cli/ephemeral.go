@@ -52,7 +52,8 @@ func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
 
 // podTargets returns targets unchanged, or for --pod the pod's node, after
 // checking (without creating anything) that the pod and target container
-// run and the pod has room for another ephemeral container.
+// run, the pod has room for another ephemeral container, and the API server
+// would admit it (dry run: RBAC, Pod Security).
 func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targets) (nodeexec.Targets, error) {
 	b, ok := backend.(*ephemeral.Backend)
 	if c.String("pod") == "" || !ok {
@@ -60,6 +61,10 @@ func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targ
 	}
 	node, _, err := b.Target(c.Context)
 	if err != nil {
+		return targets, err
+	}
+	// RBAC and Pod Security judge a dry run of the patch: refused here, exit 2.
+	if err := b.Preflight(c.Context, node); err != nil {
 		return targets, err
 	}
 	return nodeexec.Targets{Nodes: []string{node}}, nil

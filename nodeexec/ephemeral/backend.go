@@ -183,7 +183,10 @@ type Backend struct {
 	o Options
 }
 
-var _ nodeexec.Backend = (*Backend)(nil)
+var (
+	_ nodeexec.Backend     = (*Backend)(nil)
+	_ nodeexec.Preflighter = (*Backend)(nil)
+)
 
 // New validates o and returns a Backend. It does not contact the API server;
 // see Target. Errors name the bad field.
@@ -359,7 +362,7 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (res nodeexec.R
 	w := watchPod(ctx, b.o.Client, b.o.Namespace, b.o.Pod)
 	defer w.stop()
 
-	name, node, err := b.add(ctx, req)
+	name, node, err := b.add(ctx, req, false)
 	if err != nil {
 		if cerr := ctxErr(ctx); cerr != nil {
 			return res, errors.Join(cerr, err)
@@ -386,9 +389,21 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (res nodeexec.R
 	return res, nil
 }
 
-// add checks the pod and adds the ephemeral container for req, retrying on
-// a conflicting concurrent update. It returns the container's name and the node.
-func (b *Backend) add(ctx context.Context, req nodeexec.Request) (name, node string, err error) {
+// Preflight checks, adding nothing, that a run on node may start: Target's
+// checks (node must be the pod's node, or empty) and a server-side dry run
+// of the patch, which RBAC (patch on pods/ephemeralcontainers) and the
+// namespace's Pod Security admission judge as they would the real one.
+// Errors are those of Target, ErrWrongNode, ErrEphemeralContainersDisabled
+// and nodeexec.ErrForbidden.
+func (b *Backend) Preflight(ctx context.Context, node string) error {
+	_, _, err := b.add(ctx, nodeexec.Request{Node: node, Command: []string{"true"}}, true)
+	return err
+}
+
+// add checks the pod and adds the ephemeral container for req (with dryRun,
+// only asks the API server to admit it), retrying on a conflicting
+// concurrent update. It returns the container's name and the node.
+func (b *Backend) add(ctx context.Context, req nodeexec.Request, dryRun bool) (name, node string, err error) {
 	name = NamePrefix + b.o.NameSuffix()
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, target, err := b.check(ctx)
@@ -420,7 +435,11 @@ func (b *Backend) add(ctx context.Context, req nodeexec.Request) (name, node str
 		if err != nil {
 			return err
 		}
-		_, err = b.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "ephemeralcontainers")
+		opts := metav1.PatchOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = b.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, opts, "ephemeralcontainers")
 		return err
 	})
 	if err == nil {

@@ -297,3 +297,24 @@ func TestRunKills(t *testing.T) {
 		})
 	}
 }
+
+// TestPreflight: the patch is sent as a dry run (nothing added) and a
+// wrong node is refused.
+func TestPreflight(t *testing.T) {
+	client := fake.NewClientset(targetPod())
+	var opts []metav1.PatchOptions
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		opts = append(opts, a.(k8stesting.PatchActionImpl).PatchOptions)
+		return true, targetPod(), nil // the fake would apply a dry run
+	})
+	b := newTestBackend(t, client, nil)
+	if err := b.Preflight(context.Background(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]metav1.PatchOptions{{DryRun: []string{metav1.DryRunAll}}}, opts); diff != "" {
+		t.Errorf("patch options (-want +got):\n%s", diff)
+	}
+	if err := b.Preflight(context.Background(), "node-b"); !errors.Is(err, ErrWrongNode) {
+		t.Errorf("Preflight on another node = %v, want ErrWrongNode", err)
+	}
+}

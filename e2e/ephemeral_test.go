@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,6 +189,30 @@ func TestEphemeral(t *testing.T) {
 			if strings.Contains(line, "sleep 300") {
 				t.Errorf("a process of the timed-out run still runs: %q\n%s", line, ps.String())
 			}
+		}
+	})
+
+	t.Run("concurrent runs on one pod", func(t *testing.T) {
+		// Each add is a patch with the pod's resourceVersion: concurrent
+		// ones conflict and are retried, and every run gets its container.
+		b := ephemeralBackend(t, pod, nil)
+		const n = 3
+		outs := make([]syncBuffer, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				_, errs[i] = b.Run(ctx, nodeexec.Request{Command: []string{"echo", fmt.Sprint("run-", i)}, Stdout: &outs[i], Timeout: time.Minute})
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil || outs[i].String() != fmt.Sprintf("run-%d\n", i) {
+				t.Errorf("run %d: %v, stdout %q", i, errs[i], outs[i].String())
+			}
+		}
+		if statuses, _ := runContainers(ctx, t, pod, b.RunID()); len(statuses) != n {
+			t.Errorf("%d containers for %d runs", len(statuses), n)
 		}
 	})
 

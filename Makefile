@@ -53,7 +53,7 @@ clean:
 NODES ?= 2
 TESTCLUSTER ?= go run ./internal/testcluster/cmd/testcluster
 
-.PHONY: cluster-up cluster-down cluster-add-node cluster-test
+.PHONY: cluster-up cluster-down cluster-add-node cluster-test agent-image
 
 cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes
 	@$(TESTCLUSTER) up --nodes $(NODES)
@@ -63,6 +63,9 @@ cluster-down: ## stop it and remove everything but the build cache
 
 cluster-add-node: ## start one more node; prints its name
 	@$(TESTCLUSTER) add-node
+
+agent-image: ## build the nsenter backend's agent image (static nodeexec + busybox) and import it into the running test cluster
+	go run ./internal/agentimage/cmd/agentimage
 
 cluster-test: ## end-to-end test of the test cluster itself (starts or reuses it)
 	go test -tags e2e -count=1 -timeout 30m -v ./internal/testcluster/

@@ -6,7 +6,10 @@
 // `make test-e2e` or `go test -tags e2e ./e2e/`.
 //
 // NODEEXEC_E2E_KUBECONFIG points the suite at another cluster instead; then
-// NODEEXEC_E2E_IMAGE must name an image every node already has.
+// NODEEXEC_E2E_IMAGE must name an image every node already has, and
+// NODEEXEC_E2E_AGENT_IMAGE the nsenter backend's agent image (default
+// nsenter.DefaultAgentImage, which TestMain builds and imports into the local
+// test cluster).
 package e2e
 
 import (
@@ -23,9 +26,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/internal/testcluster"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // env is what every test uses; set up once by TestMain.
@@ -57,6 +62,11 @@ func run(m *testing.M) int {
 			return 1
 		}
 		env.kubeconfig = c.Kubeconfig()
+		// The nsenter backend's agent image, built from this tree (no registry).
+		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+			return 1
+		}
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
 	if err != nil {

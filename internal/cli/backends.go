@@ -13,10 +13,11 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // backendNames lists the values of --backend.
-func backendNames() []string { return []string{debugpod.Name, ephemeral.Name} }
+func backendNames() []string { return []string{debugpod.Name, nsenter.Name, ephemeral.Name} }
 
 // backendFlags are the flags that choose and configure a backend; each maps
 // onto one field of that backend's Options.
@@ -32,6 +33,8 @@ func backendFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "memory-request", Value: "16Mi", Usage: "memory request of the debugging container"},
 		&ucli.StringFlag{Name: "pod", Usage: "ephemeral backend: the running pod `[NAMESPACE/]NAME` to add the ephemeral container to; the run targets its node (no --node, --selector or --all)"},
 		&ucli.StringFlag{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
+		&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
+		&ucli.StringFlag{Name: "agent-image", Value: nsenter.DefaultAgentImage, EnvVars: []string{"NODEEXEC_AGENT_IMAGE"}, Usage: "nsenter backend: the agent image (nodeexec at " + nsenter.AgentPath + ")"},
 	}
 }
 
@@ -40,8 +43,15 @@ func checkBackendFlags(c *ucli.Context) error {
 	name := c.String("backend")
 	for _, n := range backendNames() {
 		if n == name {
-			_, err := requests(c)
-			return err
+			if _, err := requests(c); err != nil {
+				return err
+			}
+			if name == nsenter.Name {
+				if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
+					return fmt.Errorf("--namespaces: %w", err)
+				}
+			}
+			return nil
 		}
 	}
 	return fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
@@ -63,6 +73,22 @@ func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 			Namespace:         ns,
 			Profile:           c.String("profile"),
 			Image:             c.String("image"),
+			ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
+			ImagePullSecrets:  c.StringSlice("image-pull-secret"),
+			PriorityClassName: c.String("priority-class"),
+			Requests:          reqs,
+		})
+	case nsenter.Name:
+		nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
+		if err != nil {
+			return nil, fmt.Errorf("--namespaces: %w", err)
+		}
+		return nsenter.New(nsenter.Options{
+			Client:            client,
+			Config:            cfg,
+			Namespace:         ns,
+			Namespaces:        nss,
+			Image:             c.String("agent-image"),
 			ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
 			ImagePullSecrets:  c.StringSlice("image-pull-secret"),
 			PriorityClassName: c.String("priority-class"),

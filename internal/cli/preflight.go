@@ -7,12 +7,14 @@ import (
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
+	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // explainFlag is --explain, shared by run and shell.
@@ -30,6 +32,10 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 	o := preflight.Options{Client: client, Namespace: ns, Backend: b.Name()}
 	if p, ok := b.(nodeexec.Preflighter); ok {
 		o.DryRun = func(ctx context.Context) error { return p.Preflight(ctx, node) }
+	}
+	if n, ok := b.(*nsenter.Backend); ok {
+		o.Namespace = n.Namespace()
+		o.Level = n.PodSecurityLevel()
 	}
 	if d, ok := b.(*debugpod.Backend); ok {
 		o.Namespace = d.Namespace()
@@ -82,7 +88,13 @@ func printExplain(w io.Writer, b nodeexec.Backend, req nodeexec.Request, report 
 	}
 	comment("RBAC needed: %s", strings.Join(perms, ", "))
 	comment("preflight on node %s:\n%s", req.Node, report.String())
-	d, ok := b.(*debugpod.Backend)
+	if n, ok := b.(*nsenter.Backend); ok {
+		comment("pod security level needed: %s", n.PodSecurityLevel())
+		comment("command (over exec, in the pod's container): %q", n.Argv(req))
+	}
+	d, ok := b.(interface {
+		Pod(nodeexec.Request) (*corev1.Pod, error)
+	})
 	if !ok {
 		comment("backend %s has no pod to show", b.Name())
 		return nil

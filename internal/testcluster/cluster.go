@@ -264,9 +264,23 @@ func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
 			return fmt.Errorf("testcluster: %w", err)
 		}
 	}
-	if !slices.Contains(st.Images, keep) {
-		st.Images = append(st.Images, keep)
+	// A newer build of the same tarball replaces the older copies: nodes added
+	// later get the current image, and rebuilt images do not pile up on disk.
+	base := "-" + filepath.Base(tarball)
+	var images []string
+	for _, img := range st.Images {
+		if img != keep && strings.HasSuffix(img, base) {
+			if err := os.Remove(img); err != nil && !os.IsNotExist(err) {
+				r.logf("removing the older image tarball %s: %v", img, err)
+			}
+			continue
+		}
+		images = append(images, img)
 	}
+	if !slices.Contains(images, keep) {
+		images = append(images, keep)
+	}
+	st.Images = images
 	return r.l.saveState(st)
 }
 

@@ -13,16 +13,20 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // backendNames lists the values of --backend.
-func backendNames() []string { return []string{debugpod.Name, nsenter.Name, ephemeral.Name} }
+func backendNames() []string {
+	return []string{debugpod.Name, nsenter.Name, ephemeral.Name, runtimeexec.Name}
+}
 
 // backendFlags are the flags that choose and configure a backend; each maps
 // onto one field of that backend's Options.
 func backendFlags() []ucli.Flag {
-	return []ucli.Flag{
+	return append([]ucli.Flag{
 		&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: " + strings.Join(backendNames(), ", ")},
 		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles, ", ")},
 		&ucli.StringFlag{Name: "image", Value: debugpod.DefaultImage, EnvVars: []string{"NODEEXEC_IMAGE"}, Usage: "image of the debugging container"},
@@ -35,7 +39,7 @@ func backendFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
 		&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
 		&ucli.StringFlag{Name: "agent-image", Value: nsenter.DefaultAgentImage, EnvVars: []string{"NODEEXEC_AGENT_IMAGE"}, Usage: "nsenter backend: the agent image (nodeexec at " + nsenter.AgentPath + ")"},
-	}
+	}, runtimeFlags()...)
 }
 
 // checkBackendFlags validates the backend flags without touching the cluster.
@@ -46,7 +50,7 @@ func checkBackendFlags(c *ucli.Context) error {
 			if _, err := requests(c); err != nil {
 				return err
 			}
-			if name == nsenter.Name {
+			if name == nsenter.Name || name == runtimeexec.Name {
 				if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
 					return fmt.Errorf("--namespaces: %w", err)
 				}
@@ -83,7 +87,7 @@ func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 		if err != nil {
 			return nil, fmt.Errorf("--namespaces: %w", err)
 		}
-		return nsenter.New(nsenter.Options{
+		b, err := nsenter.New(nsenter.Options{
 			Client:            client,
 			Config:            cfg,
 			Namespace:         ns,
@@ -94,6 +98,12 @@ func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 			PriorityClassName: c.String("priority-class"),
 			Requests:          reqs,
 		})
+		if err != nil {
+			return nil, err
+		}
+		return withResident(c, client, cfg, b, resident.NSEnter(b))
+	case runtimeexec.Name:
+		return newRuntime(c, client, cfg, ns, reqs)
 	default:
 		return nil, fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
 	}

@@ -66,7 +66,7 @@ func newApp(streams Streams) *ucli.App {
 		ExitErrHandler:       func(*ucli.Context, error) {},
 		EnableBashCompletion: true,
 		Flags:                clientFlags(),
-		Commands:             []*ucli.Command{runCommand(streams), shellCommand(streams), agentCommand(streams)},
+		Commands:             []*ucli.Command{runCommand(streams), shellCommand(streams), agentCommand(streams, agentExtraCommands(streams)...)},
 	}
 }
 

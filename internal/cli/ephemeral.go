@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 )
 
 // podRef parses --pod [NAMESPACE/]NAME; the namespace defaults to ns.
@@ -30,6 +31,9 @@ func podRef(c *ucli.Context, ns string) (namespace, name string, err error) {
 // checkTargets validates the targets: --pod (only with --backend ephemeral)
 // replaces --node, --selector and --all.
 func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
+	if c.String("backend") == runtimeexec.Name {
+		return checkRuntimeTargets(c, targets)
+	}
 	pod := c.String("pod")
 	isEphemeral := c.String("backend") == ephemeral.Name
 	switch {
@@ -55,6 +59,9 @@ func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
 // run, the pod has room for another ephemeral container, and the API server
 // would admit it (dry run: RBAC, Pod Security).
 func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targets) (nodeexec.Targets, error) {
+	if c.String("backend") == runtimeexec.Name {
+		return runtimeTargets(c, backend)
+	}
 	b, ok := backend.(*ephemeral.Backend)
 	if c.String("pod") == "" || !ok {
 		return targets, nil

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// agentExtraCommands are the `nodeexec agent` subcommands of the runtime
+// backend and the resident agents: container-exec, install, uninstall, hold
+// (registered in cli.go as agentCommand(streams, agentExtraCommands(streams)...)).
+func agentExtraCommands(streams Streams) []*ucli.Command {
+	return []*ucli.Command{
+		agentContainerExecCommand(streams),
+		agentInstallCommand(streams),
+		agentUninstallCommand(streams),
+		agentHoldCommand(),
+	}
+}
+
+func residentFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "namespace", Value: resident.DefaultNamespace, Usage: "namespace of the resident agents (created by install, deleted by uninstall)"},
+		&ucli.DurationFlag{Name: "timeout", Value: resident.DefaultTimeout, Usage: "how long to wait for the agents to be available (install) or gone (uninstall)"},
+	}
+}
+
+func agentInstallCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:  "install",
+		Usage: "install resident agents: a privileged hostPID DaemonSet, so that runs with --use-resident exec into it instead of creating a pod",
+		Description: "Creates the namespace (Pod Security level privileged) and the DaemonSet " + resident.DaemonSetName + ", labelled\n" +
+			"app.kubernetes.io/managed-by=nodeexec and app.kubernetes.io/component=agent, and waits until an agent is available\n" +
+			"on every node. Running it again updates the DaemonSet. `nodeexec agent uninstall` removes everything.",
+		Flags: append(residentFlags(),
+			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the agent pods (e.g. system-node-critical)"},
+			&ucli.StringFlag{Name: "agent-image", Value: nsenter.DefaultAgentImage, EnvVars: []string{"NODEEXEC_AGENT_IMAGE"}, Usage: "the agent image"},
+			&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
+			&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` in the namespace for pulling the image (repeatable)"},
+		),
+		Action: func(c *ucli.Context) error {
+			cs, _, _, err := client(c)
+			if err != nil {
+				return err
+			}
+			ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
+			start := time.Now()
+			err = resident.Install(ctx, cs, resident.Options{
+				Namespace:         c.String("namespace"),
+				Image:             c.String("agent-image"),
+				ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
+				ImagePullSecrets:  c.StringSlice("image-pull-secret"),
+				PriorityClassName: c.String("priority-class"),
+				Timeout:           c.Duration("timeout"),
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(streams.ErrOut, "resident agents available on every node (namespace %s, %s)\n", c.String("namespace"), time.Since(start).Round(10*time.Millisecond))
+			return nil
+		},
+	}
+}
+
+func agentUninstallCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:  "uninstall",
+		Usage: "remove the resident agents: the DaemonSet, its pods and the namespace",
+		Flags: residentFlags(),
+		Action: func(c *ucli.Context) error {
+			cs, _, _, err := client(c)
+			if err != nil {
+				return err
+			}
+			ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
+			if err := resident.Uninstall(ctx, cs, resident.Options{Namespace: c.String("namespace"), Timeout: c.Duration("timeout")}); err != nil {
+				return err
+			}
+			fmt.Fprintf(streams.ErrOut, "resident agents removed (namespace %s)\n", c.String("namespace"))
+			return nil
+		},
+	}
+}
+
+// agentHoldCommand is the resident agent's main process: it does nothing
+// until SIGTERM or SIGINT (which cancel the command's context), then exits 0.
+func agentHoldCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:   "hold",
+		Usage:  "wait for SIGTERM (the resident agent's main process)",
+		Hidden: true,
+		Action: func(c *ucli.Context) error {
+			<-c.Context.Done()
+			return nil
+		},
+	}
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	ucli "github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// runtimeFlags are the flags of the runtime backend and of resident agents.
+func runtimeFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringSliceFlag{Name: "runtime-endpoint", Usage: "runtime backend: container runtime socket `PATH` on the node, tried before the well-known ones (repeatable)"},
+		&ucli.BoolFlag{Name: "no-proc-fallback", Usage: "runtime backend: fail when no runtime socket knows the container, instead of scanning /proc/*/cgroup for it"},
+		&ucli.BoolFlag{Name: "use-resident", Usage: "nsenter and runtime backends: exec into the node's resident agent (`nodeexec agent install`) instead of creating a pod, when there is one"},
+		&ucli.StringFlag{Name: "resident-namespace", Value: resident.DefaultNamespace, Usage: "namespace of the resident agents"},
+	}
+}
+
+// newRuntime builds the runtime backend: --pod [NAMESPACE/]NAME and
+// --container name the target; agent pods go to ns.
+func newRuntime(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns string, reqs corev1.ResourceList) (nodeexec.Backend, error) {
+	podNS, pod, err := podRef(c, ns)
+	if err != nil {
+		return nil, err
+	}
+	var nss []nsenter.Namespace
+	if c.IsSet("namespaces") {
+		if nss, err = nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
+			return nil, err
+		}
+	}
+	b, err := runtimeexec.New(runtimeexec.Options{
+		Client:            client,
+		Config:            cfg,
+		PodNamespace:      podNS,
+		Pod:               pod,
+		Container:         c.String("container"),
+		Namespace:         ns,
+		Namespaces:        nss,
+		RuntimeEndpoints:  c.StringSlice("runtime-endpoint"),
+		NoProcFallback:    c.Bool("no-proc-fallback"),
+		Image:             c.String("agent-image"),
+		ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
+		ImagePullSecrets:  c.StringSlice("image-pull-secret"),
+		PriorityClassName: c.String("priority-class"),
+		Requests:          reqs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return withResident(c, client, cfg, b, nil)
+}
+
+// withResident wraps b with resident.Wrap when --use-resident is set.
+func withResident(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, b nodeexec.Backend, cmd resident.Commander) (nodeexec.Backend, error) {
+	if !c.Bool("use-resident") {
+		return b, nil
+	}
+	return resident.Wrap(b, resident.WrapOptions{Client: client, Config: cfg, Namespace: c.String("resident-namespace"), Commander: cmd})
+}
+
+// checkRuntimeTargets: the runtime backend targets the pod of --pod, on its
+// node; --node, --selector and --all do not apply.
+func checkRuntimeTargets(c *ucli.Context, targets nodeexec.Targets) error {
+	switch {
+	case c.String("pod") == "":
+		return errors.New("--backend runtime needs --pod [NAMESPACE/]NAME (and --container NAME unless the pod's default container will do): the container to run in")
+	case len(targets.Nodes) > 0 || targets.Selector != "" || targets.All:
+		return errors.New("--pod targets the pod's node: do not combine it with --node, --selector or --all")
+	}
+	_, _, err := podRef(c, "default")
+	return err
+}
+
+// runtimeTargets looks up the target pod (nothing is created) and returns
+// its node as the run's only target.
+func runtimeTargets(c *ucli.Context, backend nodeexec.Backend) (nodeexec.Targets, error) {
+	if w, ok := backend.(*resident.Backend); ok {
+		backend = w.Unwrap()
+	}
+	b, ok := backend.(*runtimeexec.Backend)
+	if !ok {
+		return nodeexec.Targets{}, fmt.Errorf("backend %s is not the runtime backend", backend.Name())
+	}
+	node, _, _, err := b.Target(c.Context)
+	if err != nil {
+		return nodeexec.Targets{}, err
+	}
+	return nodeexec.Targets{Nodes: []string{node}}, nil
+}

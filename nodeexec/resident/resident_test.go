@@ -1,0 +1,260 @@
+package resident
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func TestBuildGolden(t *testing.T) {
+	o, err := Options{InstallID: "install-1", PriorityClassName: "system-node-critical", ImagePullSecrets: []string{"regcred"}}.withDefaults(time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, obj := range map[string]any{"daemonset": BuildDaemonSet(o), "namespace": BuildNamespace(o)} {
+		t.Run(name, func(t *testing.T) {
+			got, err := yaml.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", name+".yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run `go test ./nodeexec/resident -update` to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("%s differs from %s (-want +got):\n%s", name, path, diff)
+			}
+		})
+	}
+}
+
+func TestBuildProperties(t *testing.T) {
+	o, err := Options{}.withDefaults(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := BuildDaemonSet(o)
+	ns := BuildNamespace(o)
+	p := ds.Spec.Template.Spec
+	c := p.Containers[0]
+	for name, ok := range map[string]bool{
+		"namespace":             ds.Namespace == "nodeexec-system" && ns.Name == "nodeexec-system",
+		"privileged ns":         ns.Labels[LabelPodSecurity] == "privileged",
+		"managed-by everywhere": ds.Labels[nodeexec.LabelManagedBy] == "nodeexec" && ns.Labels[nodeexec.LabelManagedBy] == "nodeexec" && ds.Spec.Template.Labels[nodeexec.LabelManagedBy] == "nodeexec",
+		"component":             ds.Spec.Template.Labels[LabelComponent] == "agent" && ds.Labels[LabelComponent] == "agent",
+		"install id":            ds.Labels[nodeexec.LabelRunID] == "install-20261121t120000",
+		"selector matches":      ds.Spec.Selector.MatchLabels[LabelComponent] == "agent" && len(ds.Spec.Selector.MatchLabels) == 2,
+		"hostPID privileged":    p.HostPID && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged,
+		"holder":                strings.Join(c.Command, " ") == nsenter.AgentPath+" agent hold",
+		"tolerates all":         len(p.Tolerations) == 1 && p.Tolerations[0].Operator == corev1.TolerationOpExists,
+		"tiny requests":         c.Resources.Requests.Cpu().MilliValue() == 5,
+		"host root":             len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == runtimeexec.HostRoot && c.VolumeMounts[0].ReadOnly,
+		"no token":              !*p.AutomountServiceAccountToken,
+	} {
+		if !ok {
+			t.Errorf("%s: not so", name)
+		}
+	}
+	for _, bad := range []Options{{Namespace: "Bad_NS"}, {ImagePullPolicy: "Sometimes"}, {InstallID: "a b"}} {
+		if _, err := bad.withDefaults(time.Now()); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+func agentPod(name, node string, ready bool) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DefaultNamespace, Labels: map[string]string{nodeexec.LabelManagedBy: "nodeexec", LabelComponent: "agent"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: nsenter.AgentContainerName, Ready: ready, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+		}},
+	}
+}
+
+func TestFind(t *testing.T) {
+	client := fake.NewClientset(agentPod("a-1", "node-1", true), agentPod("a-2", "node-2", false))
+	if pod, ok, err := Find(t.Context(), client, "", "node-1"); err != nil || !ok || pod != "a-1" {
+		t.Errorf("node-1: %q %v %v", pod, ok, err)
+	}
+	if _, ok, err := Find(t.Context(), client, "", "node-2"); err != nil || ok {
+		t.Errorf("node-2 (not ready): %v %v", ok, err)
+	}
+	if _, ok, err := Find(t.Context(), client, "", "node-3"); err != nil || ok {
+		t.Errorf("node-3 (none): %v %v", ok, err)
+	}
+}
+
+// fakeInner records whether the wrapped backend ran.
+type fakeInner struct {
+	name string
+	ran  bool
+}
+
+func (f *fakeInner) Name() string { return f.name }
+func (f *fakeInner) Run(_ context.Context, req nodeexec.Request) (nodeexec.Result, error) {
+	f.ran = true
+	return nodeexec.Result{Node: req.Node, Backend: f.name}, nil
+}
+
+type fixedCommander struct {
+	node string
+	err  error
+}
+
+func (c fixedCommander) AgentCommand(context.Context, nodeexec.Request) (string, []string, error) {
+	return c.node, []string{"agent", "cmd"}, c.err
+}
+
+type fakeStreamer struct {
+	got    *corev1.PodExecOptions
+	pod    string
+	stderr string
+	err    error
+}
+
+func (s *fakeStreamer) Exec(_ context.Context, _, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+	s.got, s.pod = opts, pod
+	_, _ = streams.Stdout.Write([]byte("out\n"))
+	_, _ = streams.Stderr.Write([]byte(s.stderr))
+	return s.err
+}
+
+func TestWrap(t *testing.T) {
+	client := fake.NewClientset(agentPod("a-1", "node-1", true))
+	tests := map[string]struct {
+		inner     string
+		cmd       fixedCommander
+		streamErr error
+		stderr    string
+		wantInner bool
+		wantErr   error
+		wantCode  int
+	}{
+		"resident":            {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, wantCode: 0},
+		"no agent on node":    {inner: "nsenter", cmd: fixedCommander{node: "node-2"}, wantInner: true},
+		"unsupported":         {inner: "nsenter", cmd: fixedCommander{err: ErrUnsupported}, wantInner: true},
+		"commander error":     {inner: "runtime", cmd: fixedCommander{err: runtimeexec.ErrPodNotFound}, wantErr: runtimeexec.ErrPodNotFound, wantCode: -1},
+		"exit code":           {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 3}, wantCode: 3},
+		"runtime agent error": {inner: "runtime", cmd: fixedCommander{node: "node-1"}, stderr: "nodeexec agent: not found\n", streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 125}, wantErr: runtimeexec.ErrAgent, wantCode: 125},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			inner := &fakeInner{name: tt.inner}
+			s := &fakeStreamer{err: tt.streamErr, stderr: tt.stderr}
+			b, err := Wrap(inner, WrapOptions{Client: client, Streamer: s, Commander: tt.cmd})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := b.Run(t.Context(), nodeexec.Request{Command: []string{"id"}, Timeout: 10 * time.Second})
+			if inner.ran != tt.wantInner {
+				t.Errorf("inner ran = %v, want %v", inner.ran, tt.wantInner)
+			}
+			if tt.wantInner {
+				return
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("err = %v, want %v", err, tt.wantErr)
+			}
+			if res.ExitCode != tt.wantCode || nodeexec.ExitCode(err) != max(tt.wantCode, 0) && tt.wantErr == nil {
+				t.Errorf("exit code %d (err %v), want %d", res.ExitCode, err, tt.wantCode)
+			}
+			if tt.wantCode >= 0 {
+				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != "timeout -s TERM 15 agent cmd" || s.got.Container != "agent" {
+					t.Errorf("exec in %q: %+v", s.pod, s.got)
+				}
+				if res.Pod != "a-1" || res.Namespace != DefaultNamespace || res.Backend != tt.inner || res.FirstOutput.IsZero() {
+					t.Errorf("result %+v", res)
+				}
+			}
+		})
+	}
+	if _, err := Wrap(&fakeInner{name: "debugpod"}, WrapOptions{Client: client, Streamer: &fakeStreamer{}}); err == nil {
+		t.Error("Wrap accepted a backend that is not a Commander")
+	}
+}
+
+func TestInstallUninstallFake(t *testing.T) {
+	client := fake.NewClientset()
+	// The fake has no DaemonSet controller: Install's wait times out, having created both objects.
+	err := Install(t.Context(), client, Options{Timeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "0 of 0 agents available") {
+		t.Errorf("Install on a fake cluster: %v", err)
+	}
+	if _, err := client.AppsV1().DaemonSets(DefaultNamespace).Get(t.Context(), DaemonSetName, metav1.GetOptions{}); err != nil {
+		t.Errorf("daemonset: %v", err)
+	}
+	if err := Uninstall(t.Context(), client, Options{Timeout: 5 * time.Second}); err != nil {
+		t.Errorf("Uninstall: %v", err)
+	}
+	if _, err := client.CoreV1().Namespaces().Get(t.Context(), DefaultNamespace, metav1.GetOptions{}); err == nil {
+		t.Error("namespace left")
+	}
+	// A namespace nodeexec does not manage is refused, and kept by Uninstall.
+	if _, err := client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(t.Context(), client, Options{Namespace: "theirs", Timeout: time.Second}); err == nil || !strings.Contains(err.Error(), "not managed by nodeexec") {
+		t.Errorf("Install into a foreign namespace: %v", err)
+	}
+	if err := Uninstall(t.Context(), client, Options{Namespace: "theirs", Timeout: 2 * time.Second}); err != nil {
+		t.Errorf("Uninstall of a foreign namespace: %v", err)
+	}
+	if _, err := client.CoreV1().Namespaces().Get(t.Context(), "theirs", metav1.GetOptions{}); err != nil {
+		t.Errorf("foreign namespace deleted: %v", err)
+	}
+}
+
+type preflightInner struct {
+	fakeInner
+	called []string
+}
+
+func (p *preflightInner) Preflight(_ context.Context, node string) error {
+	p.called = append(p.called, node)
+	return errors.New("would be refused")
+}
+
+// TestWrapPreflight: no dry run of a pod where a resident agent will run the command.
+func TestWrapPreflight(t *testing.T) {
+	client := fake.NewClientset(agentPod("a-1", "node-1", true))
+	inner := &preflightInner{fakeInner: fakeInner{name: "nsenter"}}
+	b, err := Wrap(inner, WrapOptions{Client: client, Streamer: &fakeStreamer{}, Commander: fixedCommander{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Preflight(t.Context(), "node-1"); err != nil || len(inner.called) != 0 {
+		t.Errorf("node with an agent: %v, inner called %v", err, inner.called)
+	}
+	if err := b.Preflight(t.Context(), "node-2"); err == nil || len(inner.called) != 1 {
+		t.Errorf("node without an agent: %v, inner called %v", err, inner.called)
+	}
+	if b.Unwrap() != inner {
+		t.Error("Unwrap")
+	}
+}

@@ -1,0 +1,216 @@
+package resident
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// Commander is implemented by backends whose pods run the agent binary: it
+// returns the node to run req on and the agent command line, which a
+// resident agent runs just as the backend's own pod would. It returns an
+// error wrapping ErrUnsupported when a resident agent cannot run req.
+// *runtimeexec.Backend implements it; NSEnter adapts *nsenter.Backend.
+type Commander interface {
+	AgentCommand(ctx context.Context, req nodeexec.Request) (node string, argv []string, err error)
+}
+
+// NSEnter adapts the nsenter backend: the node is req.Node and the command
+// line b.Argv(req). A request with Env is unsupported (the nsenter backend
+// passes it as the pod's environment, which a resident pod does not have),
+// so it creates its pod as usual.
+func NSEnter(b *nsenter.Backend) Commander { return nsenterCommander{b} }
+
+type nsenterCommander struct{ b *nsenter.Backend }
+
+func (c nsenterCommander) AgentCommand(_ context.Context, req nodeexec.Request) (string, []string, error) {
+	if len(req.Env) > 0 {
+		return "", nil, fmt.Errorf("%w: environment variables for the nsenter backend", ErrUnsupported)
+	}
+	return req.Node, c.b.Argv(req), nil
+}
+
+// WrapOptions configure Wrap.
+type WrapOptions struct {
+	// Client finds the agent pods (RBAC: list pods in Namespace). Required.
+	Client kubernetes.Interface
+	// Config is the client configuration, used for the exec streams. Required
+	// unless Streamer is set.
+	Config *rest.Config
+	// Namespace of the resident agents. Defaults to DefaultNamespace.
+	Namespace string
+	// Commander gives the agent command line. Defaults to the wrapped
+	// backend when it implements Commander.
+	Commander Commander
+	// Clock for timestamps. Defaults to the real clock.
+	Clock clock.PassiveClock
+	// Streamer overrides how commands are run (tests). Defaults to
+	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
+	Streamer podexec.Streamer
+}
+
+// Backend runs requests in the node's resident agent when there is one, and
+// with the wrapped backend otherwise.
+type Backend struct {
+	inner nodeexec.Backend
+	o     WrapOptions
+}
+
+var _ nodeexec.Backend = (*Backend)(nil)
+
+// Wrap returns a backend that, for each request, asks o.Commander for the
+// node and agent command line, looks for a resident agent on that node
+// (Find), and runs the command line there over exec (RBAC: create
+// pods/exec in the namespace); with no resident agent on the node, or
+// ErrUnsupported from the Commander, it calls inner.Run. Results name
+// inner's backend and the resident pod.
+func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
+	if inner == nil {
+		return nil, errors.New("resident: the backend to wrap is nil")
+	}
+	if o.Client == nil {
+		return nil, errors.New("resident: WrapOptions.Client is nil: give a Kubernetes client")
+	}
+	if o.Config == nil && o.Streamer == nil {
+		return nil, errors.New("resident: WrapOptions.Config is nil: give the rest.Config the client was built from")
+	}
+	if o.Commander == nil {
+		c, ok := inner.(Commander)
+		if !ok {
+			return nil, fmt.Errorf("resident: backend %q cannot use resident agents (it does not run the agent); give WrapOptions.Commander", inner.Name())
+		}
+		o.Commander = c
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Streamer == nil {
+		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
+	}
+	return &Backend{inner: inner, o: o}, nil
+}
+
+// Unwrap returns the wrapped backend.
+func (b *Backend) Unwrap() nodeexec.Backend { return b.inner }
+
+// Name is the wrapped backend's name.
+func (b *Backend) Name() string { return b.inner.Name() }
+
+// Preflight checks nothing when node has a resident agent (no pod will be
+// created; RBAC on pods/exec is checked by the exec itself), else it is the
+// wrapped backend's, when it has one.
+func (b *Backend) Preflight(ctx context.Context, node string) error {
+	if _, ok, err := Find(ctx, b.o.Client, b.o.Namespace, node); err == nil && ok {
+		return nil
+	}
+	if p, ok := b.inner.(nodeexec.Preflighter); ok {
+		return p.Preflight(ctx, node)
+	}
+	return nil
+}
+
+// Run runs req in the node's resident agent, or with the wrapped backend.
+// On the agent the command line runs under `timeout -s TERM` (busybox, in
+// the agent image) set to the request's timeout plus 5 s, so that it cannot
+// outlive a client that is gone; the client side ends at the timeout with an
+// error wrapping nodeexec.ErrTimeout. Errors are nodeexec.Backend's (for the
+// runtime backend also runtimeexec.ErrAgent).
+func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	if err := req.Validate(); err != nil {
+		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: b.Name()}, err
+	}
+	node, argv, err := b.o.Commander.AgentCommand(ctx, req)
+	if errors.Is(err, ErrUnsupported) {
+		log.V(1).Info("not using the resident agent", "reason", err)
+		return b.inner.Run(ctx, req)
+	}
+	if err != nil {
+		now := b.o.Clock.Now()
+		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: b.Name(), Started: now, Finished: now}, err
+	}
+	pod, ok, err := Find(ctx, b.o.Client, b.o.Namespace, node)
+	if err != nil || !ok {
+		log.V(1).Info("no resident agent: creating a pod", "node", node, "err", err)
+		return b.inner.Run(ctx, req)
+	}
+	log.V(1).Info("using the resident agent", "node", node, "pod", pod)
+	req.Node = node
+	return b.exec(ctx, pod, argv, req)
+}
+
+func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {
+	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: b.o.Clock.Now(), Backend: b.Name(), Namespace: b.o.Namespace, Pod: pod}
+	req, firstOutput := nodeexec.RecordFirstOutput(req, b.o.Clock.Now)
+	defer func() {
+		res.Finished = b.o.Clock.Now()
+		res.FirstOutput = firstOutput()
+	}()
+	timeout := req.EffectiveTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("node %q: %w after %s", req.Node, nodeexec.ErrTimeout, timeout))
+	defer cancel()
+
+	tail := &runtimeexec.TailWriter{W: req.Stderr}
+	streams := remotecommand.StreamOptions{
+		Stdin:             req.Stdin,
+		Stdout:            orDiscard(req.Stdout),
+		Tty:               req.TTY,
+		TerminalSizeQueue: req.TerminalSizeQueue,
+	}
+	if !req.TTY {
+		streams.Stderr = tail
+	}
+	limit := strconv.FormatInt(int64(math.Ceil((timeout + 5e9).Seconds())), 10)
+	opts := &corev1.PodExecOptions{
+		Container: nsenter.AgentContainerName,
+		Command:   append([]string{"timeout", "-s", "TERM", limit}, argv...),
+		Stdin:     req.Stdin != nil,
+		Stdout:    true,
+		Stderr:    !req.TTY,
+		TTY:       req.TTY,
+	}
+	xerr := b.o.Streamer.Exec(ctx, b.o.Namespace, pod, opts, streams)
+	if xerr == nil {
+		res.ExitCode = 0
+		return res, nil
+	}
+	var ce utilexec.CodeExitError
+	if errors.As(xerr, &ce) {
+		res.ExitCode = ce.Code
+		err := error(&nodeexec.ExitError{Node: req.Node, Code: ce.Code})
+		if b.inner.Name() == runtimeexec.Name {
+			err = runtimeexec.AgentError(err, tail)
+		}
+		return res, err
+	}
+	if ctx.Err() != nil {
+		return res, context.Cause(ctx)
+	}
+	return res, fmt.Errorf("exec in resident agent %s/%s on node %q: %w", b.o.Namespace, pod, req.Node, xerr)
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e bench clean
+.PHONY: all build demo test lint test-unit test-e2e bench bench-backends generate clean
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec)
@@ -33,11 +33,23 @@ test-e2e: ## on the real local cluster (started, or reused when running)
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 40m -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 BENCHTIME ?= 10x
+BENCHTIME_BACKENDS ?= 5x
 bench: build ## nodeexec run vs kubectl debug node/X, same cluster, same run; JSON in bench/latest.json
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
 	@mkdir -p bench
 	NODEEXEC_BENCH_OUT=$(CURDIR)/bench/latest.json $(GO) test -tags e2e -count=1 -run '^$$' -bench RunVsKubectlDebug -benchtime $(BENCHTIME) -timeout 30m ./e2e/
 	@cat bench/latest.json
+
+bench-backends: build ## every backend and the shell vs kubectl debug, same run; JSON in bench/backends.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_BACKENDS_OUT=$(CURDIR)/bench/backends.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'Backends' -benchtime $(BENCHTIME_BACKENDS) -timeout 40m ./e2e/
+	@cat bench/backends.json
+
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+generate: ## deepcopy and the NodeScript CRD (deploy/crd) from nodeexec/watcher/api
+	$(CONTROLLER_GEN) object paths=./nodeexec/watcher/api/...
+	$(CONTROLLER_GEN) crd paths=./nodeexec/watcher/api/... output:crd:dir=deploy/crd
 
 clean:
 	rm -rf bin

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
@@ -32,6 +33,10 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 	o := preflight.Options{Client: client, Namespace: ns, Backend: b.Name()}
 	if p, ok := b.(nodeexec.Preflighter); ok {
 		o.DryRun = func(ctx context.Context) error { return p.Preflight(ctx, node) }
+	}
+	if e, ok := b.(*ephemeral.Backend); ok {
+		// Its permissions apply in the target pod's namespace (--pod NS/NAME), not -n's.
+		o.Namespace = e.Namespace()
 	}
 	if n, ok := b.(*nsenter.Backend); ok {
 		o.Namespace = n.Namespace()

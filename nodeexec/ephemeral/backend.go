@@ -260,6 +260,10 @@ func (b *Backend) Name() string { return Name }
 // RunID is the value of EnvRunID in this backend's containers.
 func (b *Backend) RunID() string { return b.o.RunID }
 
+// Namespace is the target pod's namespace, where this backend's RBAC
+// permissions (patch pods/ephemeralcontainers, create pods/attach) apply.
+func (b *Backend) Namespace() string { return b.o.Namespace }
+
 // Target GETs the pod and checks that a run may start: the pod exists, is
 // Running, has the target container and that container runs, and the pod
 // holds fewer than MaxEphemeralContainers of ours. It returns the pod's node

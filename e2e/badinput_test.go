@@ -94,7 +94,14 @@ func TestPodSecurityRefusal(t *testing.T) {
 		_ = env.client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
 	})
 	_, stderr, code := cli(ctx, "", "-n", ns.Name, "run", "--all", "--", "true")
-	for _, want := range []string{`namespace "nodeexec-e2e-baseline" enforces Pod Security level "baseline"`, "privileged (container \"debugger\"", "kubectl label namespace nodeexec-e2e-baseline pod-security.kubernetes.io/enforce=privileged"} {
+	// The preflight refuses before anything is created: which level the
+	// namespace enforces, what the profile needs, what fits, how to relabel.
+	for _, want := range []string{
+		`namespace "nodeexec-e2e-baseline" enforces Pod Security level "baseline"`,
+		`backend debugpod with profile sysadmin needs "privileged"`,
+		"--profile baseline or --profile restricted fits this namespace",
+		"kubectl label namespace nodeexec-e2e-baseline pod-security.kubernetes.io/enforce=privileged",
+	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -156,6 +157,20 @@ func TestResidentAgents(t *testing.T) {
 		"--pod", "default/"+target.Name, "--no-prefix", "--runtime-endpoint", "/run/nodeexec-testcluster/containerd-"+node+".sock", "--", "cat", "/tmp/resident-marker")
 	if code != 0 || stdout != "in-container\n" || !strings.Contains(stderr, "using the resident agent") || strings.Contains(stderr, "created pod") {
 		t.Errorf("CLI --use-resident: exit %d\nstdout: %q\nstderr: %s", code, stdout, stderr)
+	}
+
+	// CLI, ephemeral backend at node level: an ephemeral container joins the
+	// node's resident agent (hostPID, hostNetwork), sees the node's files and
+	// processes (its own kubelet), and creates no pod.
+	host, _ := os.Hostname()
+	before := managedPodCount(ctx, t)
+	stdout, stderr, code = cli(ctx, "", "run", "--backend", "ephemeral", "--resident-namespace", ns, "--node", node, "--no-prefix", "--",
+		"sh", "-c", "cat /proc/1/root/etc/hostname; ps -o comm | grep -c '^kubelet$'; exit 4")
+	if code != 4 || stdout != host+"\n1\n" {
+		t.Errorf("CLI ephemeral --node via the resident agent: exit %d, stdout %q, want 4 and %q\nstderr: %s", code, stdout, host+"\n1\n", stderr)
+	}
+	if after := managedPodCount(ctx, t); after != before {
+		t.Errorf("ephemeral --node created pods: %d managed pods before, %d after", before, after)
 	}
 
 	if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", ns, "--timeout", "2m"); code != 0 {

@@ -166,6 +166,20 @@ func (r *Runner) Run(ctx context.Context, targets Targets, req Request) ([]NodeR
 	if err != nil {
 		return nil, err
 	}
+	return r.RunNodes(ctx, nodes, req)
+}
+
+// RunNodes is Run on nodes already resolved (by Resolve), for callers that
+// look at the nodes first; it makes no node request of its own. nodes must
+// not be empty.
+func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request) ([]NodeResult, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no nodes given", ErrNoNodes)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	var err error
 	// With one node the create itself is the admission check, and a refused
 	// create leaves nothing behind; with several, check once before any is made.
 	if p, ok := r.o.Backend.(Preflighter); ok && len(nodes) > 1 {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // podRef parses --pod [NAMESPACE/]NAME; the namespace defaults to ns.
@@ -39,8 +41,14 @@ func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
 	switch {
 	case c.String("container") != "" && !isEphemeral:
 		return errors.New("--container is for --backend ephemeral")
+	case pod == "" && isEphemeral && len(targets.Nodes) == 1 && targets.Selector == "" && !targets.All:
+		// Node-level use: through the node's resident agent (hostPID, hostNetwork).
+		if c.String("container") != "" {
+			return errors.New("--container goes with --pod; with --node the target is the node's resident agent")
+		}
+		return nil
 	case pod == "" && isEphemeral:
-		return errors.New("--backend ephemeral needs --pod [NAMESPACE/]NAME: the running pod to add the ephemeral container to")
+		return errors.New("--backend ephemeral needs --pod [NAMESPACE/]NAME (the running pod to add the ephemeral container to), or one --node whose resident agent (`nodeexec agent install`) it joins")
 	case pod == "":
 		return targets.Validate()
 	case !isEphemeral:
@@ -63,7 +71,7 @@ func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targ
 		return runtimeTargets(c, backend)
 	}
 	b, ok := backend.(*ephemeral.Backend)
-	if c.String("pod") == "" || !ok {
+	if !ok {
 		return targets, nil
 	}
 	node, _, err := b.Target(c.Context)
@@ -79,10 +87,30 @@ func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targ
 
 // newEphemeral builds the ephemeral backend from its flags. --profile
 // defaults to the backend's own default (general) unless given.
+//
+// Without --pod, for one --node, the target is that node's resident agent
+// pod: hostPID and hostNetwork, so the ephemeral container sees the node's
+// processes and network (and its files under /proc/1/root) without a new
+// pod. Ephemeral containers stay in the agent pod until it is replaced.
 func newEphemeral(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns string) (nodeexec.Backend, error) {
-	namespace, pod, err := podRef(c, ns)
-	if err != nil {
-		return nil, err
+	var namespace, pod, container string
+	if c.String("pod") == "" {
+		nodes := splitCSV(c.StringSlice("node"))
+		namespace = c.String("resident-namespace")
+		name, ok, err := resident.Find(c.Context, client, namespace, nodes[0])
+		if err != nil {
+			return nil, fmt.Errorf("looking for the resident agent on node %q: %w", nodes[0], err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("no ready resident agent on node %q in namespace %q: install them with `nodeexec agent install`, or give --pod", nodes[0], namespace)
+		}
+		pod, container = name, nsenter.AgentContainerName
+	} else {
+		var err error
+		if namespace, pod, err = podRef(c, ns); err != nil {
+			return nil, err
+		}
+		container = c.String("container")
 	}
 	profile := ""
 	if c.IsSet("profile") {
@@ -93,7 +121,7 @@ func newEphemeral(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config
 		Config:          cfg,
 		Namespace:       namespace,
 		Pod:             pod,
-		Container:       c.String("container"),
+		Container:       container,
 		Profile:         profile,
 		Image:           c.String("image"),
 		ImagePullPolicy: corev1.PullPolicy(c.String("image-pull-policy")),

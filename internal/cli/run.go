@@ -118,7 +118,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err := runPreflight(ctx, streams.Out, backend, client, ns, first, c.Bool("explain")); err != nil || c.Bool("explain") {
 		return err
 	}
-	results, err := runner.Run(ctx, targets, outputRequest(c, req))
+	results, err := runner.RunNodes(ctx, nodes, outputRequest(c, req))
 	if err != nil {
 		return err
 	}

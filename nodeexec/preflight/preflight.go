@@ -227,15 +227,16 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 	}
 	r := &Report{Backend: o.Backend, Variant: o.Variant, Namespace: o.Namespace, Level: o.Level, AlternativeFlag: o.AlternativeFlag}
 
+	// The namespace read, the reviews and the dry-run are independent: one
+	// round trip for all of them.
+	var wg sync.WaitGroup
 	if o.Level != "" {
-		ns, err := o.Client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{})
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
+		wg.Go(func() {
+			ns, err := o.Client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{})
+			if err != nil {
+				r.NamespaceErr = fmt.Errorf("reading namespace %q: %w", o.Namespace, err)
+				return
 			}
-			r.NamespaceErr = fmt.Errorf("reading namespace %q: %w", o.Namespace, err)
-		default:
 			r.Enforce, r.EnforceVersion = ns.Labels[LabelEnforce], ns.Labels[LabelEnforceVersion]
 			for alt, level := range o.Alternatives {
 				if Allows(r.Enforce, level) {
@@ -243,26 +244,19 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 				}
 			}
 			slices.Sort(r.Fits)
-		}
+		})
 	}
-
-	// The reviews are independent: ask them at once.
 	r.Permissions = make([]PermissionResult, len(perms))
-	var wg sync.WaitGroup
 	for i, p := range perms {
 		wg.Go(func() { r.Permissions[i] = review(ctx, o.Client, o.Namespace, p) })
+	}
+	if o.DryRun != nil {
+		r.DryRunDone = true
+		wg.Go(func() { r.DryRun = o.DryRun(ctx) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
-	}
-
-	if o.DryRun != nil {
-		r.DryRunDone = true
-		r.DryRun = o.DryRun(ctx)
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
 	}
 	return r, nil
 }

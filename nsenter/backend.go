@@ -2,7 +2,6 @@ package nsenter
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -166,7 +164,7 @@ func New(o Options) (*Backend, error) {
 		o.Requests = DefaultRequests()
 	}
 	if o.RunID == "" {
-		o.RunID = randomString(10)
+		o.RunID = podexec.RandomSuffix(10)
 	}
 	if msgs := validation.IsValidLabelValue(o.RunID); len(msgs) > 0 {
 		return nil, fmt.Errorf("nsenter: invalid RunID %q: %s", o.RunID, strings.Join(msgs, "; "))
@@ -175,7 +173,7 @@ func New(o Options) (*Backend, error) {
 		o.Clock = clock.RealClock{}
 	}
 	if o.NameSuffix == nil {
-		o.NameSuffix = func() string { return randomString(5) }
+		o.NameSuffix = func() string { return podexec.RandomSuffix(5) }
 	}
 	if o.Streamer == nil {
 		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
@@ -248,7 +246,7 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 	now := b.o.Clock.Now()
 	return BuildPod(PodSpec{
 		Node:              req.Node,
-		Name:              debugpod.PodName(req.Node, b.o.NameSuffix()),
+		Name:              podexec.PodName(req.Node, b.o.NameSuffix()),
 		Namespace:         b.o.Namespace,
 		RunID:             b.o.RunID,
 		Image:             b.o.Image,
@@ -310,14 +308,4 @@ func DefaultRequests() corev1.ResourceList {
 		corev1.ResourceCPU:    resource.MustParse("10m"),
 		corev1.ResourceMemory: resource.MustParse("16Mi"),
 	}
-}
-
-func randomString(n int) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // as k8s.io/apimachinery/pkg/util/rand: no vowels, no confusables
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }

@@ -1,22 +1,13 @@
 package nsenter
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"maps"
-	"math"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // AgentContainerName is the name of the container in the backend's pods.
@@ -66,51 +57,19 @@ type PodSpec struct {
 // deadline) in place of the command, which is run over exec with AgentArgv.
 // It is a pure function; errors name the invalid fields.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
-	if err := validateSpec(s); err != nil {
+	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
+		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: AgentContainerName, RunID: s.RunID,
+		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
+		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env,
+		Now: s.Now, Deadline: s.Deadline, Command: s.Command,
+	})
+	if err != nil {
 		return nil, err
 	}
-	active := int64(math.Ceil(s.Deadline.Sub(s.Now).Seconds()))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      s.Name,
-			Namespace: s.Namespace,
-			Labels: map[string]string{
-				nodeexec.LabelManagedBy: nodeexec.ManagedByValue,
-				nodeexec.LabelRunID:     s.RunID,
-			},
-			Annotations: map[string]string{
-				nodeexec.AnnotationNode:     s.Node,
-				nodeexec.AnnotationDeadline: s.Deadline.UTC().Format(time.RFC3339),
-				nodeexec.AnnotationCommand:  commandAnnotation(s.Command),
-			},
-		},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:                     AgentContainerName,
-				Image:                    s.Image,
-				ImagePullPolicy:          s.ImagePullPolicy,
-				Command:                  []string{"sleep", strconv.FormatInt(active, 10)},
-				Env:                      envVars(s.Env),
-				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-				Resources:                corev1.ResourceRequirements{Requests: s.Requests},
-				SecurityContext:          &corev1.SecurityContext{Privileged: ptr.To(true)},
-			}},
-			NodeName:              s.Node,
-			HostPID:               true,
-			HostNetwork:           s.HostNetwork,
-			HostIPC:               s.HostIPC,
-			RestartPolicy:         corev1.RestartPolicyNever,
-			Tolerations:           []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			ActiveDeadlineSeconds: &active,
-			PriorityClassName:     s.PriorityClassName,
-			// The command needs no API credentials; a privileged pod should
-			// not carry a token.
-			AutomountServiceAccountToken: ptr.To(false),
-		},
-	}
-	for _, name := range s.ImagePullSecrets {
-		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
-	}
+	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	pod.Spec.HostPID = true
+	pod.Spec.HostNetwork = s.HostNetwork
+	pod.Spec.HostIPC = s.HostIPC
 	return pod, nil
 }
 
@@ -123,43 +82,4 @@ func AgentArgv(namespaces []Namespace, argv []string) []string {
 		"--target", strconv.Itoa(AgentTarget),
 		"--namespaces", joinNamespaces(namespaces),
 		"--"}, argv...)
-}
-
-func validateSpec(s PodSpec) error {
-	var errs []error
-	if s.Node == "" {
-		errs = append(errs, errors.New("Node is empty"))
-	}
-	if s.Image == "" {
-		errs = append(errs, errors.New("Image is empty"))
-	}
-	if s.Name == "" || s.Namespace == "" || s.RunID == "" {
-		errs = append(errs, errors.New("Name, Namespace and RunID must be set"))
-	}
-	if !s.Deadline.After(s.Now) {
-		errs = append(errs, errors.New("Deadline must be after Now"))
-	}
-	for _, name := range s.ImagePullSecrets {
-		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("image pull secret %q is not a valid secret name: %s", name, strings.Join(msgs, "; ")))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func envVars(env map[string]string) []corev1.EnvVar {
-	var out []corev1.EnvVar
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, corev1.EnvVar{Name: k, Value: env[k]})
-	}
-	return out
-}
-
-func commandAnnotation(argv []string) string {
-	b, _ := json.Marshal(argv)
-	const max = 1024
-	if len(b) > max {
-		return string(b[:max-3]) + "..."
-	}
-	return string(b)
 }

@@ -20,7 +20,6 @@ package debugpod
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -133,7 +132,7 @@ func New(o Options) (*Backend, error) {
 		o.Requests = DefaultRequests()
 	}
 	if o.RunID == "" {
-		o.RunID = randomString(10)
+		o.RunID = podexec.RandomSuffix(10)
 	}
 	if msgs := validation.IsValidLabelValue(o.RunID); len(msgs) > 0 {
 		return nil, fmt.Errorf("debugpod: invalid RunID %q: %s", o.RunID, strings.Join(msgs, "; "))
@@ -142,7 +141,7 @@ func New(o Options) (*Backend, error) {
 		o.Clock = clock.RealClock{}
 	}
 	if o.NameSuffix == nil {
-		o.NameSuffix = func() string { return randomString(5) }
+		o.NameSuffix = func() string { return podexec.RandomSuffix(5) }
 	}
 	if o.Streamer == nil {
 		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
@@ -228,14 +227,4 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 		return podexec.CreateError(pod, err)
 	}
 	return nil
-}
-
-func randomString(n int) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // as k8s.io/apimachinery/pkg/util/rand: no vowels, no confusables
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }

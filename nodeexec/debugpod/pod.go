@@ -1,24 +1,16 @@
 package debugpod
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
-	"math"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/kubectl/pkg/cmd/debug"
-	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // Profiles are kubectl debug's profiles, in kubectl's words: what the
@@ -75,79 +67,23 @@ type PodSpec struct {
 // (sleep until the deadline) in place of the command, which is run over exec.
 // It is a pure function.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
-	if err := validateSpec(s); err != nil {
+	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
+		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: ContainerName, RunID: s.RunID,
+		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
+		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env,
+		Now: s.Now, Deadline: s.Deadline, Command: s.Command, Stdin: s.Stdin, TTY: s.TTY,
+	})
+	if err != nil {
 		return nil, err
 	}
 	applier, err := debug.NewProfileApplier(s.Profile, debug.KeepFlags{})
 	if err != nil {
 		return nil, fmt.Errorf("unknown profile %q: want one of %s", s.Profile, strings.Join(Profiles, ", "))
 	}
-	active := int64(math.Ceil(s.Deadline.Sub(s.Now).Seconds()))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      s.Name,
-			Namespace: s.Namespace,
-			Labels: map[string]string{
-				nodeexec.LabelManagedBy: nodeexec.ManagedByValue,
-				nodeexec.LabelRunID:     s.RunID,
-			},
-			Annotations: map[string]string{
-				nodeexec.AnnotationNode:     s.Node,
-				nodeexec.AnnotationDeadline: s.Deadline.UTC().Format(time.RFC3339),
-				nodeexec.AnnotationCommand:  commandAnnotation(s.Command),
-			},
-		},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:                     ContainerName,
-				Image:                    s.Image,
-				ImagePullPolicy:          s.ImagePullPolicy,
-				Command:                  []string{"sleep", strconv.FormatInt(active, 10)},
-				Env:                      envVars(s.Env),
-				Stdin:                    s.Stdin,
-				TTY:                      s.TTY,
-				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-				Resources:                corev1.ResourceRequirements{Requests: s.Requests},
-			}},
-			NodeName:              s.Node,
-			RestartPolicy:         corev1.RestartPolicyNever,
-			Tolerations:           []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			ActiveDeadlineSeconds: &active,
-			PriorityClassName:     s.PriorityClassName,
-			// The command needs no API credentials; a privileged pod should
-			// not carry a token, and the kubelet then has no token to request.
-			AutomountServiceAccountToken: ptr.To(false),
-		},
-	}
-	for _, name := range s.ImagePullSecrets {
-		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
-	}
 	if err := applier.Apply(pod, ContainerName, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}); err != nil {
 		return nil, fmt.Errorf("applying profile %q: %w", s.Profile, err)
 	}
 	return pod, nil
-}
-
-func validateSpec(s PodSpec) error {
-	var errs []error
-	if s.Node == "" {
-		errs = append(errs, errors.New("Node is empty"))
-	}
-	if s.Image == "" {
-		errs = append(errs, errors.New("Image is empty"))
-	}
-	if s.Name == "" || s.Namespace == "" || s.RunID == "" {
-		errs = append(errs, errors.New("Name, Namespace and RunID must be set"))
-	}
-	if !s.Deadline.After(s.Now) {
-		errs = append(errs, errors.New("Deadline must be after Now"))
-	}
-	for _, name := range s.ImagePullSecrets {
-		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("image pull secret %q is not a valid secret name: %s", name, strings.Join(msgs, "; ")))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // MountsHostRoot reports whether the profile mounts the node's root
@@ -161,35 +97,8 @@ func MountsHostRoot(profile string) bool {
 	return false
 }
 
-// PodName is "nodeexec-<node>-<suffix>", with the node part shortened and
-// dots replaced so the result is a valid DNS label of at most 63 characters
-// (pod names are used as hostnames).
-func PodName(node, suffix string) string {
-	const prefix = "nodeexec-"
-	part := strings.ToLower(strings.ReplaceAll(node, ".", "-"))
-	if max := 63 - len(prefix) - 1 - len(suffix); len(part) > max {
-		part = part[:max]
-	}
-	part = strings.Trim(part, "-")
-	return prefix + part + "-" + suffix
-}
-
-func envVars(env map[string]string) []corev1.EnvVar {
-	var out []corev1.EnvVar
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, corev1.EnvVar{Name: k, Value: env[k]})
-	}
-	return out
-}
-
-func commandAnnotation(argv []string) string {
-	b, _ := json.Marshal(argv)
-	const max = 1024
-	if len(b) > max {
-		return string(b[:max-3]) + "..."
-	}
-	return string(b)
-}
+// PodName is podexec.PodName: "nodeexec-<node>-<suffix>", a valid DNS label.
+func PodName(node, suffix string) string { return podexec.PodName(node, suffix) }
 
 // DefaultRequests are the resource requests of the pod when Options.Requests
 // is nil: small, and explicit so that a namespace's LimitRange defaults do not

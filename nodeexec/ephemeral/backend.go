@@ -51,7 +51,6 @@ package ephemeral
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -237,13 +236,13 @@ func New(o Options) (*Backend, error) {
 		return nil, fmt.Errorf("ephemeral: MaxEphemeralContainers %d is negative: give a positive number, or 0 for the default %d", o.MaxEphemeralContainers, DefaultMaxEphemeralContainers)
 	}
 	if o.RunID == "" {
-		o.RunID = randomString(10)
+		o.RunID = podexec.RandomSuffix(10)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	if o.NameSuffix == nil {
-		o.NameSuffix = func() string { return randomString(10) }
+		o.NameSuffix = func() string { return podexec.RandomSuffix(10) }
 	}
 	if o.Attacher == nil {
 		o.Attacher = NewAttacher(o.Config, o.Client.CoreV1().RESTClient())
@@ -658,14 +657,4 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
-}
-
-func randomString(n int) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // as k8s.io/apimachinery/pkg/util/rand: no vowels, no confusables
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }

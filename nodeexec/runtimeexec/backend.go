@@ -30,7 +30,6 @@ package runtimeexec
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -48,7 +47,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
@@ -197,7 +195,7 @@ func New(o Options) (*Backend, error) {
 		}
 	}
 	if o.RunID == "" {
-		o.RunID = randomString(10)
+		o.RunID = podexec.RandomSuffix(10)
 	}
 	if msgs := validation.IsValidLabelValue(o.RunID); len(msgs) > 0 {
 		return nil, fmt.Errorf("runtime: invalid RunID %q: %s", o.RunID, strings.Join(msgs, "; "))
@@ -206,7 +204,7 @@ func New(o Options) (*Backend, error) {
 		o.Clock = clock.RealClock{}
 	}
 	if o.NameSuffix == nil {
-		o.NameSuffix = func() string { return randomString(5) }
+		o.NameSuffix = func() string { return podexec.RandomSuffix(5) }
 	}
 	if o.Streamer == nil {
 		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
@@ -310,7 +308,7 @@ func (b *Backend) Pod(node, container string, req nodeexec.Request) (*corev1.Pod
 	now := b.o.Clock.Now()
 	return BuildPod(PodSpec{
 		Node:              node,
-		Name:              debugpod.PodName(node, b.o.NameSuffix()),
+		Name:              podexec.PodName(node, b.o.NameSuffix()),
 		Namespace:         b.o.Namespace,
 		RunID:             b.o.RunID,
 		Image:             b.o.Image,
@@ -399,16 +397,6 @@ func (t *TailWriter) LastLine() string {
 	defer t.mu.Unlock()
 	lines := strings.Split(strings.TrimRight(string(t.buf), "\n"), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-func randomString(n int) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // as k8s.io/apimachinery/pkg/util/rand: no vowels, no confusables
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
 
 // Preflight looks the target up (errors of Target) and asks the API server

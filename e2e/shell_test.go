@@ -204,3 +204,62 @@ func TestShellNoTTY(t *testing.T) {
 		t.Errorf("%d pods left in %s", len(left), ns)
 	}
 }
+
+// TestShellBackends opens the shell through the nsenter backend (the node's
+// namespaces, entered from PID 1: a login shell on the host) and the runtime
+// backend (the target container's own namespaces and root filesystem), types
+// as a person would, resizes, and exits with a code of its own.
+func TestShellBackends(t *testing.T) {
+	ctx := t.Context()
+	node := env.nodes[0]
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-shellb-", nil)
+	target := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "shell-target", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "main", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"sh", "-c", "echo inside > /tmp/where; exec sleep 3600"},
+			}},
+		},
+	}
+	if _, err := env.client.CoreV1().Pods(ns).Create(ctx, target, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(60*time.Second, func() bool {
+		p, err := env.client.CoreV1().Pods(ns).Get(ctx, target.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	}) {
+		t.Fatal("target pod did not start")
+	}
+	base := fmt.Sprintf("%s --kubeconfig %s -n %s shell --agent-image %s", env.cli, env.kubeconfig, ns, agentImage())
+	tests := []struct {
+		name, args, prompt, probe, want string
+		code                            int
+	}{
+		// The host's login shell.
+		{"nsenter", "--backend nsenter " + node, promptRE, `echo INIT=$(tr "\0" " " </proc/1/cmdline)`, `(?m)^INIT=\S*pause`, 5},
+		// busybox ash in the container: "/ # ".
+		{"runtime", fmt.Sprintf("--backend runtime --pod %s/%s --container main --runtime-endpoint /run/nodeexec-testcluster/containerd-%s.sock %s", ns, target.Name, node, node),
+			`(?m)^/ # *$`, "echo WHERE=$(cat /tmp/where) HOST=$(hostname)", `(?m)^WHERE=inside HOST=shell-target\s*$`, 6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startTmux(t, fmt.Sprintf("sh -c '%s %s; echo EXIT=$?; sleep 600'", base, tc.args))
+			s.waitScreen(60*time.Second, tc.prompt)
+			s.typeLine(tc.probe)
+			s.waitScreen(15*time.Second, tc.want)
+			s.tmux("resize-window", "-t", s.name, "-x", "90", "-y", "25")
+			time.Sleep(300 * time.Millisecond)
+			s.typeLine("echo NEWSIZE=$(stty size | tr ' ' x)")
+			s.waitScreen(10*time.Second, `(?m)^NEWSIZE=25x90\s*$`)
+			s.typeLine(fmt.Sprintf("exit %d", tc.code))
+			s.waitScreen(30*time.Second, fmt.Sprintf(`(?m)^EXIT=%d\s*$`, tc.code))
+			var left []corev1.Pod
+			if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {
+				t.Errorf("%d nodeexec pods left in %s after the shell exited", len(left), ns)
+			}
+		})
+	}
+}

@@ -1,0 +1,273 @@
+package watcher
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// Stages of a rollout (NodeScriptStatus.Stage).
+const (
+	StageCanary            = "Canary"
+	StageSoaking           = "Soaking"
+	StageAwaitingPromotion = "AwaitingPromotion"
+	StageRolling           = "Rolling"
+	StageComplete          = "Complete"
+	StageHalted            = "Halted"
+)
+
+// Defaults of the rollout fields of a NodeScript.
+const (
+	DefaultCanary     = 1
+	DefaultRetryLimit = 3
+)
+
+// Node is what Decide needs to know of one node.
+type Node struct {
+	Name, UID string
+	Labels    map[string]string
+	// Ready is the node's Ready condition; a node that is not Ready is not started.
+	Ready bool
+	// State is the node's recorded state for this NodeScript (DecodeState).
+	State NodeState
+}
+
+// Counts are the selected nodes per phase, for the current spec hash.
+type Counts struct {
+	Nodes, Pending, Running, Succeeded, Failed, RolledBack int
+}
+
+// Decision is what the watcher does now.
+type Decision struct {
+	// Hash is the spec hash the decision is for.
+	Hash string
+	// Start are the nodes to run the script on now, in order: never more
+	// than MaxConcurrency minus the nodes running.
+	Start []string
+	// Verify are canary nodes whose soak time has passed and whose
+	// VerifyScript has not yet passed (automatic promotion waits for them).
+	Verify []string
+	// Stage of the rollout, and the reason when it is Halted.
+	Stage, HaltReason string
+	Counts            Counts
+}
+
+// Decide computes the rollout's next step from the observed state: level
+// based, so calling it again with the same inputs gives the same answer, and
+// a watcher restarted at any moment continues where the nodes' records say.
+// Nodes are taken in a deterministic order (a hash of node UID, NodeScript
+// UID and spec hash), so repeated calls pick the same canaries and batches.
+// now decides soak times and retry backoffs. Errors come from an invalid spec.
+func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
+	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
+		return Decision{}, errs.ToAggregate()
+	}
+	s := &ns.Spec
+	d := Decision{Hash: v1alpha1.SpecHash(s)}
+	sel, _ := metav1.LabelSelectorAsSelector(&s.NodeSelector) // validated
+
+	// The selected nodes, in their deterministic order, with the phase they
+	// have for the current hash.
+	var all []entry
+	for _, n := range nodes {
+		if slices.Contains(s.ExcludeNodes, n.Name) || !sel.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		phase := PhasePending
+		if n.State.Hash == d.Hash {
+			phase = n.State.Phase
+		}
+		sum := sha256.Sum256([]byte(n.UID + "/" + string(ns.UID) + "/" + d.Hash))
+		all = append(all, entry{Node: n, key: hex.EncodeToString(sum[:]), phase: phase})
+	}
+	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+
+	retryLimit := DefaultRetryLimit
+	if s.Retry.Limit != nil {
+		retryLimit = int(*s.Retry.Limit)
+	}
+	// retryable: a failure of the infrastructure, not of the script, with retries left.
+	retryable := func(e entry) bool {
+		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts <= retryLimit
+	}
+	failures := 0
+	for _, e := range all {
+		d.Counts.Nodes++
+		switch {
+		case e.phase == PhaseRunning:
+			d.Counts.Running++
+		case e.phase == PhaseSucceeded:
+			d.Counts.Succeeded++
+		case e.phase == PhaseRolledBack:
+			d.Counts.RolledBack++
+			failures++
+		case retryable(e):
+			d.Counts.Pending++
+		case e.phase == PhaseFailed:
+			d.Counts.Failed++
+			failures++
+		default:
+			d.Counts.Pending++
+		}
+	}
+	if d.Counts.Nodes > 0 && d.Counts.Succeeded == d.Counts.Nodes {
+		d.Stage = StageComplete
+		return d, nil
+	}
+
+	canaryN := DefaultCanary
+	if s.Rollout.Canary != nil {
+		canaryN = int(*s.Rollout.Canary)
+	}
+	canaryN = min(canaryN, len(all))
+	canaries, rest := all[:canaryN], all[canaryN:]
+
+	budget := 0
+	if s.Rollout.MaxFailures != nil {
+		budget, _ = intstr.GetScaledValueFromIntOrPercent(s.Rollout.MaxFailures, len(all), false)
+	}
+	for _, c := range canaries {
+		if (c.phase == PhaseFailed && !retryable(c)) || c.phase == PhaseRolledBack {
+			d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("canary %s failed", c.Name)
+			return d, nil
+		}
+	}
+	if failures > budget {
+		d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("%d nodes failed, more than the error budget of %d", failures, budget)
+		return d, nil
+	}
+
+	// Which nodes may run now: the canaries until they all succeeded and
+	// the rollout is promoted; then the promoted nodes, batch by batch.
+	var allowed []entry
+	canariesDone := true
+	for _, c := range canaries {
+		canariesDone = canariesDone && c.phase == PhaseSucceeded
+	}
+	switch {
+	case !canariesDone:
+		d.Stage, allowed = StageCanary, canaries
+	case s.Rollout.Promotion == v1alpha1.PromotionManual:
+		promoted, err := promotedNodes(s.Rollout.PromoteTo)
+		if err != nil {
+			return Decision{}, err
+		}
+		if promoted == nil {
+			d.Stage = StageAwaitingPromotion
+			return d, nil
+		}
+		var eligible []entry
+		for _, e := range rest {
+			if promoted.Matches(labels.Set(e.Labels)) {
+				eligible = append(eligible, e)
+			}
+		}
+		d.Stage, allowed = StageRolling, batch(eligible, s.Rollout.Batches, len(all), retryable)
+	default:
+		if wait, verify := soaking(s, canaries, now); wait {
+			d.Stage, d.Verify = StageSoaking, verify
+			return d, nil
+		}
+		d.Stage, allowed = StageRolling, batch(rest, s.Rollout.Batches, len(all), retryable)
+	}
+
+	slots := 1
+	if s.Rollout.MaxConcurrency != nil {
+		slots, _ = intstr.GetScaledValueFromIntOrPercent(s.Rollout.MaxConcurrency, len(all), true)
+	}
+	slots = max(slots, 1) - d.Counts.Running
+	for _, e := range allowed {
+		if slots <= 0 {
+			break
+		}
+		due := e.phase == PhasePending || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
+		if due && e.Ready {
+			d.Start = append(d.Start, e.Name)
+			slots--
+		}
+	}
+	return d, nil
+}
+
+// promotedNodes is the selector of nodes promoted by PromoteTo ("all" or a
+// label selector), or nil when nothing is promoted yet.
+func promotedNodes(to string) (labels.Selector, error) {
+	switch to {
+	case "":
+		return nil, nil
+	case "all":
+		return labels.Everything(), nil
+	}
+	sel, err := labels.Parse(to)
+	if err != nil {
+		return nil, fmt.Errorf("spec.rollout.promoteTo %q: %w", to, err)
+	}
+	return sel, nil
+}
+
+// entry is a selected node with its order key and its phase for the current hash.
+type entry struct {
+	Node
+	key   string
+	phase string
+}
+
+// soaking reports whether automatic promotion must still wait: the soak
+// time since the last canary succeeded has not passed, or the VerifyScript
+// has not yet passed on every canary (those due for it are returned).
+func soaking(s *v1alpha1.NodeScriptSpec, canaries []entry, now time.Time) (bool, []string) {
+	var last time.Time
+	for _, c := range canaries {
+		if c.State.Since.After(last) {
+			last = c.State.Since
+		}
+	}
+	if s.Rollout.SoakTime != nil && now.Before(last.Add(s.Rollout.SoakTime.Duration)) {
+		return true, nil
+	}
+	if strings.TrimSpace(s.VerifyScript) == "" {
+		return false, nil
+	}
+	var verify []string
+	for _, c := range canaries {
+		if !c.State.Verified {
+			verify = append(verify, c.Name)
+		}
+	}
+	return len(verify) > 0, verify
+}
+
+// batch limits entries to the batches started so far: the first batch, and
+// each next one only when every node of the batches before it has finished
+// (succeeded, or failed for good). Sizes are counts or percentages of total,
+// rounded up, at least 1; the last size repeats. No batches: all entries.
+func batch(entries []entry, batches []intstr.IntOrString, total int, retryable func(entry) bool) []entry {
+	if len(batches) == 0 {
+		return entries
+	}
+	finished := func(e entry) bool {
+		return e.phase == PhaseSucceeded || e.phase == PhaseRolledBack || (e.phase == PhaseFailed && !retryable(e))
+	}
+	pos := 0
+	for i := 0; pos < len(entries); i++ {
+		b := batches[min(i, len(batches)-1)]
+		size, _ := intstr.GetScaledValueFromIntOrPercent(&b, total, true) // validated
+		end := min(pos+max(size, 1), len(entries))
+		for _, e := range entries[pos:end] {
+			if !finished(e) {
+				return entries[:end]
+			}
+		}
+		pos = end
+	}
+	return entries
+}

@@ -1,0 +1,10 @@
+// Package watcher applies a NodeScript (nodeexec.io/v1alpha1) to every node
+// its selector matches, now and as nodes join, as a controlled rollout.
+//
+// This file set holds the level-based decision at the watcher's core, as
+// pure functions: from the NodeScript, the selected nodes and each node's
+// recorded state (an annotation on the node, see NodeState), Decide says
+// which nodes to start now, the stage, the counts per phase, and whether the
+// rollout must halt. The controller around it (informers, workqueue, leader
+// election, runs through a nodeexec.Backend) calls it on every change.
+package watcher

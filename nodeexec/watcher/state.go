@@ -1,0 +1,79 @@
+package watcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Phases of a node in a rollout.
+const (
+	PhasePending    = "Pending"
+	PhaseRunning    = "Running"
+	PhaseSucceeded  = "Succeeded"
+	PhaseFailed     = "Failed"
+	PhaseRolledBack = "RolledBack"
+)
+
+// AnnotationPrefix is the domain of the per-node state annotations; a
+// NodeScript named N keeps its state on each node under
+// "N.nodescript.nodeexec.io/state".
+const AnnotationPrefix = "nodescript.nodeexec.io"
+
+// StateAnnotation is the annotation key holding the state of NodeScript name on a node.
+func StateAnnotation(name string) string { return name + "." + AnnotationPrefix + "/state" }
+
+// NodeState is one node's record of one NodeScript, kept in the node's
+// annotation so that it survives a restart of the watcher.
+type NodeState struct {
+	// Hash is the SpecHash the phase refers to; a different hash means the
+	// node has not run the current spec.
+	Hash string `json:"hash"`
+	// Phase is one of the Phase constants.
+	Phase string `json:"phase"`
+	// ExitCode of the script, when it ran.
+	ExitCode *int `json:"exitCode,omitempty"`
+	// Attempts made for this hash (infrastructure retries included).
+	Attempts int `json:"attempts,omitempty"`
+	// Infrastructure is set when the last failure was not the script's own
+	// exit (image pull, pod rejected, node NotReady, eviction): it is retried
+	// after NextRetry, within the retry limit.
+	Infrastructure bool `json:"infrastructure,omitempty"`
+	// NextRetry is when an infrastructure failure may be retried.
+	NextRetry *time.Time `json:"nextRetry,omitempty"`
+	// Since is when the phase began.
+	Since time.Time `json:"since"`
+	// Verified is set once the VerifyScript passed on this node (canaries,
+	// before automatic promotion).
+	Verified bool `json:"verified,omitempty"`
+	// CordonedByUs records that the watcher cordoned the node (and may
+	// uncordon it); a node cordoned by someone else is never uncordoned.
+	CordonedByUs bool `json:"cordonedByUs,omitempty"`
+	// OutputTail is the end of the script's output (at most 1 KiB).
+	OutputTail string `json:"outputTail,omitempty"`
+}
+
+// DecodeState reads a node's state for NodeScript name from its
+// annotations; a node without one is Pending with no hash.
+func DecodeState(annotations map[string]string, name string) (NodeState, error) {
+	v, ok := annotations[StateAnnotation(name)]
+	if !ok {
+		return NodeState{Phase: PhasePending}, nil
+	}
+	var s NodeState
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return NodeState{}, fmt.Errorf("annotation %s: %w", StateAnnotation(name), err)
+	}
+	switch s.Phase {
+	case PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseRolledBack:
+	default:
+		return NodeState{}, fmt.Errorf("annotation %s: unknown phase %q", StateAnnotation(name), s.Phase)
+	}
+	return s, nil
+}
+
+// Encode is the annotation value of s.
+func (s NodeState) Encode() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

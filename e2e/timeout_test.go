@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -98,5 +101,75 @@ func TestCLIInterrupt(t *testing.T) {
 	}
 	if !waitFor(15*time.Second, func() bool { return managedPodCount(ctx, t) == before }) {
 		t.Errorf("managed pods: %d after interrupt, %d before", managedPodCount(ctx, t), before)
+	}
+}
+
+// TestGarbageCollection: a client killed outright (SIGKILL) cannot delete its
+// pod; activeDeadlineSeconds stops it, and `nodeexec gc` deletes pods whose
+// deadline has passed, leaving running ones (and pods without a deadline) alone.
+func TestGarbageCollection(t *testing.T) {
+	ctx := t.Context()
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-gc-", nil)
+	// What a killed run leaves: a nodeexec pod past its deadline; and a live one.
+	leftover := func(name string, deadline time.Time) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+				Labels:      map[string]string{nodeexec.LabelManagedBy: nodeexec.ManagedByValue, nodeexec.LabelRunID: "gc-test"},
+				Annotations: map[string]string{nodeexec.AnnotationDeadline: deadline.UTC().Format(time.RFC3339)}},
+			Spec: corev1.PodSpec{NodeName: env.nodes[0], TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+				Name: "holder", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "600"}}}},
+		}
+		if _, err := env.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leftover("expired", time.Now().Add(-time.Minute))
+	leftover("live", time.Now().Add(time.Hour))
+	stdout, stderr, code := cli(ctx, "", "-n", ns, "gc")
+	if code != 0 || stdout != "pod/"+ns+"/expired deleted\n" {
+		t.Errorf("gc: exit %d stdout %q stderr %q; want the expired pod deleted", code, stdout, stderr)
+	}
+	if !waitFor(20*time.Second, func() bool {
+		_, err := env.client.CoreV1().Pods(ns).Get(ctx, "expired", metav1.GetOptions{})
+		return err != nil
+	}) {
+		t.Error("the expired pod is still there")
+	}
+	if _, err := env.client.CoreV1().Pods(ns).Get(ctx, "live", metav1.GetOptions{}); err != nil {
+		t.Errorf("the live pod was touched: %v", err)
+	}
+	if err := env.client.CoreV1().Pods(ns).Delete(ctx, "live", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Error(err)
+	}
+	waitFor(20*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 })
+
+	// The real thing: SIGKILL the CLI mid-command. Its pod outlives it; once
+	// the deadline (timeout + 30 s) has passed, gc deletes it.
+	cmd := exec.CommandContext(ctx, env.cli, "--kubeconfig", env.kubeconfig, "-n", ns, "run", "--node", env.nodes[0],
+		"--image", env.image, "--timeout", "3s", "--", "sh", "-c", "echo started; sleep 600")
+	var out syncBuffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(30*time.Second, func() bool { return strings.Contains(out.String(), "started") }) {
+		_ = cmd.Process.Kill()
+		t.Fatalf("command did not start: %q", out.String())
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if pods := managedPods(ctx, t, ns); len(pods) != 1 {
+		t.Fatalf("after SIGKILL: %d pods, want the run's one left behind", len(pods))
+	}
+	if stdout, _, _ := cli(ctx, "", "-n", ns, "gc"); stdout != "" {
+		t.Errorf("gc before the deadline deleted %q", stdout)
+	}
+	time.Sleep(34 * time.Second) // 3 s timeout + 30 s slack, rounded up
+	stdout, stderr, code = cli(ctx, "", "-n", ns, "gc")
+	if code != 0 || !strings.HasSuffix(stdout, " deleted\n") {
+		t.Errorf("gc after the deadline: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	if !waitFor(20*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 }) {
+		t.Error("the killed run's pod is still there after gc")
 	}
 }

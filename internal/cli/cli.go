@@ -66,7 +66,7 @@ func newApp(streams Streams) *ucli.App {
 		ExitErrHandler:       func(*ucli.Context, error) {},
 		EnableBashCompletion: true,
 		Flags:                clientFlags(),
-		Commands:             []*ucli.Command{runCommand(streams), shellCommand(streams), agentCommand(streams, agentExtraCommands(streams)...)},
+		Commands:             []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams), agentCommand(streams, agentExtraCommands(streams)...)},
 	}
 }
 

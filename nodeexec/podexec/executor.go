@@ -286,7 +286,7 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 		if cs.Name != container {
 			continue
 		}
-		if w := cs.State.Waiting; w != nil && fatalWaiting[w.Reason] {
+		if w := cs.State.Waiting; w != nil && fatalWaiting(w.Reason) {
 			return fail(w.Reason, w.Message)
 		}
 		if t := cs.State.Terminated; t != nil {
@@ -296,17 +296,15 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 	return nil
 }
 
-// fatalWaiting are container waiting reasons that will not resolve before a
-// short run's deadline, or need the user to act.
-var fatalWaiting = map[string]bool{
-	"ErrImagePull":               true,
-	"ImagePullBackOff":           true,
-	"InvalidImageName":           true,
-	"ErrImageNeverPull":          true,
-	"CreateContainerConfigError": true,
-	"CreateContainerError":       true,
-	"RunContainerError":          true,
-	"CrashLoopBackOff":           true,
+// fatalWaiting reports container waiting reasons that will not resolve
+// before a short run's deadline, or need the user to act.
+func fatalWaiting(reason string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+		"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff":
+		return true
+	}
+	return false
 }
 
 func containerRunning(pod *corev1.Pod, container string) bool {

@@ -181,3 +181,14 @@ func TestRunOutputSummaries(t *testing.T) {
 		t.Errorf("digests: equal stdout must match (%s, %s), different stderr must not", a.Stdout.SHA256, b.Stdout.SHA256)
 	}
 }
+
+func TestRunNoPreflight(t *testing.T) {
+	be := &preflightBackend{}
+	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("a", "b")...), Backend: be, NoPreflight: true})
+	if _, err := r.Run(t.Context(), nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(be.preflights) != 0 || len(be.called()) != 2 {
+		t.Errorf("preflights %v, runs %v; want none and two", be.preflights, be.called())
+	}
+}

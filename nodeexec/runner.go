@@ -107,6 +107,10 @@ type RunnerOptions struct {
 	// OnResult, when set, is called with each node's result as soon as the
 	// node is done (from the goroutine that ran it; calls may be concurrent).
 	OnResult func(NodeResult)
+	// NoPreflight skips the backend's Preflight in multi-node runs, for a
+	// caller that has already checked (for example with
+	// nodeexec/preflight.Check, which makes the same dry-run). Defaults to false.
+	NoPreflight bool
 	// Clock measures durations and times retries. Defaults to the real clock.
 	Clock clock.Clock
 }
@@ -182,7 +186,7 @@ func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request
 	var err error
 	// With one node the create itself is the admission check, and a refused
 	// create leaves nothing behind; with several, check once before any is made.
-	if p, ok := r.o.Backend.(Preflighter); ok && len(nodes) > 1 {
+	if p, ok := r.o.Backend.(Preflighter); ok && len(nodes) > 1 && !r.o.NoPreflight {
 		if err := p.Preflight(ctx, nodes[0].Name); err != nil {
 			return nil, err
 		}

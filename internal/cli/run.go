@@ -103,6 +103,8 @@ func runAction(c *ucli.Context, streams Streams) error {
 		MaxConcurrency:  c.Int("max-concurrency"),
 		NoPrefix:        c.Bool("no-prefix"),
 		IncludeNotReady: c.Bool("include-not-ready"),
+		// runPreflight below makes the same dry-run, with the full report.
+		NoPreflight: true,
 	})
 	if err != nil {
 		return err

@@ -66,7 +66,9 @@ func newApp(streams Streams) *ucli.App {
 		ExitErrHandler:       func(*ucli.Context, error) {},
 		EnableBashCompletion: true,
 		Flags:                clientFlags(),
-		Commands:             []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams), agentCommand(streams, agentExtraCommands(streams)...)},
+		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
+			applyCommand(streams), statusCommand(streams), promoteCommand(streams), watchCommand(streams),
+			agentCommand(streams, agentExtraCommands(streams)...)},
 	}
 }
 

@@ -51,6 +51,24 @@ type NodeState struct {
 	CordonedByUs bool `json:"cordonedByUs,omitempty"`
 	// OutputTail is the end of the script's output (at most 1 KiB).
 	OutputTail string `json:"outputTail,omitempty"`
+	// Pod is the run's pod while Phase is Running: the record that the run
+	// was started, which a restarted watcher adopts instead of starting another.
+	Pod string `json:"pod,omitempty"`
+	// Reason says why the phase was entered when it is not the script's own
+	// exit: Timeout, VerifyFailed, or an infrastructure reason (ErrImagePull,
+	// Evicted, NodeNotReady, PodDisappeared, ...).
+	Reason string `json:"reason,omitempty"`
+	// Rollback is the progress of the RollbackScript after a script failure:
+	// "" (not started), Running, Succeeded or Failed. Phase becomes
+	// RolledBack when it succeeded.
+	Rollback string `json:"rollback,omitempty"`
+	// RollbackExitCode is the RollbackScript's exit code.
+	RollbackExitCode *int `json:"rollbackExitCode,omitempty"`
+	// Cordoned is set once the failure policy's cordon step was taken (by
+	// the watcher, then CordonedByUs is set too, or found already done).
+	Cordoned bool `json:"cordoned,omitempty"`
+	// Drain is the drain's outcome after a failure: "", Drained or the error.
+	Drain string `json:"drain,omitempty"`
 }
 
 // DecodeState reads a node's state for NodeScript name from its

@@ -97,8 +97,11 @@ type NodeScriptSpec struct {
 
 // BackendSpec chooses and configures the backend.
 type BackendSpec struct {
-	// Name of the backend. Defaults to debugpod.
-	// +kubebuilder:validation:Enum=debugpod;nsenter;runtime;ephemeral
+	// Name of the backend: debugpod (kubectl debug's node pod; the script
+	// runs in `chroot /host` for profiles that mount the node's root) or
+	// nsenter (a privileged hostPID pod entering PID 1's namespaces).
+	// Defaults to debugpod.
+	// +kubebuilder:validation:Enum=debugpod;nsenter
 	// +optional
 	Name string `json:"name,omitempty"`
 	// Namespace for the pods the backend creates; it needs the Pod Security

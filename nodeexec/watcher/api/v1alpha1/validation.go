@@ -11,11 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Backends are the values of spec.backend.name.
-func Backends() []string { return []string{"debugpod", "nsenter", "runtime", "ephemeral"} }
+// Backends are the values of spec.backend.name: the backends that reach a
+// node (runtime and ephemeral reach a container, and are for one-shot runs).
+func Backends() []string { return []string{"debugpod", "nsenter"} }
 
 // Validate checks a NodeScript as `nodeexec apply` and the watcher see it,
 // beyond what the CRD's OpenAPI schema can express. Each error names its
@@ -24,6 +26,11 @@ func Validate(ns *NodeScript) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
 	s := &ns.Spec
+	if ns.Name != "" {
+		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), ns.Name, strings.Join(msgs, "; ")+" (the name labels the watcher's pods, so at most 63 characters)"))
+		}
+	}
 	if _, err := metav1.LabelSelectorAsSelector(&s.NodeSelector); err != nil {
 		errs = append(errs, field.Invalid(spec.Child("nodeSelector"), s.NodeSelector, err.Error()))
 	}
@@ -38,6 +45,19 @@ func Validate(ns *NodeScript) field.ErrorList {
 	}
 	if b := s.Backend.Name; b != "" && !slices.Contains(Backends(), b) {
 		errs = append(errs, field.NotSupported(spec.Child("backend", "name"), b, Backends()))
+	}
+	if ns := s.Backend.Namespace; ns != "" {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(spec.Child("backend", "namespace"), ns, strings.Join(msgs, "; ")))
+		}
+	}
+	if p := s.Backend.Profile; p != "" && s.Backend.Name != "" && s.Backend.Name != "debugpod" {
+		errs = append(errs, field.Invalid(spec.Child("backend", "profile"), p, "a profile applies to the debugpod backend only"))
+	}
+	for i, n := range s.Backend.Namespaces {
+		if !slices.Contains([]string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}, n) {
+			errs = append(errs, field.NotSupported(spec.Child("backend", "namespaces").Index(i), n, []string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}))
+		}
 	}
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive"))

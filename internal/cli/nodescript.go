@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	ucli "github.com/urfave/cli/v2"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+)
+
+// watcherClients builds the typed and dynamic clients from the global flags.
+func watcherClients(c *ucli.Context) (kubernetes.Interface, dynamic.Interface, error) {
+	cs, cfg, _, err := client(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cs, dyn, nil
+}
+
+// applyCommand creates or updates NodeScripts from a file.
+func applyCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "apply",
+		Usage:     "create or update NodeScripts from a YAML file (the watcher applies them to nodes)",
+		ArgsUsage: " ",
+		Description: "Every document is validated first (fields named in each error), then accepted by the API\n" +
+			"server in a dry-run; only then is any applied (server-side apply), so nothing is half-applied.",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "filename", Aliases: []string{"f"}, Required: true, Usage: "the NodeScript YAML `FILE` (- for standard input)"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("apply takes no arguments (got %q): give the file with -f", c.Args().Slice())
+			}
+			var in io.Reader = streams.In
+			if f := c.String("filename"); f != "-" {
+				file, err := os.Open(f)
+				if err != nil {
+					return err
+				}
+				defer file.Close()
+				in = file
+			}
+			scripts, err := watcher.ParseNodeScripts(in)
+			if err != nil {
+				return err
+			}
+			_, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			results, err := watcher.Apply(c.Context, dyn, scripts)
+			for i, r := range results {
+				fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s %s\n", scripts[i].Name, r)
+			}
+			return err
+		},
+	}
+}
+
+// statusCommand prints a NodeScript's rollout and each node's state.
+func statusCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "status",
+		Usage:     "show a NodeScript's rollout and each node's state",
+		ArgsUsage: "NAME",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return errors.New("status needs one NodeScript NAME")
+			}
+			if o := c.String("output"); o != "text" && o != "json" {
+				return fmt.Errorf("--output %q: want text or json", o)
+			}
+			cs, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			rep, err := watcher.Status(c.Context, cs, dyn, c.Args().First())
+			if err != nil {
+				return err
+			}
+			if c.String("output") == "json" {
+				enc := json.NewEncoder(streams.Out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			printReport(streams.Out, rep, time.Now())
+			return nil
+		},
+	}
+}
+
+func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
+	ns, st := rep.NodeScript, rep.NodeScript.Status
+	fmt.Fprintf(w, "NodeScript %s  spec %s  stage %s\n", ns.Name, st.SpecHash, st.Stage)
+	fmt.Fprintf(w, "nodes %d: succeeded %d, failed %d, rolled back %d, running %d, pending %d\n",
+		st.Nodes, st.Succeeded, st.Failed, st.RolledBack, st.Running, st.Pending)
+	for _, c := range st.Conditions {
+		if c.Status == "True" || c.Type == "Progressing" {
+			fmt.Fprintf(w, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPHASE\tEXIT\tATTEMPTS\tAGE\tREASON\tCORDONED\tOUTPUT")
+	for _, n := range rep.Nodes {
+		s := n.State
+		phase := s.Phase
+		if !n.Current && s.Hash != "" {
+			phase = "Pending (ran " + s.Hash + ": " + s.Phase + ")"
+		}
+		if !n.Selected {
+			phase += " (not selected)"
+		}
+		exit, age, cordoned := "-", "-", "-"
+		if s.ExitCode != nil {
+			exit = fmt.Sprint(*s.ExitCode)
+		}
+		if !s.Since.IsZero() {
+			age = now.Sub(s.Since).Round(time.Second).String()
+		}
+		if s.Cordoned {
+			cordoned = map[bool]string{true: "by nodeexec", false: "already"}[s.CordonedByUs]
+		}
+		reason := s.Reason
+		if s.Rollback != "" {
+			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
+		}
+		out := strings.ReplaceAll(strings.TrimSpace(s.OutputTail), "\n", " | ")
+		if len(out) > 60 {
+			out = "…" + out[len(out)-59:]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Node, phase, exit, s.Attempts, age, orDash(reason), cordoned, orDash(out))
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// promoteCommand promotes a manual rollout beyond its canaries.
+func promoteCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "promote",
+		Usage:     "let a NodeScript with manual promotion run beyond its canaries",
+		ArgsUsage: "NAME",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "to", Required: true, Usage: "\"all\", or a label `SELECTOR` of the nodes to promote to"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return errors.New("promote needs one NodeScript NAME")
+			}
+			_, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			ns, err := watcher.Promote(c.Context, dyn, c.Args().First(), c.String("to"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s promoted to %s\n", ns.Name, ns.Spec.Rollout.PromoteTo)
+			return nil
+		},
+	}
+}
+
+// watchCommand runs the watcher in the foreground.
+func watchCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:  "watch",
+		Usage: "run the NodeScript watcher (controller) in the foreground against the current kubeconfig",
+		Description: "Applies every NodeScript to its nodes, now and as nodes join, until interrupted. Logs are\n" +
+			"JSON lines on stderr. Stopping it at any moment is safe: the next start continues the rollouts.",
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "leader-elect", Usage: "hold a Lease so that only one of several replicas runs rollouts"},
+			&ucli.StringFlag{Name: "leader-election-namespace", Value: watcher.DefaultNamespace, Usage: "namespace of the Lease"},
+			&ucli.StringFlag{Name: "leader-election-id", Value: "nodeexec-watcher", Usage: "name of the Lease"},
+			&ucli.StringFlag{Name: "metrics-bind-address", Value: "0", Usage: "`ADDRESS` to serve Prometheus metrics on /metrics, e.g. :8080 (0 disables)"},
+			&ucli.IntFlag{Name: "workers", Value: 2, Usage: "NodeScripts reconciled at once"},
+			&ucli.IntFlag{Name: "create-parallelism", Value: 16, Usage: "pod creates and node patches one reconcile makes at once"},
+			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept on the node (-1: none)"},
+		},
+		Action: func(c *ucli.Context) error {
+			cs, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			o := watcher.Options{
+				Client: cs, Dynamic: dyn,
+				Workers: c.Int("workers"), CreateParallelism: c.Int("create-parallelism"),
+				SuccessLogLines: c.Int("success-log-lines"),
+			}
+			if c.Bool("leader-elect") {
+				o.LeaderElection = &watcher.LeaderElection{Namespace: c.String("leader-election-namespace"), Name: c.String("leader-election-id")}
+			}
+			log := funcr.NewJSON(func(obj string) { fmt.Fprintln(streams.ErrOut, obj) }, funcr.Options{Verbosity: c.Int("v"), LogTimestamp: true})
+			ctx := logr.NewContext(c.Context, log)
+			if addr := c.String("metrics-bind-address"); addr != "0" && addr != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				o.Metrics = reg
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("--metrics-bind-address: %w", err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+				go func() { _ = srv.Serve(ln) }()
+				defer srv.Close()
+				log.Info("serving metrics", "address", ln.Addr().String())
+			}
+			w, err := watcher.New(o)
+			if err != nil {
+				return err
+			}
+			return w.Start(ctx)
+		},
+	}
+}

@@ -1,0 +1,263 @@
+package watcher
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// ErrCRDNotInstalled is returned when the API server does not serve
+// nodescripts.nodeexec.io: install deploy/crd first.
+var ErrCRDNotInstalled = errors.New("the NodeScript CRD (nodescripts.nodeexec.io) is not installed: kubectl apply -f deploy/crd/ (or kubectl apply -k deploy/)")
+
+// ParseNodeScripts reads one or more NodeScripts from YAML or JSON
+// documents (separated by ---), strictly: an unknown field, a kind other
+// than NodeScript or an apiVersion other than nodeexec.io/v1alpha1 is an
+// error naming the document. Each is then checked with v1alpha1.Validate;
+// all errors of all documents are returned together, so that nothing is
+// applied when any is wrong.
+func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	var (
+		out  []*v1alpha1.NodeScript
+		errs []error
+	)
+	for i := 1; ; i++ {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		ns := &v1alpha1.NodeScript{}
+		if err := yaml.UnmarshalStrict(doc, ns); err != nil {
+			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
+			continue
+		}
+		if ns.APIVersion != v1alpha1.GroupVersion.String() || ns.Kind != "NodeScript" {
+			errs = append(errs, fmt.Errorf("document %d: apiVersion %q kind %q: want apiVersion %s, kind NodeScript", i, ns.APIVersion, ns.Kind, v1alpha1.GroupVersion))
+			continue
+		}
+		if ns.Name == "" {
+			errs = append(errs, fmt.Errorf("document %d: metadata.name: Required value: name the NodeScript", i))
+			continue
+		}
+		if fe := v1alpha1.Validate(ns); len(fe) > 0 {
+			errs = append(errs, fmt.Errorf("nodescript %q: %w", ns.Name, fe.ToAggregate()))
+			continue
+		}
+		out = append(out, ns)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no NodeScript found in the input")
+	}
+	return out, nil
+}
+
+// Apply creates or updates each NodeScript with server-side apply (field
+// manager "nodeexec"), after validating all of them (v1alpha1.Validate)
+// and asking the API server to accept all of them (a server-side dry-run,
+// which checks the CRD's OpenAPI and CEL rules), so that nothing is applied
+// when any is refused. It returns "created", "configured" or "unchanged"
+// per NodeScript. RBAC: get, patch on nodescripts. ErrCRDNotInstalled when
+// the API server does not serve them.
+func Apply(ctx context.Context, dyn dynamic.Interface, scripts []*v1alpha1.NodeScript) ([]string, error) {
+	res := dyn.Resource(v1alpha1.Resource)
+	objs := make([]*unstructured.Unstructured, len(scripts))
+	for i, ns := range scripts {
+		if fe := v1alpha1.Validate(ns); len(fe) > 0 {
+			return nil, fmt.Errorf("nodescript %q: %w", ns.Name, fe.ToAggregate())
+		}
+		cp := ns.DeepCopy()
+		cp.Status = v1alpha1.NodeScriptStatus{}
+		cp.APIVersion, cp.Kind = v1alpha1.GroupVersion.String(), "NodeScript"
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cp)
+		if err != nil {
+			return nil, err
+		}
+		u := &unstructured.Unstructured{Object: m}
+		unstructured.RemoveNestedField(u.Object, "status")
+		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+		objs[i] = u
+	}
+	opts := func(dry bool) metav1.ApplyOptions {
+		o := metav1.ApplyOptions{FieldManager: "nodeexec", Force: true}
+		if dry {
+			o.DryRun = []string{metav1.DryRunAll}
+		}
+		return o
+	}
+	var errs []error
+	for _, u := range objs {
+		if _, err := res.Apply(ctx, u.GetName(), u, opts(true)); err != nil {
+			if crdMissing(err) {
+				return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
+			}
+			errs = append(errs, fmt.Errorf("nodescript %q refused by the API server: %w", u.GetName(), err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	out := make([]string, len(objs))
+	for i, u := range objs {
+		before, err := res.Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return out[:i], fmt.Errorf("nodescript %q: %w", u.GetName(), err)
+		}
+		after, err := res.Apply(ctx, u.GetName(), u, opts(false))
+		if err != nil {
+			return out[:i], fmt.Errorf("nodescript %q: %w", u.GetName(), err)
+		}
+		switch {
+		case before == nil:
+			out[i] = "created"
+		case before.GetResourceVersion() == after.GetResourceVersion():
+			out[i] = "unchanged"
+		default:
+			out[i] = "configured"
+		}
+	}
+	return out, nil
+}
+
+// Get reads one NodeScript. RBAC: get on nodescripts.
+func Get(ctx context.Context, dyn dynamic.Interface, name string) (*v1alpha1.NodeScript, error) {
+	u, err := dyn.Resource(v1alpha1.Resource).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if crdMissing(err) {
+			return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
+		}
+		return nil, fmt.Errorf("nodescript %q: %w", name, err)
+	}
+	return toNodeScript(u)
+}
+
+// Promote sets spec.rollout.promoteTo of a NodeScript with Manual
+// promotion to "all" or a label selector, so that the nodes beyond the
+// canaries it selects may run. It refuses a halted rollout
+// (v1alpha1.ValidatePromotion), a NodeScript whose promotion is Automatic,
+// and an invalid selector. The patch carries the resourceVersion read, so a
+// concurrent change makes it fail rather than be overwritten. RBAC: get,
+// patch on nodescripts.
+func Promote(ctx context.Context, dyn dynamic.Interface, name, to string) (*v1alpha1.NodeScript, error) {
+	ns, err := Get(ctx, dyn, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.ValidatePromotion(ns, to); err != nil {
+		return nil, err
+	}
+	if ns.Spec.Rollout.Promotion != v1alpha1.PromotionManual {
+		return nil, fmt.Errorf("nodescript %q promotes automatically (spec.rollout.promotion is %q): promote applies to promotion: Manual", name, cmpOr(ns.Spec.Rollout.Promotion, v1alpha1.PromotionAutomatic))
+	}
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": ns.ResourceVersion},
+		"spec":     map[string]any{"rollout": map[string]any{"promoteTo": to}},
+	})
+	u, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec"})
+	if err != nil {
+		return nil, fmt.Errorf("promoting nodescript %q: %w", name, err)
+	}
+	return toNodeScript(u)
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// NodeReport is one node's line in a Report.
+type NodeReport struct {
+	Node string `json:"node"`
+	// Selected is whether the NodeScript's selector (and exclusions) select the node now.
+	Selected bool `json:"selected"`
+	// Current is whether State refers to the current spec hash.
+	Current bool      `json:"current"`
+	State   NodeState `json:"state"`
+}
+
+// Report is a NodeScript with the state of each node that is selected or
+// has a state for it.
+type Report struct {
+	NodeScript *v1alpha1.NodeScript `json:"nodeScript"`
+	Nodes      []NodeReport         `json:"nodes"`
+}
+
+// Status reads a NodeScript and every node's state for it (one list of
+// nodes). RBAC: get on nodescripts, list on nodes.
+func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string) (*Report, error) {
+	ns, err := Get(ctx, dyn, name)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector)
+	if err != nil {
+		return nil, fmt.Errorf("spec.nodeSelector: %w", err)
+	}
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	rep := &Report{NodeScript: ns}
+	var cont string
+	for {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		for i := range list.Items {
+			n := &list.Items[i]
+			_, has := n.Annotations[StateAnnotation(name)]
+			isSel := selected(ns, sel, n)
+			if !has && !isSel {
+				continue
+			}
+			s, err := DecodeState(n.Annotations, name)
+			if err != nil {
+				s = NodeState{Phase: "Unknown", Reason: err.Error()}
+			}
+			rep.Nodes = append(rep.Nodes, NodeReport{Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s})
+		}
+		if cont = list.Continue; cont == "" {
+			break
+		}
+	}
+	slices.SortFunc(rep.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Node, b.Node) })
+	return rep, nil
+}
+
+// crdMissing reports whether err is the API server not serving the
+// resource at all (a 404 without an object name), not a missing object.
+func crdMissing(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d == nil || d.Name == ""
+}

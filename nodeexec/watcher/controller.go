@@ -1,0 +1,674 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/kubectl/pkg/drain"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// Event reasons recorded on nodes and NodeScripts.
+const (
+	ReasonStarted        = "ScriptStarted"
+	ReasonSucceeded      = "ScriptSucceeded"
+	ReasonFailed         = "ScriptFailed"
+	ReasonInfrastructure = "RunInfrastructureFailure"
+	ReasonVerified       = "VerifySucceeded"
+	ReasonVerifyFailed   = "VerifyFailed"
+	ReasonRolledBack     = "RollbackSucceeded"
+	ReasonRollbackFailed = "RollbackFailed"
+	ReasonCordoned       = "Cordoned"
+	ReasonUncordoned     = "Uncordoned"
+	ReasonDrained        = "Drained"
+	ReasonDrainFailed    = "DrainFailed"
+	ReasonTaintRemoved   = "StartupTaintRemoved"
+	ReasonHalted         = "Halted"
+	ReasonComplete       = "Complete"
+	ReasonPodCreate      = "PodCreateFailed"
+)
+
+// controller is one run of the watcher: its caches, queue and recorder.
+type controller struct {
+	w       *Watcher
+	nodes   corelisters.NodeLister
+	pods    cache.Indexer
+	scripts cache.Store
+	events  record.EventRecorder
+	queue   workqueue.TypedRateLimitingInterface[string]
+}
+
+func (c *controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	log := logr.FromContextOrDiscard(ctx).WithValues("nodescript", key)
+	after, err := c.reconcile(logr.NewContext(ctx, log), key)
+	if err != nil {
+		c.w.metrics.reconciles.WithLabelValues("error").Inc()
+		if ctx.Err() == nil {
+			log.Error(err, "reconcile failed; retrying with backoff")
+			c.queue.AddRateLimited(key)
+		}
+		return true
+	}
+	c.w.metrics.reconciles.WithLabelValues("ok").Inc()
+	c.queue.Forget(key)
+	if after > 0 {
+		c.queue.AddAfter(key, after)
+	}
+	return true
+}
+
+// reconcile brings one NodeScript's nodes a step closer to the spec: it
+// records finished runs, applies the failure policy, starts what Decide
+// allows, removes startup taints, and writes the status. It returns when
+// to look again (0: on the next change or resync).
+func (c *controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	obj, exists, err := c.scripts.GetByKey(name)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.w.forget(name)
+		c.w.metrics.nodes.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		return 0, nil
+	}
+	ns, err := toNodeScript(obj)
+	if err != nil {
+		return 0, err
+	}
+	now := c.w.o.Clock.Now()
+	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
+		st := ns.Status.DeepCopy()
+		st.ObservedGeneration = ns.Generation
+		st.Stage = StageHalted
+		setCondition(st, v1alpha1.ConditionHalted, true, "InvalidSpec", errs.ToAggregate().Error(), ns.Generation, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, "InvalidSpec", "the spec is invalid; fix it with nodeexec apply", ns.Generation, now)
+		return 0, c.writeStatus(ctx, ns, st)
+	}
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
+	all, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	byName := make(map[string]*corev1.Node, len(all))
+	for _, n := range all {
+		byName[n.Name] = n
+	}
+
+	// 1. Record the runs that finished, adopt the ones running.
+	podObjs, err := c.pods.ByIndex(byNodeScript, name)
+	if err != nil {
+		return 0, err
+	}
+	busy := map[string]bool{}       // nodes with a run pod
+	actionBusy := map[string]bool{} // "node/action" with a pod
+	var finish []func() error
+	for _, o := range podObjs {
+		pod := o.(*corev1.Pod)
+		node, action := pod.Spec.NodeName, pod.Labels[LabelAction]
+		n := byName[node]
+		if n == nil {
+			// The node is gone; its pods go with it (pod GC).
+			continue
+		}
+		ready, since := nodeReady(n)
+		out := PodOutcome(pod, ready, since, now)
+		if pod.DeletionTimestamp != nil && !out.Done {
+			out = Outcome{}
+		}
+		if !out.Done || pod.DeletionTimestamp != nil {
+			// Running, or being deleted (a terminating pod may still run).
+			actionBusy[node+"/"+action] = true
+			if action == ActionRun {
+				busy[node] = true
+				if pod.DeletionTimestamp == nil {
+					if err := c.adopt(ctx, ns, n, pod); err != nil {
+						return 0, err
+					}
+				}
+			}
+			continue
+		}
+		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, now) })
+	}
+	if err := c.parallel(finish); err != nil {
+		return 0, err
+	}
+
+	// 2. Per selected node: lost runs, the failure policy, taints.
+	var (
+		nodes   []Node
+		work    []func() error
+		retryAt time.Time
+	)
+	for _, n := range all {
+		s, ok := c.w.state(ctx, name, n)
+		if !ok {
+			continue
+		}
+		ready, _ := nodeReady(n)
+		if busy[n.Name] && !(s.Hash == hash && s.Phase == PhaseRunning) {
+			// A run of an older spec still going: it counts as running.
+			s = NodeState{Hash: hash, Phase: PhaseRunning}
+		}
+		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, State: s})
+		if !selected(ns, sel, n) || s.Hash != hash {
+			continue
+		}
+		n, s := n, s
+		switch {
+		case s.Phase == PhaseRunning && !busy[n.Name] && !c.w.expected(s.Pod):
+			work = append(work, func() error { return c.lost(ctx, ns, n, s, now) })
+		case s.Phase == PhaseFailed && s.Infrastructure && s.NextRetry != nil:
+			if retryAt.IsZero() || s.NextRetry.Before(retryAt) {
+				retryAt = *s.NextRetry
+			}
+		case s.Phase == PhaseFailed && !s.Infrastructure:
+			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, actionBusy[n.Name+"/"+ActionRollback], now) })
+		case s.Phase == PhaseSucceeded:
+			if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
+				work = append(work, func() error { return c.removeTaint(ctx, n, t) })
+			}
+			if s.CordonedByUs && n.Spec.Unschedulable {
+				work = append(work, func() error { return c.uncordon(ctx, ns, n, s) })
+			}
+		}
+	}
+	if err := c.parallel(work); err != nil {
+		return 0, err
+	}
+
+	// 3. Decide, and start what it allows.
+	d, err := Decide(ns, nodes, now)
+	if err != nil {
+		return 0, err
+	}
+	prev := map[string]NodeState{}
+	for _, n := range nodes {
+		prev[n.Name] = n.State
+	}
+	var start []func() error
+	for _, node := range d.Start {
+		n, s := byName[node], prev[node]
+		start = append(start, func() error { return c.start(ctx, ns, n, s, ActionRun, now) })
+	}
+	for _, node := range d.Verify {
+		if !actionBusy[node+"/"+ActionVerify] {
+			n, s := byName[node], prev[node]
+			start = append(start, func() error { return c.start(ctx, ns, n, s, ActionVerify, now) })
+		}
+	}
+	startErr := c.parallel(start)
+
+	// 4. Status.
+	if err := c.status(ctx, ns, d, hash, startErr, now); err != nil {
+		return 0, err
+	}
+	if startErr != nil {
+		return 0, startErr
+	}
+	var after time.Duration
+	if !retryAt.IsZero() {
+		after = max(retryAt.Sub(now), time.Second)
+	}
+	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
+		after = 2 * time.Second
+	}
+	return after, nil
+}
+
+// parallel runs fns, at most CreateParallelism at once, and joins their errors.
+func (c *controller) parallel(fns []func() error) error {
+	if len(fns) == 1 {
+		return fns[0]()
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, c.w.o.CreateParallelism)
+	)
+	for _, f := range fns {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// start creates the pod of action on node n (s is its current state) and
+// records the run as Running.
+func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, action string, now time.Time) error {
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	attempt := 1
+	if action == ActionRun && s.Hash == hash {
+		attempt = s.Attempts + 1
+	}
+	pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, Now: now})
+	if err != nil {
+		return err
+	}
+	c.w.expect(pod.Name, now)
+	_, err = c.w.o.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "nodeexec-watcher"})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Created before (the cache lags, or by a previous watcher): adopt it.
+	case err != nil:
+		c.w.unexpect(pod.Name)
+		return fmt.Errorf("node %s: creating %s pod: %w", n.Name, action, err)
+	}
+	if action != ActionRun {
+		return nil
+	}
+	c.events.Eventf(n, corev1.EventTypeNormal, ReasonStarted, "nodescript %s (spec %s) attempt %d: pod %s/%s", ns.Name, hash, attempt, pod.Namespace, pod.Name)
+	return c.w.writeState(ctx, ns.Name, n, NodeState{
+		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
+	})
+}
+
+// adopt records a run pod found running as the node's run (after a restart
+// between the pod's creation and the state's write).
+func (c *controller) adopt(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod) error {
+	s, ok := c.w.state(ctx, ns.Name, n)
+	podHash := pod.Labels[nodeexec.LabelRunID]
+	if !ok || (s.Phase == PhaseRunning && s.Pod == pod.Name) || (s.Pod == pod.Name && s.Hash == podHash) {
+		return nil
+	}
+	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
+	return c.w.writeState(ctx, ns.Name, n, NodeState{
+		Hash: podHash, Phase: PhaseRunning, Attempts: attempt, Since: pod.CreationTimestamp.Time, Pod: pod.Name,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
+	})
+}
+
+// finish records a finished run pod's outcome on its node, then deletes the pod.
+func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out Outcome, now time.Time) error {
+	s, ok := c.w.state(ctx, ns.Name, n)
+	if !ok {
+		return nil
+	}
+	podHash := pod.Labels[nodeexec.LabelRunID]
+	action := pod.Labels[LabelAction]
+	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
+	result := "succeeded"
+	switch {
+	case out.Infrastructure:
+		result = "infrastructure"
+	case out.Reason == "Timeout":
+		result = "timeout"
+	case out.ExitCode != 0:
+		result = "failed"
+	}
+	msg := func() string {
+		if out.Reason != "" {
+			return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: %s %s", ns.Name, podHash, action, pod.Namespace, pod.Name, out.Reason, out.Message)
+		}
+		return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: exit code %d", ns.Name, podHash, action, pod.Namespace, pod.Name, out.ExitCode)
+	}
+	recorded := false
+	switch action {
+	case ActionRun:
+		if s.Pod == pod.Name && s.Phase != PhaseRunning {
+			break // recorded before; only the pod's deletion is left
+		}
+		next := NodeState{Hash: podHash, Attempts: attempt, Since: now, Pod: pod.Name, Reason: out.Reason,
+			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
+		tailText := out.Tail
+		switch result {
+		case "infrastructure":
+			next.Phase, next.Infrastructure = PhaseFailed, true
+			t := now.Add(backoff(ns, attempt))
+			next.NextRetry = &t
+			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
+		case "succeeded":
+			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
+			if c.w.o.SuccessLogLines > 0 {
+				tailText = c.logTail(ctx, pod)
+			}
+			c.events.Event(n, corev1.EventTypeNormal, ReasonSucceeded, msg())
+		default:
+			next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
+			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())
+		}
+		next.OutputTail = tail(tailText, 1024)
+		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+			return err
+		}
+		recorded = true
+	case ActionVerify:
+		if s.Hash != podHash || s.Phase != PhaseSucceeded || s.Verified || out.Infrastructure {
+			break
+		}
+		if result == "succeeded" {
+			s.Verified = true
+			c.events.Event(n, corev1.EventTypeNormal, ReasonVerified, msg())
+		} else {
+			s.Phase, s.Reason, s.ExitCode, s.Since = PhaseFailed, "VerifyFailed", ptr.To(out.ExitCode), now
+			s.OutputTail = tail(out.Tail, 1024)
+			c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, msg())
+		}
+		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+			return err
+		}
+		recorded = true
+	case ActionRollback:
+		if s.Hash != podHash || s.Rollback != "Running" {
+			break
+		}
+		s.RollbackExitCode = ptr.To(out.ExitCode)
+		if result == "succeeded" {
+			s.Rollback, s.Phase, s.Since = PhaseSucceeded, PhaseRolledBack, now
+			c.events.Event(n, corev1.EventTypeNormal, ReasonRolledBack, msg())
+		} else {
+			s.Rollback = PhaseFailed
+			c.events.Event(n, corev1.EventTypeWarning, ReasonRollbackFailed, msg())
+		}
+		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+			return err
+		}
+		recorded = true
+	}
+	if recorded {
+		c.w.metrics.runs.WithLabelValues(ns.Name, action, result).Inc()
+		c.w.metrics.duration.WithLabelValues(action).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
+	}
+	err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &pod.UID}, PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// logTail is the end of a finished pod's log, or "" when it cannot be read.
+func (c *controller) logTail(ctx context.Context, pod *corev1.Pod) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lines := int64(c.w.o.SuccessLogLines)
+	b, err := c.w.o.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &lines, LimitBytes: ptr.To(int64(16 << 10))}).DoRaw(ctx)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("reading the run's log", "pod", pod.Name, "error", err.Error())
+		return ""
+	}
+	return string(b)
+}
+
+// lost records a run whose pod disappeared before its outcome was recorded
+// (deleted by someone else, or with its node): an infrastructure failure.
+func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+	s.Phase, s.Infrastructure, s.Reason, s.Since = PhaseFailed, true, "PodDisappeared", now
+	t := now.Add(backoff(ns, s.Attempts))
+	s.NextRetry = &t
+	c.events.Eventf(n, corev1.EventTypeWarning, ReasonInfrastructure, "nodescript %s: run pod %s disappeared before its outcome was recorded", ns.Name, s.Pod)
+	c.w.metrics.runs.WithLabelValues(ns.Name, ActionRun, "infrastructure").Inc()
+	return c.w.writeState(ctx, ns.Name, n, s)
+}
+
+// backoff is the pause before retry number attempt: InitialBackoff doubled
+// per attempt, capped at MaxBackoff, with 10% jitter.
+func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
+	initial, maxB := 10*time.Second, 5*time.Minute
+	if r := ns.Spec.Retry.InitialBackoff; r != nil {
+		initial = r.Duration
+	}
+	if r := ns.Spec.Retry.MaxBackoff; r != nil {
+		maxB = r.Duration
+	}
+	d := time.Duration(float64(initial) * math.Pow(2, float64(max(attempt-1, 0))))
+	if d > maxB || d <= 0 {
+		d = maxB
+	}
+	return wait.Jitter(d, 0.1)
+}
+
+// failurePolicy applies OnFailure to a node whose script failed: rollback
+// script, cordon, drain. Each step is recorded in the node's state, so it
+// is taken once, also across restarts.
+func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, rollbackBusy bool, now time.Time) error {
+	p := ns.Spec.OnFailure
+	changed := false
+	if p.Cordon && !s.Cordoned {
+		if !n.Spec.Unschedulable {
+			if err := c.cordon(ctx, n, true); err != nil {
+				return err
+			}
+			s.CordonedByUs = true
+			c.events.Eventf(n, corev1.EventTypeWarning, ReasonCordoned, "nodescript %s failed here: cordoned", ns.Name)
+		}
+		s.Cordoned, changed = true, true
+	}
+	if p.Rollback && s.Rollback == "" && !rollbackBusy {
+		pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now})
+		if err != nil {
+			return err
+		}
+		c.w.expect(pod.Name, now)
+		if _, err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "nodeexec-watcher"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			c.w.unexpect(pod.Name)
+			return fmt.Errorf("node %s: creating rollback pod: %w", n.Name, err)
+		}
+		s.Rollback, changed = "Running", true
+	} else if s.Rollback == "Running" && !rollbackBusy {
+		name := ""
+		if pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now}); err == nil {
+			name = pod.Name
+		}
+		if !c.w.expected(name) {
+			s.Rollback, changed = PhaseFailed, true
+			c.events.Eventf(n, corev1.EventTypeWarning, ReasonRollbackFailed, "nodescript %s: rollback pod %s disappeared before its outcome was recorded", ns.Name, name)
+		}
+	}
+	if changed {
+		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+			return err
+		}
+	}
+	if p.Drain && s.Cordoned && s.Drain == "" {
+		c.drain(ctx, ns, n)
+	}
+	return nil
+}
+
+// cordon sets the node's unschedulable field with kubectl's cordon helper.
+func (c *controller) cordon(ctx context.Context, n *corev1.Node, desired bool) error {
+	h := &drain.Helper{Ctx: ctx, Client: c.w.o.Client, Out: io.Discard, ErrOut: io.Discard}
+	if err := drain.RunCordonOrUncordon(h, n.DeepCopy(), desired); err != nil {
+		return fmt.Errorf("node %s: cordon=%t: %w", n.Name, desired, err)
+	}
+	return nil
+}
+
+// uncordon undoes the watcher's own cordon once the node succeeded (a
+// corrected spec ran there); a node cordoned by someone else is left alone.
+func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState) error {
+	if err := c.cordon(ctx, n, false); err != nil {
+		return err
+	}
+	s.CordonedByUs, s.Cordoned = false, false
+	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUncordoned, "nodescript %s succeeded here: uncordoned (the watcher had cordoned it)", ns.Name)
+	return c.w.writeState(ctx, ns.Name, n, s)
+}
+
+// drain evicts the node's pods in the background with kubectl's drain
+// helper (DaemonSet pods and nodeexec's own pods stay), within DrainTimeout,
+// and records the outcome in the node's state.
+func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
+	c.w.mu.Lock()
+	if c.w.draining[n.Name] {
+		c.w.mu.Unlock()
+		return
+	}
+	c.w.draining[n.Name] = true
+	c.w.mu.Unlock()
+	timeout := 5 * time.Minute
+	if t := ns.Spec.OnFailure.DrainTimeout; t != nil {
+		timeout = t.Duration
+	}
+	go func() {
+		defer func() {
+			c.w.mu.Lock()
+			delete(c.w.draining, n.Name)
+			c.w.mu.Unlock()
+			c.queue.Add(ns.Name)
+		}()
+		h := &drain.Helper{
+			Ctx: ctx, Client: c.w.o.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true,
+			DeleteEmptyDirData: true, Timeout: timeout, Out: io.Discard, ErrOut: io.Discard,
+			PodSelector: nodeexec.LabelManagedBy + "!=" + nodeexec.ManagedByValue,
+		}
+		result, reason, typ := ReasonDrained, ReasonDrained, corev1.EventTypeNormal
+		if err := drain.RunNodeDrain(h, n.Name); err != nil {
+			if ctx.Err() != nil {
+				return // stopped: drained again on the next start
+			}
+			result, reason, typ = tail("drain failed: "+err.Error(), 256), ReasonDrainFailed, corev1.EventTypeWarning
+		}
+		c.events.Eventf(n, typ, reason, "nodescript %s failed here: %s", ns.Name, result)
+		s, ok := c.w.state(ctx, ns.Name, n)
+		if !ok {
+			return
+		}
+		s.Drain = result
+		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "recording the drain", "node", n.Name)
+		}
+	}()
+}
+
+// removeTaint removes the startup taint from a node where the script
+// succeeded, with a JSON patch that fails if the node changed since read.
+func (c *controller) removeTaint(ctx context.Context, n *corev1.Node, t *corev1.Taint) error {
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": n.ResourceVersion},
+		{"op": "replace", "path": "/spec/taints", "value": withoutTaint(n, t)},
+	})
+	if _, err := c.w.o.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+			return fmt.Errorf("node %s changed while removing taint %s; retrying: %w", n.Name, t.Key, err)
+		}
+		return fmt.Errorf("node %s: removing taint %s: %w", n.Name, t.Key, err)
+	}
+	c.events.Eventf(n, corev1.EventTypeNormal, ReasonTaintRemoved, "the script succeeded here: taint %s removed", t.Key)
+	return nil
+}
+
+// status writes the NodeScript's status from the decision.
+func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, hash string, startErr error, now time.Time) error {
+	st := ns.Status.DeepCopy()
+	st.ObservedGeneration, st.SpecHash, st.Stage = ns.Generation, hash, d.Stage
+	st.Nodes, st.Pending, st.Running = int32(d.Counts.Nodes), int32(d.Counts.Pending), int32(d.Counts.Running)
+	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
+	gen := ns.Generation
+	switch d.Stage {
+	case StageHalted:
+		reason := "ErrorBudgetExceeded"
+		if strings.HasPrefix(d.HaltReason, "canary") {
+			reason = "CanaryFailed"
+		}
+		setCondition(st, v1alpha1.ConditionHalted, true, reason, d.HaltReason, gen, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, reason, "halted: "+d.HaltReason, gen, now)
+		setCondition(st, v1alpha1.ConditionComplete, false, reason, "halted", gen, now)
+	case StageComplete:
+		setCondition(st, v1alpha1.ConditionHalted, false, "Complete", "", gen, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, "Complete", "every selected node ran the script", gen, now)
+		setCondition(st, v1alpha1.ConditionComplete, true, "Complete", fmt.Sprintf("%d nodes succeeded", d.Counts.Succeeded), gen, now)
+	default:
+		setCondition(st, v1alpha1.ConditionHalted, false, d.Stage, "", gen, now)
+		progressing := d.Stage != StageAwaitingPromotion || d.Counts.Running > 0
+		msg := fmt.Sprintf("%d of %d nodes succeeded, %d running", d.Counts.Succeeded, d.Counts.Nodes, d.Counts.Running)
+		if d.Stage == StageAwaitingPromotion {
+			msg += "; promote with: nodeexec promote " + ns.Name + " --to all"
+		}
+		setCondition(st, v1alpha1.ConditionProgressing, progressing, d.Stage, msg, gen, now)
+		setCondition(st, v1alpha1.ConditionComplete, false, d.Stage, "", gen, now)
+	}
+	if startErr != nil {
+		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
+	}
+	for phase, v := range map[string]int{PhasePending: d.Counts.Pending, PhaseRunning: d.Counts.Running, PhaseSucceeded: d.Counts.Succeeded, PhaseFailed: d.Counts.Failed, PhaseRolledBack: d.Counts.RolledBack} {
+		c.w.metrics.nodes.WithLabelValues(ns.Name, phase).Set(float64(v))
+	}
+	if ns.Status.Stage != st.Stage {
+		switch st.Stage {
+		case StageHalted:
+			c.events.Event(ns, corev1.EventTypeWarning, ReasonHalted, d.HaltReason)
+		case StageComplete:
+			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonComplete, "%d nodes succeeded", d.Counts.Succeeded)
+		}
+	}
+	return c.writeStatus(ctx, ns, st)
+}
+
+// writeStatus updates the status subresource when st differs from ns.Status.
+func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus) error {
+	if apiEqualStatus(&ns.Status, st) {
+		return nil
+	}
+	// A merge patch of the whole status: the watcher is its only writer
+	// (one leader), so it needs no resourceVersion and cannot conflict with
+	// a spec change made meanwhile.
+	patch, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return err
+	}
+	_, err = c.w.o.Dynamic.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	if err != nil {
+		return fmt.Errorf("updating status of nodescript %s: %w", ns.Name, err)
+	}
+	return nil
+}
+
+func apiEqualStatus(a, b *v1alpha1.NodeScriptStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func setCondition(st *v1alpha1.NodeScriptStatus, typ string, status bool, reason, msg string, gen int64, now time.Time) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now),
+	})
+}

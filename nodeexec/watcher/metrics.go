@@ -1,0 +1,95 @@
+package watcher
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// metrics are the watcher's Prometheus metrics. It is also the workqueue's
+// MetricsProvider (one queue, named "nodescripts").
+type metrics struct {
+	runs        *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	nodes       *prometheus.GaugeVec
+	depth       prometheus.Gauge
+	adds        prometheus.Counter
+	latency     prometheus.Histogram
+	work        prometheus.Histogram
+	unfinished  prometheus.Gauge
+	longest     prometheus.Gauge
+	retries     prometheus.Counter
+	reconciles  *prometheus.CounterVec
+	collectable []prometheus.Collector
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeexec_watcher_runs_total",
+			Help: "Runs finished, by NodeScript, action (run, verify, rollback) and result (succeeded, failed, timeout, infrastructure).",
+		}, []string{"nodescript", "action", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nodeexec_watcher_run_duration_seconds",
+			Help:    "Time from a run pod's creation to the watcher seeing it finished, by action.",
+			Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600},
+		}, []string{"action"}),
+		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeexec_watcher_nodes",
+			Help: "Selected nodes per NodeScript and phase (Pending, Running, Succeeded, Failed, RolledBack).",
+		}, []string{"nodescript", "phase"}),
+		depth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeexec_watcher_queue_depth", Help: "NodeScripts waiting in the workqueue.",
+		}),
+		adds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeexec_watcher_queue_adds_total", Help: "Adds to the workqueue.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nodeexec_watcher_queue_latency_seconds", Help: "Time a NodeScript waits in the workqueue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		work: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nodeexec_watcher_reconcile_duration_seconds", Help: "Time one reconcile of a NodeScript takes.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		unfinished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeexec_watcher_queue_unfinished_work_seconds", Help: "Seconds of reconciles in progress.",
+		}),
+		longest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeexec_watcher_queue_longest_running_seconds", Help: "Seconds the longest reconcile in progress has run.",
+		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeexec_watcher_queue_retries_total", Help: "Rate-limited requeues after a failed reconcile.",
+		}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
+		}, []string{"result"}),
+	}
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	return m
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range m.collectable {
+		errs = append(errs, r.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+var _ workqueue.MetricsProvider = (*metrics)(nil)
+
+func (m *metrics) NewDepthMetric(string) workqueue.GaugeMetric       { return m.depth }
+func (m *metrics) NewAddsMetric(string) workqueue.CounterMetric      { return m.adds }
+func (m *metrics) NewLatencyMetric(string) workqueue.HistogramMetric { return m.latency }
+func (m *metrics) NewWorkDurationMetric(string) workqueue.HistogramMetric {
+	return m.work
+}
+func (m *metrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return m.unfinished
+}
+func (m *metrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return m.longest
+}
+func (m *metrics) NewRetriesMetric(string) workqueue.CounterMetric { return m.retries }

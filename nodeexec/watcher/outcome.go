@@ -1,0 +1,118 @@
+package watcher
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Outcome is what a run pod says about its run.
+type Outcome struct {
+	// Done is set once the run is over (or can never start).
+	Done bool
+	// ExitCode of the script; -1 when it did not run to an exit.
+	ExitCode int
+	// Infrastructure is set when the run failed for a reason other than the
+	// script's own exit (image pull, pod rejected by the kubelet, eviction,
+	// preemption, node NotReady): such failures are retried.
+	Infrastructure bool
+	// Reason is a CamelCase reason when the run did not end by the script's
+	// exit (Timeout, ErrImagePull, Evicted, NodeNotReady, ...).
+	Reason string
+	// Message is the pod's or container's message; Tail is the container's
+	// termination message: the end of its output when it failed.
+	Message, Tail string
+}
+
+// NotReadyGrace is how long a run pod may sit on a node that is not Ready
+// before its run counts as an infrastructure failure.
+const NotReadyGrace = time.Minute
+
+// PodOutcome classifies a run pod: nodeReady and notReadySince describe
+// its node's Ready condition (notReadySince is when it last changed). It
+// is a pure function.
+func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time) Outcome {
+	var cs *corev1.ContainerStatus
+	if len(pod.Status.ContainerStatuses) > 0 {
+		cs = &pod.Status.ContainerStatuses[0]
+	}
+	infra := func(reason, msg string) Outcome {
+		return Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: reason, Message: msg}
+	}
+	terminated := func() *corev1.ContainerStateTerminated {
+		if cs == nil {
+			return nil
+		}
+		return cs.State.Terminated
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		o := Outcome{Done: true}
+		if t := terminated(); t != nil {
+			o.ExitCode, o.Tail = int(t.ExitCode), t.Message
+		}
+		return o
+	case corev1.PodFailed:
+		reason := pod.Status.Reason
+		if reason == "DeadlineExceeded" {
+			o := Outcome{Done: true, ExitCode: -1, Reason: "Timeout", Message: pod.Status.Message}
+			if t := terminated(); t != nil {
+				o.Tail = t.Message
+			}
+			return o
+		}
+		if disrupted(pod) || reason != "" {
+			// Evicted, Preempting, Shutdown, NodeShutdown, OutOfcpu, ...:
+			// the kubelet ended or refused the pod, not the script.
+			if reason == "" {
+				reason = "Disrupted"
+			}
+			return infra(reason, pod.Status.Message)
+		}
+		t := terminated()
+		if t == nil || t.Reason == "ContainerStatusUnknown" || t.Reason == "OOMKilled" && t.ExitCode == 0 {
+			return infra("ContainerNotRun", pod.Status.Message)
+		}
+		o := Outcome{Done: true, ExitCode: int(t.ExitCode), Tail: t.Message}
+		if t.Reason == "OOMKilled" {
+			o.Reason = "OOMKilled"
+		}
+		return o
+	}
+	if pod.DeletionTimestamp != nil {
+		return infra("PodDeleted", "the run's pod was deleted before the run ended")
+	}
+	if cs != nil && cs.State.Waiting != nil {
+		switch r := cs.State.Waiting.Reason; r {
+		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+			"CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+			return infra(r, cs.State.Waiting.Message)
+		}
+	}
+	if !nodeReady && !notReadySince.IsZero() && now.Sub(notReadySince) >= NotReadyGrace {
+		return infra("NodeNotReady", "the node has not been Ready for "+now.Sub(notReadySince).Round(time.Second).String())
+	}
+	return Outcome{ExitCode: -1}
+}
+
+func disrupted(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// tail returns the last n bytes of s, starting at a line when it can.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+		s = s[i+1:]
+	}
+	return s
+}

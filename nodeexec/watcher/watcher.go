@@ -1,0 +1,496 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"k8s.io/apimachinery/pkg/types"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// ErrLeadershipLost is returned by Start when another replica took the
+// leader election lease while this one was running the rollouts; the
+// process should exit (as controller-runtime managers do) and be restarted.
+var ErrLeadershipLost = errors.New("watcher: leader election lost")
+
+// LeaderElection configures leader election through a coordination.k8s.io
+// Lease, so that of several replicas only one runs rollouts. RBAC: get,
+// create and update on leases in Namespace.
+type LeaderElection struct {
+	// Namespace and Name of the Lease. Namespace is required; Name defaults
+	// to "nodeexec-watcher".
+	Namespace, Name string
+	// Identity of this replica in the Lease. Defaults to hostname_<random>.
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
+	// leaderelection timings. Default 15s, 10s and 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Options configure a Watcher.
+type Options struct {
+	// Client reads nodes and pods, creates and deletes run pods, patches
+	// nodes (annotations, cordon, taints) and records Events. Required.
+	// RBAC: nodes get/list/watch/patch/update; pods get/list/watch/create/
+	// delete and pods/log get, pods/eviction create (drain) in the backends'
+	// namespaces; events create/patch; leases when LeaderElection is set.
+	Client kubernetes.Interface
+	// Dynamic reads NodeScripts and writes their status (nodescripts
+	// get/list/watch, nodescripts/status update). Required.
+	Dynamic dynamic.Interface
+	// LeaderElection, when set, makes Start run rollouts only while this
+	// replica holds the Lease. Nil runs without election (one replica).
+	LeaderElection *LeaderElection
+	// Metrics, when set, registers the watcher's Prometheus metrics (runs by
+	// result, run duration histogram, nodes per phase, queue depth). Nil
+	// keeps them unregistered.
+	Metrics prometheus.Registerer
+	// Workers is the number of NodeScripts reconciled at once. Defaults to 2.
+	Workers int
+	// CreateParallelism bounds the pod creates and node patches one
+	// reconcile makes at once. Defaults to 16.
+	CreateParallelism int
+	// Resync requeues every NodeScript this often, besides reacting to
+	// changes. Defaults to 30s.
+	Resync time.Duration
+	// SuccessLogLines is how many lines of a successful run's log are kept
+	// in the node's state (a failed run keeps its termination message, the
+	// end of its output, without this). Defaults to 20; negative fetches no
+	// log (one pods/log request per node saved).
+	SuccessLogLines int
+	// Clock drives timestamps, soak times and backoffs. Defaults to the real clock.
+	Clock clock.WithTicker
+}
+
+// Watcher applies every NodeScript in the cluster to the nodes its
+// selector matches, now and as nodes join, as controlled rollouts. Its
+// state lives in the API (node annotations, run pods, NodeScript status),
+// so it can be stopped and started again at any moment.
+type Watcher struct {
+	o       Options
+	metrics *metrics
+
+	mu sync.Mutex
+	// overlay holds per NodeScript the node states this process wrote that
+	// the node informer may not show yet, so that a reconcile never acts on
+	// a stale state (and never starts a node twice or overshoots concurrency).
+	overlay map[string]map[string]NodeState
+	// created holds run pods created and not yet seen by the pod informer.
+	created map[string]time.Time
+	// draining holds the nodes being drained.
+	draining map[string]bool
+}
+
+// New validates o and returns a Watcher. Errors name the bad field.
+func New(o Options) (*Watcher, error) {
+	if o.Client == nil {
+		return nil, errors.New("watcher: Options.Client is nil: give a Kubernetes client")
+	}
+	if o.Dynamic == nil {
+		return nil, errors.New("watcher: Options.Dynamic is nil: give a dynamic client (dynamic.NewForConfig)")
+	}
+	if o.Workers == 0 {
+		o.Workers = 2
+	}
+	if o.CreateParallelism == 0 {
+		o.CreateParallelism = 16
+	}
+	if o.Resync == 0 {
+		o.Resync = 30 * time.Second
+	}
+	if o.SuccessLogLines == 0 {
+		o.SuccessLogLines = 20
+	}
+	switch {
+	case o.Workers < 0:
+		return nil, fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
+	case o.CreateParallelism < 0:
+		return nil, fmt.Errorf("watcher: Options.CreateParallelism is %d: give a positive number, or 0 for the default 16", o.CreateParallelism)
+	case o.Resync < 0:
+		return nil, fmt.Errorf("watcher: Options.Resync is %s: give a positive duration, or 0 for the default 30s", o.Resync)
+	}
+	if le := o.LeaderElection; le != nil {
+		l := *le
+		if l.Namespace == "" {
+			return nil, errors.New("watcher: Options.LeaderElection.Namespace is empty: name the namespace of the Lease")
+		}
+		if l.Name == "" {
+			l.Name = "nodeexec-watcher"
+		}
+		if msgs := validation.IsDNS1123Subdomain(l.Name); len(msgs) > 0 {
+			return nil, fmt.Errorf("watcher: Options.LeaderElection.Name %q: %v", l.Name, msgs)
+		}
+		if l.Identity == "" {
+			host, _ := os.Hostname()
+			l.Identity = host + "_" + podexec.RandomSuffix(8)
+		}
+		if l.LeaseDuration == 0 {
+			l.LeaseDuration = 15 * time.Second
+		}
+		if l.RenewDeadline == 0 {
+			l.RenewDeadline = 10 * time.Second
+		}
+		if l.RetryPeriod == 0 {
+			l.RetryPeriod = 2 * time.Second
+		}
+		if !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
+			return nil, fmt.Errorf("watcher: Options.LeaderElection: want LeaseDuration > RenewDeadline > RetryPeriod > 0, got %s, %s, %s", l.LeaseDuration, l.RenewDeadline, l.RetryPeriod)
+		}
+		o.LeaderElection = &l
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	m := newMetrics()
+	if o.Metrics != nil {
+		if err := m.register(o.Metrics); err != nil {
+			return nil, fmt.Errorf("watcher: registering metrics: %w", err)
+		}
+	}
+	return &Watcher{
+		o: o, metrics: m,
+		overlay:  map[string]map[string]NodeState{},
+		created:  map[string]time.Time{},
+		draining: map[string]bool{},
+	}, nil
+}
+
+// Start runs the watcher until ctx ends, then returns nil; it returns an
+// error when the informers cannot sync or leadership is lost
+// (ErrLeadershipLost). With LeaderElection set it first waits to become
+// the leader. Its signature is controller-runtime's Runnable, so a Watcher
+// can be added to a manager (mgr.Add(w)) unchanged; the manager's own
+// leader election then applies and Options.LeaderElection should be nil.
+func (w *Watcher) Start(ctx context.Context) error {
+	le := w.o.LeaderElection
+	if le == nil {
+		return w.run(ctx)
+	}
+	log := logr.FromContextOrDiscard(ctx).WithValues("lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
+	// OnStartedLeading runs in a goroutine of the elector's; mu orders it
+	// with the elector's return, so Start waits for a run that began.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		running bool
+		runErr  error
+		done    = make(chan struct{})
+	)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
+			Client:     w.o.Client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+		},
+		LeaseDuration:   le.LeaseDuration,
+		RenewDeadline:   le.RenewDeadline,
+		RetryPeriod:     le.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            le.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					return
+				}
+				running = true
+				mu.Unlock()
+				defer close(done)
+				log.Info("became leader")
+				runErr = w.run(ctx)
+			},
+			OnStoppedLeading: func() { log.Info("stopped leading") },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watcher: leader election: %w", err)
+	}
+	log.Info("waiting for leadership")
+	elector.Run(ctx)
+	mu.Lock()
+	stopped = true
+	wasRunning := running
+	mu.Unlock()
+	if wasRunning {
+		<-done
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if ctx.Err() == nil {
+		return ErrLeadershipLost
+	}
+	return nil
+}
+
+// Index names of the pod informer.
+const byNodeScript = "nodescript"
+
+// run is the controller proper: informers, the workqueue and its workers.
+func (w *Watcher) run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0, informers.WithTransform(trimNode))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript
+		}),
+		informers.WithTransform(trimPod))
+	nsFactory := dynamicinformer.NewDynamicSharedInformerFactory(w.o.Dynamic, 0)
+
+	nodes := nodeFactory.Core().V1().Nodes()
+	pods := podFactory.Core().V1().Pods()
+	scripts := nsFactory.ForResource(v1alpha1.Resource)
+	if err := pods.Informer().AddIndexers(cache.Indexers{byNodeScript: func(obj any) ([]string, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		return []string{p.Labels[LabelNodeScript]}, nil
+	}}); err != nil {
+		return err
+	}
+
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodescripts", MetricsProvider: w.metrics, Clock: w.o.Clock})
+	defer queue.ShutDown()
+
+	enqueueAll := func() {
+		for _, key := range scripts.Informer().GetStore().ListKeys() {
+			queue.Add(key)
+		}
+	}
+	if _, err := scripts.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { enqueueKey(queue, obj) },
+		UpdateFunc: func(_, obj any) { enqueueKey(queue, obj) },
+		DeleteFunc: func(obj any) { enqueueKey(queue, obj) },
+	}); err != nil {
+		return err
+	}
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { enqueueAll() },
+		UpdateFunc: func(old, obj any) {
+			// The transform dropped what changes on every heartbeat, so
+			// an update that changed nothing the watcher keeps is skipped.
+			if !sameNode(old.(*corev1.Node), obj.(*corev1.Node)) {
+				enqueueAll()
+			}
+		},
+		DeleteFunc: func(any) { enqueueAll() },
+	}); err != nil {
+		return err
+	}
+	podEvent := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok {
+			w.mu.Lock()
+			delete(w.created, p.Name)
+			w.mu.Unlock()
+			queue.Add(p.Labels[LabelNodeScript])
+		}
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: podEvent, UpdateFunc: func(_, obj any) { podEvent(obj) }, DeleteFunc: podEvent,
+	}); err != nil {
+		return err
+	}
+
+	recorder, stopEvents := w.recorder(ctx)
+	defer stopEvents()
+	c := &controller{
+		w: w, nodes: nodes.Lister(), pods: pods.Informer().GetIndexer(), scripts: scripts.Informer().GetStore(),
+		events: recorder, queue: queue,
+	}
+
+	nodeFactory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	nsFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer podFactory.Shutdown()
+	defer nsFactory.Shutdown()
+	t0 := w.o.Clock.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("watcher: informers did not sync")
+	}
+	log.Info("caches synced", "nodes", len(nodes.Informer().GetStore().ListKeys()),
+		"nodescripts", len(scripts.Informer().GetStore().ListKeys()), "after", w.o.Clock.Since(t0).String())
+
+	var wg sync.WaitGroup
+	for range w.o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.Until(enqueueAll, w.o.Resync, ctx.Done())
+	}()
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func enqueueKey(q workqueue.TypedRateLimitingInterface[string], obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		q.Add(key)
+	}
+}
+
+// recorder returns an EventRecorder writing to the API, and its stop function.
+func (w *Watcher) recorder(ctx context.Context) (record.EventRecorder, func()) {
+	s := runtime.NewScheme()
+	_ = scheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.o.Client.CoreV1().Events("")})
+	return b.NewRecorder(s, corev1.EventSource{Component: "nodeexec-watcher"}), b.Shutdown
+}
+
+// toNodeScript converts an informer's object to a typed NodeScript.
+func toNodeScript(obj any) (*v1alpha1.NodeScript, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("unexpected object %T", obj)
+	}
+	ns := &v1alpha1.NodeScript{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ns); err != nil {
+		return nil, fmt.Errorf("nodescript %s: %w", u.GetName(), err)
+	}
+	return ns, nil
+}
+
+// selected reports whether node is selected by ns (the selector is validated).
+func selected(ns *v1alpha1.NodeScript, sel labels.Selector, n *corev1.Node) bool {
+	for _, x := range ns.Spec.ExcludeNodes {
+		if x == n.Name {
+			return false
+		}
+	}
+	return sel.Matches(labels.Set(n.Labels))
+}
+
+// state is node n's state for NodeScript name: what this process last
+// wrote when the informer does not show it yet, else the node's annotation.
+// ok is false when the annotation cannot be read (the node is then left
+// alone, and the error logged).
+func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeState, bool) {
+	raw, has := n.Annotations[StateAnnotation(name)]
+	w.mu.Lock()
+	if o, ok := w.overlay[name][n.Name]; ok {
+		if !has || raw != o.Encode() {
+			w.mu.Unlock()
+			return o, true
+		}
+		delete(w.overlay[name], n.Name)
+	}
+	w.mu.Unlock()
+	if !has {
+		return NodeState{Phase: PhasePending}, true
+	}
+	s, err := DecodeState(n.Annotations, name)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "node state unreadable; node skipped", "node", n.Name)
+		return NodeState{}, false
+	}
+	return s, true
+}
+
+// writeState patches node n's state annotation for NodeScript name to s.
+// RBAC: patch on nodes.
+func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s NodeState) error {
+	s.Since = s.Since.UTC().Truncate(time.Second)
+	if s.NextRetry != nil {
+		t := s.NextRetry.UTC().Truncate(time.Second)
+		s.NextRetry = &t
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{StateAnnotation(name): s.Encode()}}})
+	if err != nil {
+		return err
+	}
+	if _, err := w.o.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}); err != nil {
+		return fmt.Errorf("node %s: writing state of nodescript %s: %w", n.Name, name, err)
+	}
+	w.mu.Lock()
+	if w.overlay[name] == nil {
+		w.overlay[name] = map[string]NodeState{}
+	}
+	w.overlay[name][n.Name] = s
+	w.mu.Unlock()
+	return nil
+}
+
+// expect notes a pod created and not yet seen by the informer.
+func (w *Watcher) expect(pod string, now time.Time) {
+	w.mu.Lock()
+	w.created[pod] = now
+	w.mu.Unlock()
+}
+
+func (w *Watcher) unexpect(pod string) {
+	w.mu.Lock()
+	delete(w.created, pod)
+	w.mu.Unlock()
+}
+
+// expected reports whether pod was created by this process and not yet
+// seen by the informer (for at most a minute).
+func (w *Watcher) expected(pod string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.created[pod]
+	if ok && w.o.Clock.Since(t) > time.Minute {
+		delete(w.created, pod)
+		return false
+	}
+	return ok
+}
+
+// forget drops what the process remembers of a deleted NodeScript.
+func (w *Watcher) forget(name string) {
+	w.mu.Lock()
+	delete(w.overlay, name)
+	w.mu.Unlock()
+}

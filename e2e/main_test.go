@@ -41,6 +41,9 @@ var env struct {
 	image      string
 	nodes      []string // real nodes, sorted
 	cli        string   // path of the built nodeexec binary
+	// cluster is the local test cluster (nil with NODEEXEC_E2E_KUBECONFIG):
+	// tests that add and remove real nodes need it.
+	cluster *testcluster.Cluster
 }
 
 func TestMain(m *testing.M) {
@@ -62,6 +65,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 		env.kubeconfig = c.Kubeconfig()
+		env.cluster = c
 		// The nsenter backend's agent image, built from this tree (no registry).
 		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -38,7 +39,7 @@ func (e exitCoder) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // a run that could not start.
 func Run(ctx context.Context, streams Streams, args []string) int {
 	app := newApp(streams)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, permuteArgs(app, args))
 	var ec exitCoder
 	switch {
 	case err == nil:
@@ -114,4 +115,64 @@ func withLogger(ctx context.Context, w io.Writer, v int) context.Context {
 		fmt.Fprintln(w, strings.TrimSpace(prefix+" "+args))
 	}, funcr.Options{Verbosity: v, LogTimestamp: true})
 	return logr.NewContext(ctx, log)
+}
+
+// interspersedCommands accept flags after their positional arguments, as
+// kubectl does (`nodeexec promote NAME --to all`); urfave/cli stops at the
+// first argument, so permuteArgs moves their flags first.
+var interspersedCommands = []string{"apply", "status", "promote", "watch", "gc"}
+
+// permuteArgs returns args (args[0] the program) with the flags of an
+// interspersedCommands command moved before its positional arguments.
+// A flag's value is kept with it; "--" ends the flags.
+func permuteArgs(app *ucli.App, args []string) []string {
+	takesValue := func(flags []ucli.Flag, tok string) bool {
+		name := strings.TrimLeft(tok, "-")
+		if strings.Contains(name, "=") {
+			return false
+		}
+		for _, f := range flags {
+			for _, n := range f.Names() {
+				if n == name {
+					_, isBool := f.(*ucli.BoolFlag)
+					return !isBool
+				}
+			}
+		}
+		return false
+	}
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
+		if takesValue(app.Flags, args[i]) {
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil || !slices.Contains(interspersedCommands, cmd.Name) {
+		return args
+	}
+	var flags, pos []string
+	rest := args[i+1:]
+	for j := 0; j < len(rest); j++ {
+		tok := rest[j]
+		if tok == "--" {
+			pos = append(pos, rest[j:]...)
+			break
+		}
+		if strings.HasPrefix(tok, "-") && tok != "-" {
+			flags = append(flags, tok)
+			if takesValue(cmd.Flags, tok) && j+1 < len(rest) {
+				flags = append(flags, rest[j+1])
+				j++
+			}
+			continue
+		}
+		pos = append(pos, tok)
+	}
+	out := append(slices.Clone(args[:i+1]), flags...)
+	return append(out, pos...)
 }

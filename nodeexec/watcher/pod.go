@@ -40,6 +40,14 @@ const (
 	DefaultTimeout   = 10 * time.Minute
 )
 
+// Environment variables the scripts see.
+const (
+	// EnvNode is the name of the node the script runs on.
+	EnvNode = "NODE_NAME"
+	// EnvNodeScript is the name of the NodeScript.
+	EnvNodeScript = "NODESCRIPT"
+)
+
 // DeadlineSlack is added to the spec's timeout to give the pod's
 // activeDeadlineSeconds, after which the kubelet ends the run.
 const DeadlineSlack = 30 * time.Second
@@ -95,6 +103,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	sum := sha256.Sum256([]byte(ns.Name + "/" + hash + "/" + s.Node + "/" + s.Action + "/" + strconv.Itoa(s.Attempt)))
 	name := podexec.PodName(s.Node, hex.EncodeToString(sum[:])[:10])
 	deadline := s.Now.Add(timeout + DeadlineSlack)
+	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
 
 	var (
@@ -119,7 +128,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		pod, err = debugpod.BuildPod(debugpod.PodSpec{
 			Node: s.Node, Name: name, Namespace: namespace, RunID: hash, Profile: profile,
 			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Requests: requests,
-			Now: s.Now, Deadline: deadline, Command: argv,
+			Env: env, Now: s.Now, Deadline: deadline, Command: argv,
 		})
 	case nsenter.Name:
 		image := spec.Backend.Image
@@ -137,7 +146,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		pod, err = nsenter.BuildPod(nsenter.PodSpec{
 			Node: s.Node, Name: name, Namespace: namespace, RunID: hash,
 			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Requests: requests,
-			Now: s.Now, Deadline: deadline, Command: argv,
+			Env: env, Now: s.Now, Deadline: deadline, Command: argv,
 		})
 	default:
 		return nil, fmt.Errorf("spec.backend.name %q: a NodeScript runs on nodes; use debugpod or nsenter (%s targets a container)", b, b)

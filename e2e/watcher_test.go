@@ -554,7 +554,9 @@ spec:
 		return cmd
 	}
 	first := start()
-	t.Cleanup(func() { _ = env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Delete(context.Background(), lease, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Delete(context.Background(), lease, metav1.DeleteOptions{})
+	})
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "running on a node", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Running == 1
 	})

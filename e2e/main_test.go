@@ -66,8 +66,9 @@ func run(m *testing.M) int {
 		}
 		env.kubeconfig = c.Kubeconfig()
 		env.cluster = c
-		// The nsenter backend's agent image, built from this tree (no registry).
-		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage); err != nil {
+		// The nsenter backend's agent image and the watcher's controller
+		// image (deploy/), built from this tree (no registry).
+		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage, agentimage.ControllerImage); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			return 1
 		}

@@ -49,21 +49,14 @@ func Spec(ref, bin, busybox string) testcluster.ImageSpec {
 // binary and writes the agent image named ref to the tarball out. Errors come
 // from `go build` (with its output) and testcluster.BuildImage.
 func Build(ctx context.Context, moduleDir, ref, out string) error {
-	goBin, err := goTool()
-	if err != nil {
-		return err
-	}
 	tmp, err := os.MkdirTemp("", "nodeexec-agent-")
 	if err != nil {
 		return fmt.Errorf("agentimage: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "nodeexec")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/nodeexec")
-	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("agentimage: go build ./cmd/nodeexec in %s: %w\n%s", moduleDir, err, strings.TrimSpace(string(b)))
+	bin, err := buildBinary(ctx, moduleDir, tmp)
+	if err != nil {
+		return err
 	}
 	if err := testcluster.BuildImage(ctx, out, Spec(ref, bin, BusyboxPath)); err != nil {
 		return fmt.Errorf("agentimage: %w", err)
@@ -71,20 +64,46 @@ func Build(ctx context.Context, moduleDir, ref, out string) error {
 	return nil
 }
 
-// BuildAndImport builds the agent image named ref from moduleDir and imports
-// it into every node of c.
-func BuildAndImport(ctx context.Context, c *testcluster.Cluster, moduleDir, ref string) error {
+// buildBinary compiles ./cmd/nodeexec of moduleDir as a static binary in dir.
+func buildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nodeexec")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/nodeexec")
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("agentimage: go build ./cmd/nodeexec in %s: %w\n%s", moduleDir, err, strings.TrimSpace(string(b)))
+	}
+	return bin, nil
+}
+
+// ControllerImage is the NodeScript watcher's image (deploy/deployment.yaml):
+// the same static nodeexec binary and busybox, run as `nodeexec watch`.
+const ControllerImage = "nodeexec.local/controller:" + nsenter.AgentVersion
+
+// BuildAndImport builds the image named ref from moduleDir and imports it
+// into every node of c, and the same image under each of also (one build).
+func BuildAndImport(ctx context.Context, c *testcluster.Cluster, moduleDir, ref string, also ...string) error {
 	tmp, err := os.MkdirTemp("", "nodeexec-agent-image-")
 	if err != nil {
 		return fmt.Errorf("agentimage: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	tarball := filepath.Join(tmp, "agent.tar")
-	if err := Build(ctx, moduleDir, ref, tarball); err != nil {
+	bin, err := buildBinary(ctx, moduleDir, tmp)
+	if err != nil {
 		return err
 	}
-	if err := c.ImportImage(ctx, tarball); err != nil {
-		return fmt.Errorf("agentimage: import %s: %w", ref, err)
+	for i, r := range append([]string{ref}, also...) {
+		tarball := filepath.Join(tmp, fmt.Sprintf("image-%d.tar", i))
+		if err := testcluster.BuildImage(ctx, tarball, Spec(r, bin, BusyboxPath)); err != nil {
+			return fmt.Errorf("agentimage: %w", err)
+		}
+		if err := c.ImportImage(ctx, tarball); err != nil {
+			return fmt.Errorf("agentimage: import %s: %w", r, err)
+		}
 	}
 	return nil
 }

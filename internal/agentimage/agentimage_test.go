@@ -95,3 +95,15 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// The Deployment in deploy/ runs the image `make controller-image` builds.
+func TestControllerImageMatchesDeploy(t *testing.T) {
+	b := mustRead(t, "../../deploy/deployment.yaml")
+	if !strings.Contains(string(b), "image: "+ControllerImage+"\n") {
+		t.Errorf("deploy/deployment.yaml does not run %s", ControllerImage)
+	}
+	mk := mustRead(t, "../../Makefile")
+	if !strings.Contains(string(mk), "--image "+ControllerImage+"\n") {
+		t.Errorf("the Makefile's controller-image target does not build %s", ControllerImage)
+	}
+}

@@ -1,0 +1,122 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// TestDeployedWatcher installs deploy/ (kustomize: CRD, privileged
+// namespace, least-privilege RBAC, a two-replica Deployment of the locally
+// built controller image with leader election), checks that one replica
+// holds the Lease, and that the in-cluster watcher, with only its RBAC,
+// applies a NodeScript to the real nodes. The Deployment and RBAC are
+// removed afterwards (the CRD and namespace stay for the other tests).
+func TestDeployedWatcher(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../deploy")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.client.Discovery()))
+	var applied []*unstructured.Unstructured
+	for _, r := range resources.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		gvk := u.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s: %v", gvk, err)
+		}
+		ri := dyn.Resource(mapping.Resource)
+		var client interface {
+			Apply(context.Context, string, *unstructured.Unstructured, metav1.ApplyOptions, ...string) (*unstructured.Unstructured, error)
+		} = ri
+		if u.GetNamespace() != "" {
+			client = ri.Namespace(u.GetNamespace())
+		}
+		if _, err := client.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec-e2e", Force: true}); err != nil {
+			t.Fatalf("applying %s %s: %v", gvk.Kind, u.GetName(), err)
+		}
+		if k := gvk.Kind; k != "CustomResourceDefinition" && k != "Namespace" {
+			applied = append(applied, u)
+		}
+	}
+	t.Cleanup(func() {
+		for _, u := range applied {
+			gvk := u.GroupVersionKind()
+			mapping, _ := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			ri := dyn.Resource(mapping.Resource)
+			if u.GetNamespace() != "" {
+				_ = ri.Namespace(u.GetNamespace()).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+			} else {
+				_ = ri.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+			}
+		}
+		_ = env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Delete(context.Background(), "nodeexec-watcher", metav1.DeleteOptions{})
+		waitFor(60*time.Second, func() bool {
+			l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeexec-watcher"})
+			return err == nil && len(l.Items) == 0
+		})
+	})
+
+	var dep *appsv1.Deployment
+	if !waitFor(90*time.Second, func() bool {
+		dep, err = env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		return err == nil && dep.Status.AvailableReplicas == 2
+	}) {
+		t.Fatalf("deployment not available: %+v (%v)", dep.Status, err)
+	}
+	var holder string
+	if !waitFor(60*time.Second, func() bool {
+		l, err := env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false
+		}
+		holder = *l.Spec.HolderIdentity
+		return strings.HasPrefix(holder, "nodeexec-watcher-")
+	}) {
+		t.Fatalf("no replica holds the lease (holder %q)", holder)
+	}
+	t.Logf("lease held by %s", holder)
+
+	name := scriptName("e2e-deployed")
+	cleanupNodeScript(t, dyn, name)
+	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  %s
+  script: 'echo "deployed watcher on $NODE_NAME"'
+  backend: {name: nsenter}
+  rollout: {canary: 1, maxConcurrency: 2}
+`, name, realNodes))
+	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete by the deployed watcher", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+	})
+	for _, n := range env.nodes[:2] {
+		if s, _ := nodeState(ctx, t, n, name); s.OutputTail != "deployed watcher on "+n+"\n" {
+			t.Errorf("node %s: state %+v", n, s)
+		}
+	}
+}

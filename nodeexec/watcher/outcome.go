@@ -71,7 +71,7 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time) O
 			return infra(reason, pod.Status.Message)
 		}
 		t := terminated()
-		if t == nil || t.Reason == "ContainerStatusUnknown" || t.Reason == "OOMKilled" && t.ExitCode == 0 {
+		if t == nil || t.Reason == "ContainerStatusUnknown" {
 			return infra("ContainerNotRun", pod.Status.Message)
 		}
 		o := Outcome{Done: true, ExitCode: int(t.ExitCode), Tail: t.Message}

@@ -1,0 +1,208 @@
+package watcher
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func TestRunPodGolden(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	base := func(mutate func(*v1alpha1.NodeScriptSpec)) *v1alpha1.NodeScript {
+		ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix-sysctl"}, Spec: v1alpha1.NodeScriptSpec{
+			Script: "sysctl -w net.ipv4.ip_forward=1", RollbackScript: "sysctl -w net.ipv4.ip_forward=0", VerifyScript: "sysctl -n net.ipv4.ip_forward | grep -q 1",
+		}}
+		if mutate != nil {
+			mutate(&ns.Spec)
+		}
+		return ns
+	}
+	for _, c := range []struct {
+		name   string
+		ns     *v1alpha1.NodeScript
+		action string
+	}{
+		{"debugpod-run", base(nil), ActionRun},
+		{"debugpod-netadmin-verify", base(func(s *v1alpha1.NodeScriptSpec) { s.Backend.Profile = "netadmin" }), ActionVerify},
+		{"nsenter-rollback", base(func(s *v1alpha1.NodeScriptSpec) {
+			s.Backend = v1alpha1.BackendSpec{Name: "nsenter", Namespace: "ops", Namespaces: []string{"mnt", "net"}}
+			s.Timeout = &metav1.Duration{Duration: time.Minute}
+		}), ActionRollback},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod, err := RunPod(RunPodSpec{NodeScript: c.ns, Node: "node-a.example", Action: c.action, Attempt: 2, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := yaml.Marshal(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", c.name+".yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if d := cmp.Diff(string(want), string(got)); d != "" {
+				t.Errorf("RunPod %s (-golden +got):\n%s", c.name, d)
+			}
+		})
+	}
+}
+
+func TestRunPodProperties(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"}, Spec: v1alpha1.NodeScriptSpec{Script: "true"}}
+	a, _ := RunPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now})
+	b, _ := RunPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now.Add(time.Hour)})
+	if a.Name != b.Name {
+		t.Errorf("the name depends on the time: %s, %s", a.Name, b.Name)
+	}
+	for _, other := range []RunPodSpec{
+		{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 2, Now: now},
+		{NodeScript: ns, Node: "n2", Action: ActionRun, Attempt: 1, Now: now},
+		{NodeScript: ns, Node: "n1", Action: ActionRollback, Attempt: 1, Now: now},
+	} {
+		if p, _ := RunPod(other); p.Name == a.Name {
+			t.Errorf("%+v has the same name as the first run: %s", other, p.Name)
+		}
+	}
+	c := a.Spec.Containers[0]
+	if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError || a.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("termination message policy %q restart policy %q", c.TerminationMessagePolicy, a.Spec.RestartPolicy)
+	}
+	if got := strings.Join(c.Command, " "); got != "chroot /host sh -c true" {
+		t.Errorf("command %q", got)
+	}
+	if a.Spec.ActiveDeadlineSeconds == nil || *a.Spec.ActiveDeadlineSeconds != int64((DefaultTimeout+DeadlineSlack)/time.Second) {
+		t.Errorf("activeDeadlineSeconds %v", a.Spec.ActiveDeadlineSeconds)
+	}
+	for _, bad := range []string{"runtime", "ephemeral"} {
+		ns := ns.DeepCopy()
+		ns.Spec.Backend.Name = bad
+		if _, err := RunPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
+			t.Errorf("backend %s: %v", bad, err)
+		}
+	}
+}
+
+func TestPodOutcome(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	term := func(code int32, reason, msg string) []corev1.ContainerStatus {
+		return []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg}}}}
+	}
+	waiting := func(reason string) []corev1.ContainerStatus {
+		return []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "m"}}}}
+	}
+	for _, c := range []struct {
+		name          string
+		status        corev1.PodStatus
+		deleting      bool
+		ready         bool
+		notReadySince time.Time
+		want          Outcome
+	}{
+		{"running", corev1.PodStatus{Phase: corev1.PodRunning}, false, true, time.Time{}, Outcome{ExitCode: -1}},
+		{"pending", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waiting("ContainerCreating")}, false, true, time.Time{}, Outcome{ExitCode: -1}},
+		{"succeeded", corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: term(0, "Completed", "")}, false, true, time.Time{}, Outcome{Done: true}},
+		{"script failed", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: term(3, "Error", "oops\n")}, false, true, time.Time{}, Outcome{Done: true, ExitCode: 3, Tail: "oops\n"}},
+		{"timeout", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded", Message: "too long", ContainerStatuses: term(137, "Error", "half")}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Reason: "Timeout", Message: "too long", Tail: "half"}},
+		{"evicted", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "disk"}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "Evicted", Message: "disk"}},
+		{"rejected by kubelet", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu"}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "OutOfcpu"}},
+		{"preempted", corev1.PodStatus{Phase: corev1.PodFailed, Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}, ContainerStatuses: term(137, "Error", "")}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "Disrupted"}},
+		{"never ran", corev1.PodStatus{Phase: corev1.PodFailed}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}},
+		{"image pull", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waiting("ErrImagePull")}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ErrImagePull", Message: "m"}},
+		{"deleted by someone", corev1.PodStatus{Phase: corev1.PodRunning}, true, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "PodDeleted", Message: "the run's pod was deleted before the run ended"}},
+		{"node briefly NotReady", corev1.PodStatus{Phase: corev1.PodRunning}, false, false, now.Add(-10 * time.Second), Outcome{ExitCode: -1}},
+		{"node NotReady", corev1.PodStatus{Phase: corev1.PodRunning}, false, false, now.Add(-2 * time.Minute), Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "NodeNotReady", Message: "the node has not been Ready for 2m0s"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{Status: c.status}
+			if c.deleting {
+				pod.DeletionTimestamp = &metav1.Time{Time: now}
+			}
+			if d := cmp.Diff(c.want, PodOutcome(pod, c.ready, c.notReadySince, now)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestTrimNode(t *testing.T) {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u", ResourceVersion: "7", Labels: map[string]string{"a": "b"},
+			Annotations: map[string]string{"x": "y", StateAnnotation("fix"): `{"hash":"h","phase":"Running","since":"2026-11-21T00:00:00Z"}`},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}, PodCIDR: "10.0.0.0/24"},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, Message: "kubelet is ready"},
+			},
+			Images: []corev1.ContainerImage{{Names: []string{"busybox"}}},
+		},
+	}
+	got, _ := trimNode(n)
+	want := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u", ResourceVersion: "7", Labels: map[string]string{"a": "b"},
+			Annotations: map[string]string{StateAnnotation("fix"): n.Annotations[StateAnnotation("fix")]}},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: n.Spec.Taints},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("trimNode (-want +got):\n%s", d)
+	}
+	// A heartbeat changes nothing the watcher keeps.
+	n2 := n.DeepCopy()
+	n2.ResourceVersion = "8"
+	n2.Status.Conditions[1].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
+	got2, _ := trimNode(n2)
+	if !sameNode(got.(*corev1.Node), got2.(*corev1.Node)) {
+		t.Error("a heartbeat-only update is seen as a change")
+	}
+	n2.Labels = map[string]string{"a": "c"}
+	got3, _ := trimNode(n2)
+	if sameNode(got.(*corev1.Node), got3.(*corev1.Node)) {
+		t.Error("a label change is not seen")
+	}
+}
+
+func TestParseNodeScripts(t *testing.T) {
+	good := "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: a}\nspec:\n  nodeSelector: {}\n  script: 'true'\n"
+	if got, err := ParseNodeScripts(strings.NewReader(good + "---\n" + strings.Replace(good, "name: a", "name: b", 1))); err != nil || len(got) != 2 {
+		t.Fatalf("two good documents: %v, %d", err, len(got))
+	}
+	for _, c := range []struct{ doc, want string }{
+		{strings.Replace(good, "kind: NodeScript", "kind: Pod", 1), "kind NodeScript"},
+		{strings.Replace(good, "name: a", "name: " + strings.Repeat("a", 64), 1), "metadata.name"},
+		{good + "  bogus: 1\n", "bogus"},
+		{strings.Replace(good, "metadata: {name: a}", "metadata: {}", 1), "metadata.name"},
+		{good + "  rollout: {maxConcurrency: \"0%\"}\n", "spec.rollout.maxConcurrency"},
+		{good + "  backend: {name: runtime}\n", "spec.backend.name"},
+		{good + "  backend: {name: nsenter, profile: sysadmin}\n", "spec.backend.profile"},
+		{"", "no NodeScript"},
+	} {
+		if _, err := ParseNodeScripts(strings.NewReader(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseNodeScripts(%q) = %v; want an error naming %q", c.doc, err, c.want)
+		}
+	}
+}

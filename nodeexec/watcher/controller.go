@@ -610,7 +610,11 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	case StageComplete:
 		setCondition(st, v1alpha1.ConditionHalted, false, "Complete", "", gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, "Complete", "every selected node ran the script", gen, now)
-		setCondition(st, v1alpha1.ConditionComplete, true, "Complete", fmt.Sprintf("%d nodes succeeded", d.Counts.Succeeded), gen, now)
+		msg := fmt.Sprintf("%d nodes succeeded", d.Counts.Succeeded)
+		if f := d.Counts.Failed + d.Counts.RolledBack; f > 0 {
+			msg += fmt.Sprintf(", %d failed (within the error budget)", f)
+		}
+		setCondition(st, v1alpha1.ConditionComplete, true, "Complete", msg, gen, now)
 	default:
 		setCondition(st, v1alpha1.ConditionHalted, false, d.Stage, "", gen, now)
 		progressing := d.Stage != StageAwaitingPromotion || d.Counts.Running > 0

@@ -145,6 +145,11 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 		d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("%d nodes failed, more than the error budget of %d", failures, budget)
 		return d, nil
 	}
+	if d.Counts.Pending == 0 && d.Counts.Running == 0 && d.Counts.Nodes > 0 {
+		// Every node finished, the failures within the error budget.
+		d.Stage = StageComplete
+		return d, nil
+	}
 
 	// Which nodes may run now: the canaries until they all succeeded and
 	// the rollout is promoted; then the promoted nodes, batch by batch.

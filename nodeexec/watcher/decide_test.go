@@ -100,6 +100,23 @@ func TestCanaryFailureHalts(t *testing.T) {
 	}
 }
 
+func TestCompleteWithFailuresWithinBudget(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) {
+		s.Rollout.Canary = ptr.To(int32(0))
+		s.Rollout.MaxFailures = &intstr.IntOrString{Type: intstr.Int, IntVal: 1}
+	})
+	c := newCluster("a", "b", "c")
+	c.set(ns, PhaseSucceeded, "a", "b")
+	c.set(ns, PhaseFailed, "c")
+	if d := decide(t, ns, c, t0); d.Stage != StageComplete || d.Counts.Failed != 1 || len(d.Start) != 0 {
+		t.Fatalf("every node finished, one failure within a budget of 1: %+v", d)
+	}
+	c.set(ns, PhaseRunning, "b")
+	if d := decide(t, ns, c, t0); d.Stage == StageComplete {
+		t.Fatalf("a node still running, yet %s", d.Stage)
+	}
+}
+
 func TestErrorBudget(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) {
 		s.Rollout.MaxFailures = ptr.To(intstr.FromInt32(1))

@@ -47,6 +47,9 @@ var env struct {
 }
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(rssChild(mode))
+	}
 	os.Exit(run(m))
 }
 

@@ -40,7 +40,7 @@ var setupWatcherOnce sync.Once
 
 // watcherSetup installs the NodeScript CRD and the privileged namespace the
 // watcher's pods run in (what deploy/ installs), once per suite.
-func watcherSetup(t *testing.T) dynamic.Interface {
+func watcherSetup(t testing.TB) dynamic.Interface {
 	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(env.config)
 	var err error
@@ -80,7 +80,7 @@ func watcherSetup(t *testing.T) dynamic.Interface {
 }
 
 // startWatcher runs a Watcher in this process until the test ends.
-func startWatcher(t *testing.T, dyn dynamic.Interface) {
+func startWatcher(t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
 	w, err := watcher.New(watcher.Options{Client: env.client, Dynamic: dyn, Resync: 5 * time.Second})
 	if err != nil {
@@ -99,7 +99,7 @@ func startWatcher(t *testing.T, dyn dynamic.Interface) {
 }
 
 // applyNodeScript applies a NodeScript from YAML through the library.
-func applyNodeScript(ctx context.Context, t *testing.T, dyn dynamic.Interface, doc string) {
+func applyNodeScript(ctx context.Context, t testing.TB, dyn dynamic.Interface, doc string) {
 	t.Helper()
 	scripts, err := watcher.ParseNodeScripts(strings.NewReader(doc))
 	if err != nil {
@@ -112,7 +112,7 @@ func applyNodeScript(ctx context.Context, t *testing.T, dyn dynamic.Interface, d
 
 // cleanupNodeScript deletes the NodeScript and its state annotations, and
 // uncordons the nodes listed.
-func cleanupNodeScript(t *testing.T, dyn dynamic.Interface, name string, uncordon ...string) {
+func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordon ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -121,6 +121,9 @@ func cleanupNodeScript(t *testing.T, dyn dynamic.Interface, name string, uncordo
 		_ = env.client.CoreV1().Pods(watcher.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 		nodes, _ := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		for _, n := range nodes.Items {
+			if _, has := n.Annotations[watcher.StateAnnotation(name)]; !has && !slices.Contains(uncordon, n.Name) || n.Labels["type"] == "kwok" {
+				continue // simulated nodes are deleted with their annotations
+			}
 			patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, watcher.StateAnnotation(name)))
 			if slices.Contains(uncordon, n.Name) {
 				patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, watcher.StateAnnotation(name)))
@@ -135,7 +138,7 @@ func cleanupNodeScript(t *testing.T, dyn dynamic.Interface, name string, uncordo
 }
 
 // waitNodeScript waits until cond holds for the NodeScript's status.
-func waitNodeScript(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string, timeout time.Duration, what string, cond func(*v1alpha1.NodeScript) bool) *v1alpha1.NodeScript {
+func waitNodeScript(ctx context.Context, t testing.TB, dyn dynamic.Interface, name string, timeout time.Duration, what string, cond func(*v1alpha1.NodeScript) bool) *v1alpha1.NodeScript {
 	t.Helper()
 	var last *v1alpha1.NodeScript
 	ok := waitFor(timeout, func() bool {
@@ -157,7 +160,7 @@ func waitNodeScript(ctx context.Context, t *testing.T, dyn dynamic.Interface, na
 }
 
 // nodeState reads a node's state for a NodeScript.
-func nodeState(ctx context.Context, t *testing.T, node, name string) (watcher.NodeState, *corev1.Node) {
+func nodeState(ctx context.Context, t testing.TB, node, name string) (watcher.NodeState, *corev1.Node) {
 	t.Helper()
 	n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -183,7 +186,7 @@ type podLog struct {
 	finished chan struct{}
 }
 
-func recordPods(t *testing.T, name string) *podLog {
+func recordPods(t testing.TB, name string) *podLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &podLog{pods: map[string][]string{}, created: map[string]time.Time{}, live: map[string]bool{}, cancel: cancel, finished: make(chan struct{})}

@@ -1,0 +1,352 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// childEnv makes the test binary, re-executed, run one informer setup and
+// report its memory instead of running tests (see rssChild).
+const childEnv = "NODEEXEC_E2E_RSS_CHILD"
+
+// BenchmarkWatcher measures the watcher against its peers at
+// NODEEXEC_BENCH_NODES (default 5,000) SIMULATED kwok nodes, all in one run:
+//   - rollout throughput (nodes/s from apply to Complete, maxConcurrency
+//     100%) against kwok's raw rate of one pod per node (RawPodRate);
+//   - memory: RSS after sync of the watcher (trimmed node cache) against a
+//     plain full Node informer, both in this test binary; and of the real
+//     `nodeexec watch`;
+//   - reaction: node Ready -> run pod created, p50/p99, on 100 joining
+//     nodes, against a DaemonSet's node Ready -> pod created, at the same
+//     time, seen by one observer.
+//
+// Results go to NODEEXEC_BENCH_WATCHER_OUT (JSON) and the log.
+func BenchmarkWatcher(b *testing.B) {
+	n := 5000
+	if v := os.Getenv("NODEEXEC_BENCH_NODES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	ctx := context.Background()
+	dyn := watcherSetup(b)
+	k, names := simulatedNodes(ctx, b, n)
+	b.Cleanup(func() {
+		if err := k.DeleteNodes(context.Background()); err != nil {
+			b.Errorf("deleting the simulated nodes: %v", err)
+		}
+	})
+	res := map[string]any{"simulated": true, "nodes": n, "kwok_heartbeat": false}
+	b.ResetTimer()
+
+	// Raw pod rate: one pod per node, no controller.
+	created, completed, err := k.RawPodRate(ctx, watcher.DefaultNamespace, names, 32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := float64(n) / completed.Seconds()
+	res["raw_pods_per_s"], res["raw_created_s"], res["raw_completed_s"] = round(raw), round(created.Seconds()), round(completed.Seconds())
+
+	// Watcher throughput.
+	name := scriptName("bench-scale")
+	cleanupNodeScript(b, dyn, name)
+	startScaleWatcher(b, dyn)
+	t0 := time.Now()
+	applyNodeScript(ctx, b, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {type: kwok}}
+  script: 'true'
+  rollout: {canary: 0, maxConcurrency: "100%%", maxFailures: "100%%"}
+`, name))
+	waitNodeScript(ctx, b, dyn, name, 30*time.Minute, "complete", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageComplete
+	})
+	took := time.Since(t0)
+	thr := float64(n) / took.Seconds()
+	res["watcher_nodes_per_s"], res["watcher_rollout_s"], res["throughput_ratio"] = round(thr), round(took.Seconds()), round(thr/raw)
+	b.Logf("SIMULATED %d nodes: raw pod rate %.1f/s (created in %s, all ended in %s); watcher rollout %s = %.1f nodes/s; ratio %.2f (target >= 0.5)",
+		n, raw, created.Round(time.Millisecond), completed.Round(time.Millisecond), took.Round(time.Millisecond), thr, thr/raw)
+
+	// Memory after sync (the NodeScript's annotations are on every node).
+	watcherRSS := childRSS(b, "watcher")
+	informerRSS := childRSS(b, "informer")
+	cliRSS := cliWatchRSS(b)
+	res["rss_watcher_mib"], res["rss_plain_informer_mib"], res["rss_ratio"], res["rss_nodeexec_watch_mib"] =
+		round(watcherRSS), round(informerRSS), round(watcherRSS/informerRSS), round(cliRSS)
+	b.Logf("SIMULATED %d nodes: RSS after sync: watcher %.1f MiB, plain Node informer %.1f MiB (ratio %.2f, target <= 0.3); `nodeexec watch` %.1f MiB (target <= 64)",
+		n, watcherRSS, informerRSS, watcherRSS/informerRSS, cliRSS)
+
+	// Reaction to joining nodes, against a DaemonSet.
+	w, d := reaction(ctx, b, dyn, k, n, 100)
+	res["reaction_watcher_ms"], res["reaction_daemonset_ms"] = w, d
+	if d["p99"] > 0 {
+		res["reaction_p99_ratio"] = round(w["p99"] / d["p99"])
+	}
+	b.Logf("SIMULATED joining nodes: Ready -> pod created: watcher p50 %.0f ms p99 %.0f ms; DaemonSet p50 %.0f ms p99 %.0f ms (target: watcher p99 <= 1.0x)",
+		w["p50"], w["p99"], d["p50"], d["p99"])
+
+	if out := os.Getenv("NODEEXEC_BENCH_WATCHER_OUT"); out != "" {
+		j, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(out, append(j, '\n'), 0o644); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+func round(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// childRSS re-executes this test binary in mode ("watcher": watcher.Start
+// with its trimmed caches; "informer": a plain full Node informer), waits
+// until it has synced and settled, and returns its RSS in MiB.
+func childRSS(b *testing.B, mode string) float64 {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, "NODEEXEC_E2E_CHILD_KUBECONFIG="+env.kubeconfig)
+	return measureRSS(b, cmd, "caches synced")
+}
+
+// cliWatchRSS runs the real `nodeexec watch` and returns its RSS in MiB
+// once it has synced and reconciled.
+func cliWatchRSS(b *testing.B) float64 {
+	b.Helper()
+	cmd := exec.Command(env.cli, "--kubeconfig", env.kubeconfig, "--qps", "500", "--burst", "1000", "watch", "--success-log-lines", "-1")
+	return measureRSS(b, cmd, "caches synced")
+}
+
+// measureRSS starts cmd, waits for marker on its stderr, lets it settle for
+// 10 s (a reconcile of every NodeScript, garbage collections), and reads
+// VmRSS from /proc before interrupting it. Neither side forces a GC.
+func measureRSS(b *testing.B, cmd *exec.Cmd, marker string) float64 {
+	b.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	found := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		once := sync.Once{}
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), marker) {
+				once.Do(func() { close(found) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case <-found:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("%s: no %q within 5 minutes", cmd.Path, marker)
+	}
+	time.Sleep(10 * time.Second)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+// rssChild is the re-executed test binary's work (see childRSS).
+func rssChild(mode string) int {
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("NODEEXEC_E2E_CHILD_KUBECONFIG"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	switch mode {
+	case "informer":
+		f := informers.NewSharedInformerFactory(cs, 0)
+		inf := f.Core().V1().Nodes().Informer()
+		f.Start(ctx.Done())
+		cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
+		fmt.Fprintln(os.Stderr, "caches synced")
+	case "watcher":
+		w, err := watcher.New(watcher.Options{Client: cs, Dynamic: dynamic.NewForConfigOrDie(cfg), SuccessLogLines: -1})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
+		go func() { _ = w.Start(logr.NewContext(ctx, log)) }()
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", mode)
+		return 2
+	}
+	sig := make(chan struct{})
+	<-sig
+	return 0
+}
+
+// reaction creates m joining simulated nodes (after the n existing ones)
+// that both a NodeScript and a DaemonSet select, and returns, per side,
+// p50 and p99 in ms of node Ready -> pod created, as one observer (this
+// test's informers) sees them.
+func reaction(ctx context.Context, b *testing.B, dyn dynamic.Interface, k interface {
+	CreateNodes(context.Context, int, map[string]string) ([]string, error)
+}, n, m int) (map[string]float64, map[string]float64) {
+	const label = "nodeexec.io/bench-join"
+	name := scriptName("bench-join")
+	cleanupNodeScript(b, dyn, name)
+	applyNodeScript(ctx, b, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {%s: "true"}}
+  script: 'true'
+  rollout: {canary: 0, maxConcurrency: "100%%", maxFailures: "100%%"}
+`, name, label))
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-join", Namespace: watcher.DefaultNamespace},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bench-join"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "bench-join"}},
+				Spec: corev1.PodSpec{
+					NodeSelector:                 map[string]string{label: "true"},
+					Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					Containers:                   []corev1.Container{{Name: "c", Image: env.image, Command: []string{"sleep", "3600"}}},
+					AutomountServiceAccountToken: ptr.To(false),
+				},
+			},
+		},
+	}
+	if _, err := env.client.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = env.client.AppsV1().DaemonSets(ds.Namespace).Delete(context.Background(), ds.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	})
+
+	var mu sync.Mutex
+	ready, dsPod, runPod := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
+	f := informers.NewSharedInformerFactory(fastClient(b), 0)
+	nodes, pods := f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { noteReady(&mu, ready, obj.(*corev1.Node), label) },
+		UpdateFunc: func(_, obj any) { noteReady(&mu, ready, obj.(*corev1.Node), label) },
+	})
+	notePod := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case p.Labels["app"] == "bench-join":
+			if _, ok := dsPod[p.Spec.NodeName]; !ok {
+				dsPod[p.Spec.NodeName] = time.Now()
+			}
+		case p.Labels[watcher.LabelNodeScript] == name:
+			if _, ok := runPod[p.Spec.NodeName]; !ok {
+				runPod[p.Spec.NodeName] = time.Now()
+			}
+		}
+	}
+	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: notePod, UpdateFunc: func(_, obj any) { notePod(obj) }})
+	stop := make(chan struct{})
+	defer close(stop)
+	f.Start(stop)
+	cache.WaitForCacheSync(stop, nodes.HasSynced, pods.HasSynced)
+
+	joined, err := k.CreateNodes(ctx, n+m, map[string]string{label: "true"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	joined = joined[n:]
+	if !waitFor(5*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, j := range joined {
+			if _, ok := dsPod[j]; !ok {
+				return false
+			}
+			if _, ok := runPod[j]; !ok {
+				return false
+			}
+		}
+		return true
+	}) {
+		b.Fatalf("not every joining node got both pods within 5 minutes")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var w, d []float64
+	for _, j := range joined {
+		w = append(w, float64(runPod[j].Sub(ready[j]).Milliseconds()))
+		d = append(d, float64(dsPod[j].Sub(ready[j]).Milliseconds()))
+	}
+	return percentiles(w), percentiles(d)
+}
+
+func noteReady(mu *sync.Mutex, ready map[string]time.Time, n *corev1.Node, label string) {
+	if n.Labels[label] != "true" {
+		return
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			mu.Lock()
+			if _, ok := ready[n.Name]; !ok {
+				ready[n.Name] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}
+}
+
+func percentiles(v []float64) map[string]float64 {
+	slices.Sort(v)
+	at := func(p float64) float64 {
+		if len(v) == 0 {
+			return 0
+		}
+		return v[min(len(v)-1, int(p*float64(len(v))))]
+	}
+	return map[string]float64{"p50": at(0.50), "p99": at(0.99), "min": at(0), "max": at(1)}
+}

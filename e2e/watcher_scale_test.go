@@ -1,0 +1,240 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeexec/nodeexec/internal/testcluster"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// Simulated-scale tests: kwok (sigs.k8s.io/kwok) simulates nodes and their
+// pods against the real API server of the test cluster. Every figure they
+// produce is from SIMULATED nodes. kwok runs without lease heartbeats (too
+// heavy for two cores at 5,000 nodes; see testcluster.KwokOptions).
+
+// budgetNodes are the first simulated nodes, labelled for the exact
+// error-budget test; failingInBudget of them fail.
+const budgetNodes = 40
+
+// failNodes is where simulated runs fail: every 100th node, and every
+// second node among the first 20 (10 nodes).
+func failNodes(n int) []string {
+	var out []string
+	for i := 2; i <= 20; i += 2 {
+		out = append(out, testcluster.KwokNodeName(i))
+	}
+	for i := 100; i <= n; i += 100 {
+		out = append(out, testcluster.KwokNodeName(i))
+	}
+	return out
+}
+
+// simulatedNodes starts kwok with failNodes(n) and makes sure n simulated
+// nodes exist; the first budgetNodes carry nodeexec.io/e2e-budget=true.
+func simulatedNodes(ctx context.Context, t testing.TB, n int) (*testcluster.Kwok, []string) {
+	t.Helper()
+	if env.cluster == nil {
+		t.Skip("needs the local test cluster to run kwok")
+	}
+	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{FailNodes: failNodes(n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	names, err := k.CreateNodes(ctx, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d SIMULATED nodes Ready %s after the first create", n, time.Since(t0).Round(time.Second))
+	for _, name := range names[:budgetNodes] {
+		if _, err := env.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"nodeexec.io/e2e-budget":"true"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k, names
+}
+
+// fastClient is a client with the QPS the watcher is deployed with for
+// large clusters (--qps 500 --burst 1000).
+func fastClient(t testing.TB) kubernetes.Interface {
+	cfg := *env.config
+	cfg.QPS, cfg.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// startScaleWatcher runs a watcher tuned for simulated nodes (no logs to
+// read) until the test ends.
+func startScaleWatcher(t testing.TB, dyn dynamic.Interface) {
+	t.Helper()
+	w, err := watcher.New(watcher.Options{Client: fastClient(t), Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := funcr.New(func(prefix, args string) { t.Log("watcher:", prefix, args) }, funcr.Options{})
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watcher.Start: %v", err)
+		}
+	})
+}
+
+func TestWatcherScale1000(t *testing.T) { testWatcherScale(t, 1000) }
+
+func TestWatcherScale5000(t *testing.T) {
+	if os.Getenv("NODEEXEC_E2E_5000") == "0" {
+		t.Skip("NODEEXEC_E2E_5000=0")
+	}
+	testWatcherScale(t, 5000)
+}
+
+// testWatcherScale rolls a NodeScript out to n simulated nodes (1% of which
+// fail, within an error budget of 2%) with maxConcurrency 2%, and checks from
+// the API's own records (a watch on the run pods) that concurrency was never
+// exceeded and each node ran once; then a NodeScript with an error budget of
+// 3 and concurrency 10 halts with between 4 and 13 failures and starts
+// nothing more; and on the budget subset, with concurrency 1, it halts at
+// exactly 4 failures.
+func testWatcherScale(t *testing.T, n int) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	k, names := simulatedNodes(ctx, t, n)
+	t.Cleanup(func() {
+		if err := k.DeleteNodes(context.Background()); err != nil {
+			t.Errorf("deleting the simulated nodes: %v", err)
+		}
+	})
+	fails := 0
+	for _, f := range failNodes(n) {
+		for _, name := range names {
+			if name == f {
+				fails++
+			}
+		}
+	}
+	startScaleWatcher(t, dyn)
+	conc := max(n*2/100, 1)
+
+	t.Run("rollout", func(t *testing.T) {
+		name := scriptName("e2e-scale")
+		cleanupNodeScript(t, dyn, name)
+		pods := recordPods(t, name)
+		t0 := time.Now()
+		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {type: kwok}}
+  script: 'true'
+  rollout: {canary: 1, maxConcurrency: "2%%", maxFailures: "2%%"}
+`, name))
+		ns := waitNodeScript(ctx, t, dyn, name, 20*time.Minute, "complete", func(ns *v1alpha1.NodeScript) bool {
+			return ns.Status.Stage == watcher.StageComplete
+		})
+		took := time.Since(t0)
+		t.Logf("SIMULATED: %d nodes in %s (%.1f nodes/s), maxConcurrency %d, at most %d run pods at once",
+			n, took.Round(time.Second), float64(n)/took.Seconds(), conc, pods.max())
+		if int(ns.Status.Nodes) != n || int(ns.Status.Succeeded) != n-fails || int(ns.Status.Failed) != fails {
+			t.Errorf("status %+v; want %d nodes, %d succeeded, %d failed", ns.Status, n, n-fails, fails)
+		}
+		if m := pods.max(); m > conc {
+			t.Errorf("%d run pods existed at once; maxConcurrency is %d", m, conc)
+		}
+		total := 0
+		for _, node := range names {
+			r := pods.runs(node, watcher.ActionRun)
+			if len(r) != 1 {
+				t.Errorf("node %s: %d run pods, want 1", node, len(r))
+			}
+			total += len(r)
+		}
+		t.Logf("%d run pods for %d nodes", total, n)
+	})
+
+	t.Run("error-budget", func(t *testing.T) {
+		name := scriptName("e2e-budget")
+		cleanupNodeScript(t, dyn, name)
+		pods := recordPods(t, name)
+		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {type: kwok}}
+  script: 'true'
+  rollout: {canary: 0, maxConcurrency: 10, maxFailures: 3}
+`, name))
+		ns := waitNodeScript(ctx, t, dyn, name, 10*time.Minute, "halted", func(ns *v1alpha1.NodeScript) bool {
+			return ns.Status.Stage == watcher.StageHalted && ns.Status.Running == 0
+		})
+		if c := findCond(ns, v1alpha1.ConditionHalted); c == nil || c.Reason != "ErrorBudgetExceeded" {
+			t.Errorf("Halted condition %+v", c)
+		}
+		if f := ns.Status.Failed; f < 4 || f > 3+10 {
+			t.Errorf("%d failed; want more than the budget of 3 and at most 3 + the 10 running", f)
+		}
+		started := pods.count(watcher.ActionRun)
+		time.Sleep(5 * time.Second)
+		if after := pods.count(watcher.ActionRun); after != started {
+			t.Errorf("%d run pods created after the halt", after-started)
+		}
+		if started != int(ns.Status.Succeeded+ns.Status.Failed) {
+			t.Errorf("%d run pods, but %d nodes finished", started, ns.Status.Succeeded+ns.Status.Failed)
+		}
+		t.Logf("SIMULATED: halted after %d failures (%d succeeded)", ns.Status.Failed, ns.Status.Succeeded)
+	})
+
+	t.Run("error-budget-exact", func(t *testing.T) {
+		name := scriptName("e2e-budget1")
+		cleanupNodeScript(t, dyn, name)
+		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {nodeexec.io/e2e-budget: "true"}}
+  script: 'true'
+  rollout: {canary: 0, maxConcurrency: 1, maxFailures: 3}
+`, name))
+		ns := waitNodeScript(ctx, t, dyn, name, 10*time.Minute, "halted", func(ns *v1alpha1.NodeScript) bool {
+			return ns.Status.Stage == watcher.StageHalted && ns.Status.Running == 0
+		})
+		if ns.Status.Failed != 4 {
+			t.Errorf("%d failed with one node at a time and a budget of 3; want exactly 4 (status %+v)", ns.Status.Failed, ns.Status)
+		}
+	})
+}
+
+func (l *podLog) count(action string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for key, pods := range l.pods {
+		if len(key) > len(action) && key[len(key)-len(action):] == action {
+			n += len(pods)
+		}
+	}
+	return n
+}

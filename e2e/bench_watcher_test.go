@@ -97,13 +97,12 @@ spec:
 		n, raw, created.Round(time.Millisecond), completed.Round(time.Millisecond), took.Round(time.Millisecond), thr, thr/raw)
 
 	// Memory after sync (the NodeScript's annotations are on every node).
-	watcherRSS := childRSS(b, "watcher")
-	informerRSS := childRSS(b, "informer")
-	cliRSS := cliWatchRSS(b)
-	res["rss_watcher_mib"], res["rss_plain_informer_mib"], res["rss_ratio"], res["rss_nodeexec_watch_mib"] =
-		round(watcherRSS), round(informerRSS), round(watcherRSS/informerRSS), round(cliRSS)
-	b.Logf("SIMULATED %d nodes: RSS after sync: watcher %.1f MiB, plain Node informer %.1f MiB (ratio %.2f, target <= 0.3); `nodeexec watch` %.1f MiB (target <= 64)",
-		n, watcherRSS, informerRSS, watcherRSS/informerRSS, cliRSS)
+	wm, im, cm := childRSS(b, "watcher"), childRSS(b, "informer"), cliWatchRSS(b)
+	res["rss_watcher_mib"], res["rss_plain_informer_mib"], res["rss_ratio"] = round(wm.rss), round(im.rss), round(wm.rss/im.rss)
+	res["rss_anon_watcher_mib"], res["rss_anon_plain_informer_mib"], res["rss_anon_ratio"] = round(wm.anon), round(im.anon), round(wm.anon/im.anon)
+	res["rss_nodeexec_watch_mib"], res["rss_anon_nodeexec_watch_mib"] = round(cm.rss), round(cm.anon)
+	b.Logf("SIMULATED %d nodes: RSS after sync: watcher %.1f MiB (anonymous %.1f), plain Node informer %.1f MiB (anonymous %.1f): ratio %.2f (anonymous %.2f), target <= 0.3; `nodeexec watch` %.1f MiB (anonymous %.1f), target <= 64",
+		n, wm.rss, wm.anon, im.rss, im.anon, wm.rss/im.rss, wm.anon/im.anon, cm.rss, cm.anon)
 
 	// Reaction to joining nodes, against a DaemonSet.
 	w, d := reaction(ctx, b, dyn, k, n, 100)
@@ -127,7 +126,7 @@ func round(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 // childRSS re-executes this test binary in mode ("watcher": watcher.Start
 // with its trimmed caches; "informer": a plain full Node informer), waits
 // until it has synced and settled, and returns its RSS in MiB.
-func childRSS(b *testing.B, mode string) float64 {
+func childRSS(b *testing.B, mode string) mem {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, "NODEEXEC_E2E_CHILD_KUBECONFIG="+env.kubeconfig)
@@ -136,7 +135,7 @@ func childRSS(b *testing.B, mode string) float64 {
 
 // cliWatchRSS runs the real `nodeexec watch` and returns its RSS in MiB
 // once it has synced and reconciled.
-func cliWatchRSS(b *testing.B) float64 {
+func cliWatchRSS(b *testing.B) mem {
 	b.Helper()
 	cmd := exec.Command(env.cli, "--kubeconfig", env.kubeconfig, "--qps", "500", "--burst", "1000", "watch", "--success-log-lines", "-1")
 	return measureRSS(b, cmd, "caches synced")
@@ -145,7 +144,7 @@ func cliWatchRSS(b *testing.B) float64 {
 // measureRSS starts cmd, waits for marker on its stderr, lets it settle for
 // 10 s (a reconcile of every NodeScript, garbage collections), and reads
 // VmRSS from /proc before interrupting it. Neither side forces a GC.
-func measureRSS(b *testing.B, cmd *exec.Cmd, marker string) float64 {
+func measureRSS(b *testing.B, cmd *exec.Cmd, marker string) mem {
 	b.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -177,15 +176,27 @@ func measureRSS(b *testing.B, cmd *exec.Cmd, marker string) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var rss, anon float64
 	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 {
 			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
+			switch f[0] {
+			case "VmRSS:":
+				rss = kb / 1024
+			case "RssAnon:":
+				anon = kb / 1024
+			}
 		}
 	}
-	b.Fatal("no VmRSS")
-	return 0
+	if rss == 0 {
+		b.Fatal("no VmRSS")
+	}
+	return mem{rss, anon}
 }
+
+// mem is a process's VmRSS and its anonymous part (heap, stacks: without
+// the pages of the binary file), in MiB.
+type mem struct{ rss, anon float64 }
 
 // rssChild is the re-executed test binary's work (see childRSS).
 func rssChild(mode string) int {

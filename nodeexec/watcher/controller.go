@@ -34,7 +34,6 @@ import (
 
 // Event reasons recorded on nodes and NodeScripts.
 const (
-	ReasonStarted        = "ScriptStarted"
 	ReasonSucceeded      = "ScriptSucceeded"
 	ReasonFailed         = "ScriptFailed"
 	ReasonInfrastructure = "RunInfrastructureFailure"
@@ -123,6 +122,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	for _, n := range all {
 		byName[n.Name] = n
 	}
+	c.w.prune(name, byName)
 
 	// 1. Record the runs that finished, adopt the ones running.
 	podObjs, err := c.pods.ByIndex(byNodeScript, name)
@@ -297,7 +297,8 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 	if action != ActionRun {
 		return nil
 	}
-	c.events.Eventf(n, corev1.EventTypeNormal, ReasonStarted, "nodescript %s (spec %s) attempt %d: pod %s/%s", ns.Name, hash, attempt, pod.Namespace, pod.Name)
+	// One Event per run, with its result (see finish); the start is in the
+	// node's state annotation (Running, the pod, the attempt).
 	return c.w.writeState(ctx, ns.Name, n, NodeState{
 		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
@@ -341,7 +342,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		if out.Reason != "" {
 			return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: %s %s", ns.Name, podHash, action, pod.Namespace, pod.Name, out.Reason, out.Message)
 		}
-		return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: exit code %d", ns.Name, podHash, action, pod.Namespace, pod.Name, out.ExitCode)
+		return fmt.Sprintf("nodescript %s (spec %s) %s attempt %d on pod %s/%s: exit code %d", ns.Name, podHash, action, attempt, pod.Namespace, pod.Name, out.ExitCode)
 	}
 	recorded := false
 	switch action {

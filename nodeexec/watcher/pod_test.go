@@ -148,7 +148,7 @@ func TestPodOutcome(t *testing.T) {
 func TestTrimNode(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u", ResourceVersion: "7", Labels: map[string]string{"a": "b"},
-			Annotations: map[string]string{"x": "y", StateAnnotation("fix"): `{"hash":"h","phase":"Running","since":"2026-11-21T00:00:00Z"}`},
+			Annotations:   map[string]string{"x": "y", StateAnnotation("fix"): `{"hash":"h","phase":"Running","since":"2026-11-21T00:00:00Z"}`},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
 		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}, PodCIDR: "10.0.0.0/24"},
 		Status: corev1.NodeStatus{
@@ -193,7 +193,7 @@ func TestParseNodeScripts(t *testing.T) {
 	}
 	for _, c := range []struct{ doc, want string }{
 		{strings.Replace(good, "kind: NodeScript", "kind: Pod", 1), "kind NodeScript"},
-		{strings.Replace(good, "name: a", "name: " + strings.Repeat("a", 64), 1), "metadata.name"},
+		{strings.Replace(good, "name: a", "name: "+strings.Repeat("a", 64), 1), "metadata.name"},
 		{good + "  bogus: 1\n", "bogus"},
 		{strings.Replace(good, "metadata: {name: a}", "metadata: {}", 1), "metadata.name"},
 		{good + "  rollout: {maxConcurrency: \"0%\"}\n", "spec.rollout.maxConcurrency"},

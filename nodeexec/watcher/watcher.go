@@ -108,6 +108,14 @@ type Watcher struct {
 	created map[string]time.Time
 	// draining holds the nodes being drained.
 	draining map[string]bool
+	// decoded caches per NodeScript and node the last state annotation
+	// decoded, so that a reconcile of 5,000 nodes decodes only what changed.
+	decoded map[string]map[string]decodedState
+}
+
+type decodedState struct {
+	raw string
+	s   NodeState
 }
 
 // New validates o and returns a Watcher. Errors name the bad field.
@@ -181,6 +189,7 @@ func New(o Options) (*Watcher, error) {
 		overlay:  map[string]map[string]NodeState{},
 		created:  map[string]time.Time{},
 		draining: map[string]bool{},
+		decoded:  map[string]map[string]decodedState{},
 	}, nil
 }
 
@@ -430,11 +439,23 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 	if !has {
 		return NodeState{Phase: PhasePending}, true
 	}
+	w.mu.Lock()
+	d, ok := w.decoded[name][n.Name]
+	w.mu.Unlock()
+	if ok && d.raw == raw {
+		return d.s, true
+	}
 	s, err := DecodeState(n.Annotations, name)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "node state unreadable; node skipped", "node", n.Name)
 		return NodeState{}, false
 	}
+	w.mu.Lock()
+	if w.decoded[name] == nil {
+		w.decoded[name] = map[string]decodedState{}
+	}
+	w.decoded[name][n.Name] = decodedState{raw: raw, s: s}
+	w.mu.Unlock()
 	return s, true
 }
 
@@ -488,9 +509,26 @@ func (w *Watcher) expected(pod string) bool {
 	return ok
 }
 
+// prune drops the cached states of nodes that no longer exist.
+func (w *Watcher) prune(name string, nodes map[string]*corev1.Node) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for node := range w.decoded[name] {
+		if nodes[node] == nil {
+			delete(w.decoded[name], node)
+		}
+	}
+	for node := range w.overlay[name] {
+		if nodes[node] == nil {
+			delete(w.overlay[name], node)
+		}
+	}
+}
+
 // forget drops what the process remembers of a deleted NodeScript.
 func (w *Watcher) forget(name string) {
 	w.mu.Lock()
 	delete(w.overlay, name)
+	delete(w.decoded, name)
 	w.mu.Unlock()
 }

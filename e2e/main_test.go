@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 85*time.Minute)
 	defer cancel()
 	env.image = os.Getenv("NODEEXEC_E2E_IMAGE")
 	if env.image == "" {

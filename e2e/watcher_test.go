@@ -657,3 +657,47 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		t.Errorf("promote of a halted rollout: exit %d, %q", code, errOut)
 	}
 }
+
+// TestWatcherNodeScriptDeletionDeletesPods: run pods are owned by their
+// NodeScript, so deleting it has the garbage collector delete them, even
+// with no watcher running.
+func TestWatcherNodeScriptDeletionDeletesPods(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	name := scriptName("e2e-delete")
+	cleanupNodeScript(t, dyn, name)
+	ctxW, stopW := context.WithCancel(ctx)
+	w, err := watcher.New(watcher.Options{Client: env.client, Dynamic: dyn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctxW) }()
+	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  %s
+  script: 'sleep 60'
+`, name, realNodes))
+	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "running", func(ns *v1alpha1.NodeScript) bool { return ns.Status.Running == 1 })
+	stopW()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	sel := metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + name}
+	pods, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, sel)
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("run pods: %v %v", pods, err)
+	}
+	if err := dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(30*time.Second, func() bool {
+		p, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).Get(ctx, pods.Items[0].Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+	}) {
+		t.Errorf("the run pod %s was not deleted with its NodeScript", pods.Items[0].Name)
+	}
+}

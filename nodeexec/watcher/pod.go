@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
@@ -157,6 +159,13 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	c := &pod.Spec.Containers[0]
 	c.Command, c.Args = argv, nil
 	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	if ns.UID != "" {
+		// Deleting the NodeScript deletes its run pods (the garbage
+		// collector); a cluster-scoped owner may own namespaced pods.
+		pod.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeScript", Name: ns.Name, UID: ns.UID, Controller: ptr.To(true),
+		}}
+	}
 	pod.Labels[LabelNodeScript] = ns.Name
 	pod.Labels[LabelAction] = s.Action
 	pod.Annotations[AnnotationAttempt] = strconv.Itoa(s.Attempt)

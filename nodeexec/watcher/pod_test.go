@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 func TestRunPodGolden(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	base := func(mutate func(*v1alpha1.NodeScriptSpec)) *v1alpha1.NodeScript {
-		ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix-sysctl"}, Spec: v1alpha1.NodeScriptSpec{
+		ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix-sysctl", UID: "6c1f0d4e-0000-4000-8000-000000000001"}, Spec: v1alpha1.NodeScriptSpec{
 			Script: "sysctl -w net.ipv4.ip_forward=1", RollbackScript: "sysctl -w net.ipv4.ip_forward=0", VerifyScript: "sysctl -n net.ipv4.ip_forward | grep -q 1",
 		}}
 		if mutate != nil {

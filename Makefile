@@ -65,7 +65,7 @@ clean:
 NODES ?= 2
 TESTCLUSTER ?= go run ./internal/testcluster/cmd/testcluster
 
-.PHONY: cluster-up cluster-down cluster-add-node cluster-test agent-image
+.PHONY: cluster-up cluster-down cluster-add-node cluster-test agent-image kwok-up kwok-down
 
 cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes
 	@$(TESTCLUSTER) up --nodes $(NODES)
@@ -75,6 +75,17 @@ cluster-down: ## stop it and remove everything but the build cache
 
 cluster-add-node: ## start one more node; prints its name
 	@$(TESTCLUSTER) add-node
+
+# Simulated nodes (kwok) on the running test cluster: kwok-node-1..$(KWOK_NODES),
+# label type=kwok, NoSchedule taint kwok.x-k8s.io/node=fake. KWOK_FLAGS e.g.
+# "--heartbeat --fail-nodes kwok-node-1,kwok-node-2 --pod-complete-after 2s".
+KWOK_NODES ?= 1000
+KWOK_FLAGS ?=
+kwok-up: ## start kwok and $(KWOK_NODES) simulated nodes, wait until all are Ready
+	@$(TESTCLUSTER) kwok up $(KWOK_NODES) $(KWOK_FLAGS)
+
+kwok-down: ## delete the simulated nodes and stop kwok
+	@$(TESTCLUSTER) kwok down
 
 agent-image: ## build the nsenter backend's agent image (static nodeexec + busybox) and import it into the running test cluster
 	go run ./internal/agentimage/cmd/agentimage

@@ -609,9 +609,11 @@ func (r *runner) stop(ctx context.Context) error {
 	if st == nil {
 		st = &clusterState{}
 	}
-	var kubelets, containerds, inits, rest []string
+	var kwok, kubelets, containerds, inits, rest []string
 	for _, name := range l.recordedProcs() {
 		switch {
+		case name == procKwok:
+			kwok = append(kwok, name)
 		case strings.HasPrefix(name, "kubelet-"):
 			kubelets = append(kubelets, name)
 		case strings.HasPrefix(name, "containerd-"):
@@ -622,6 +624,8 @@ func (r *runner) stop(ctx context.Context) error {
 			rest = append(rest, name)
 		}
 	}
+	// 0. kwok (simulated nodes and their pods), which only talks to the API server
+	r.stopProcs(10*time.Second, kwok...)
 	// 1. kubelets first, so that nothing recreates containers
 	r.stopProcs(15*time.Second, kubelets...)
 	// 2. every container, through its containerd (the shims exit and clean up)

@@ -14,6 +14,18 @@
 // `make cluster-add-node`, `make cluster-down`; see cmd/testcluster. Everything needs
 // root and a Debian machine (apt-get installs what is missing).
 //
+// Simulated nodes for scale tests (kwok, sigs.k8s.io/kwok, against the same API
+// server; only API objects, no containers):
+//
+//	k, err := c.StartKwok(ctx, testcluster.KwokOptions{FailNodes: []string{"kwok-node-7"}})
+//	names, err := k.CreateNodes(ctx, 5000, nil) // kwok-node-1..5000, label type=kwok, all Ready
+//	created, completed, err := k.RawPodRate(ctx, ns, names, 32)
+//	err = k.DeleteNodes(ctx); err = k.Stop(ctx)
+//
+// From a shell: `make kwok-up KWOK_NODES=1000`, `make kwok-down`. Simulated nodes and
+// kwok are shared by everyone using the cluster: StartKwok with other options
+// restarts kwok, DeleteNodes deletes every simulated node.
+//
 // # Layout
 //
 // Each node i ("nodeexec-tc-<i>", address 10.251.0.(10+i), pods 10.245.<i>.0/24) has

@@ -7,6 +7,10 @@
 //	testcluster remove-node NAME   stop a node and delete its Node object
 //	testcluster import-image TAR   import a docker-archive tarball into every node
 //	testcluster kubeconfig         print the admin kubeconfig path
+//	testcluster kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--kwok-version V]
+//	                               start (or reuse) kwok and N simulated nodes kwok-node-1..N
+//	                               (label type=kwok), wait until all are Ready
+//	testcluster kwok down          delete the simulated nodes (and pods bound to them), stop kwok
 //
 // Progress goes to stderr. Directory and port flags (all commands): --cache-dir,
 // --state-dir, --run-dir, --api-port, --kubernetes-version; empty means the default.
@@ -19,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -37,7 +42,8 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig`)
+	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig
+       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] | kwok down`)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -51,19 +57,33 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.APIPort, "api-port", 0, fmt.Sprintf("API server port on 127.0.0.1 (default %d)", testcluster.DefaultAPIPort))
 	fs.StringVar(&o.KubernetesVersion, "kubernetes-version", "", "Kubernetes version (default "+testcluster.DefaultKubernetesVersion+")")
 	fs.IntVar(&o.Nodes, "nodes", 0, fmt.Sprintf("nodes for up (default %d)", testcluster.DefaultNodes))
-	if err := fs.Parse(args); err != nil {
-		return err
+	var ko testcluster.KwokOptions
+	var failNodes string
+	fs.BoolVar(&ko.Heartbeat, "heartbeat", false, "kwok up: node lease heartbeats (heavy at thousands of nodes)")
+	fs.StringVar(&failNodes, "fail-nodes", "", "kwok up: comma-separated simulated nodes on which nodeexec pods fail (exit code 1)")
+	fs.DurationVar(&ko.PodCompleteAfter, "pod-complete-after", 0, "kwok up: how long a nodeexec pod runs on a simulated node (default 1s)")
+	fs.StringVar(&ko.Version, "kwok-version", "", "kwok up: kwok version (default "+testcluster.DefaultKwokVersion+")")
+	// flags may come before and after the command and its arguments
+	// (testcluster up --nodes 1, testcluster kwok up 1000 --heartbeat)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() == 0 {
+	if len(pos) == 0 {
 		usage(stderr)
 		return fmt.Errorf("no command")
 	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	// flags may also follow the command (testcluster up --nodes 1)
-	if err := fs.Parse(rest); err != nil {
-		return err
+	cmd, rest := pos[0], pos[1:]
+	if failNodes != "" {
+		ko.FailNodes = strings.Split(failNodes, ",")
 	}
-	rest = fs.Args()
 	o.Log = stderr
 
 	// a closed stderr (`testcluster down 2>&1 | head`) must not kill a half-done operation
@@ -71,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if cmd == "kwok" {
+		return kwok(ctx, o, ko, rest, stdout, stderr)
+	}
 	want := map[string]int{"up": 0, "down": 0, "add-node": 0, "remove-node": 1, "import-image": 1, "kubeconfig": 0}
 	n, ok := want[cmd]
 	if !ok {
@@ -121,4 +144,49 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.ImportImage(ctx, rest[0])
 	}
 	return nil
+}
+
+// kwok runs `kwok up N` and `kwok down` on the running cluster.
+func kwok(ctx context.Context, o testcluster.Options, ko testcluster.KwokOptions, args []string, stdout, stderr io.Writer) error {
+	switch {
+	case len(args) == 2 && args[0] == "up":
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 0 {
+			usage(stderr)
+			return fmt.Errorf("kwok up: N must be a number of nodes, got %q", args[1])
+		}
+		c, err := testcluster.Attach(ctx, o)
+		if err != nil {
+			return err
+		}
+		k, err := c.StartKwok(ctx, ko)
+		if err != nil {
+			return err
+		}
+		names, err := k.CreateNodes(ctx, n, nil)
+		if err != nil {
+			return err
+		}
+		if len(names) > 0 {
+			fmt.Fprintf(stdout, "%d simulated nodes Ready: %s..%s (label %s)\n", len(names), names[0], names[len(names)-1], testcluster.KwokNodeSelector)
+		} else {
+			fmt.Fprintln(stdout, "kwok runs; no simulated nodes")
+		}
+		return nil
+	case len(args) == 1 && args[0] == "down":
+		c, err := testcluster.Attach(ctx, o)
+		if err != nil {
+			return err
+		}
+		k, err := c.AttachKwok()
+		if err != nil {
+			return err
+		}
+		if err := k.DeleteNodes(ctx); err != nil {
+			return err
+		}
+		return k.Stop(ctx)
+	}
+	usage(stderr)
+	return fmt.Errorf("kwok: want `kwok up N` or `kwok down`, got %q", strings.Join(args, " "))
 }

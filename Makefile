@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e bench bench-backends generate clean
+.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher generate clean
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec)
@@ -30,7 +30,7 @@ test-unit: ## fast, hermetic
 
 test-e2e: ## on the real local cluster (started, or reused when running)
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
-	$(GO) test -tags e2e -count=1 -p 1 -timeout 40m -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 80m -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 BENCHTIME ?= 10x
 BENCHTIME_BACKENDS ?= 5x
@@ -45,6 +45,13 @@ bench-backends: build ## every backend and the shell vs kubectl debug, same run;
 	@mkdir -p bench
 	NODEEXEC_BENCH_BACKENDS_OUT=$(CURDIR)/bench/backends.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'Backends' -benchtime $(BENCHTIME_BACKENDS) -timeout 40m ./e2e/
 	@cat bench/backends.json
+
+BENCH_NODES ?= 5000
+bench-watcher: build ## the watcher at $(BENCH_NODES) SIMULATED (kwok) nodes vs kwok's raw pod rate, a plain Node informer and a DaemonSet; JSON in bench/watcher.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_NODES=$(BENCH_NODES) NODEEXEC_BENCH_WATCHER_OUT=$(CURDIR)/bench/watcher.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkWatcher' -benchtime 1x -timeout 90m -v ./e2e/ 2>&1 | grep -v 'watcher: '
+	@cat bench/watcher.json
 
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 generate: ## deepcopy and the NodeScript CRD (deploy/crd) from nodeexec/watcher/api
@@ -65,7 +72,7 @@ clean:
 NODES ?= 2
 TESTCLUSTER ?= go run ./internal/testcluster/cmd/testcluster
 
-.PHONY: cluster-up cluster-down cluster-add-node cluster-test agent-image kwok-up kwok-down
+.PHONY: cluster-up cluster-down cluster-add-node cluster-test agent-image controller-image kwok-up kwok-down
 
 cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes
 	@$(TESTCLUSTER) up --nodes $(NODES)
@@ -86,6 +93,9 @@ kwok-up: ## start kwok and $(KWOK_NODES) simulated nodes, wait until all are Rea
 
 kwok-down: ## delete the simulated nodes and stop kwok
 	@$(TESTCLUSTER) kwok down
+
+controller-image: ## build the NodeScript watcher's image (deploy/: static nodeexec + busybox) and import it into the running test cluster
+	go run ./internal/agentimage/cmd/agentimage --image nodeexec.local/controller:0.1.0
 
 agent-image: ## build the nsenter backend's agent image (static nodeexec + busybox) and import it into the running test cluster
 	go run ./internal/agentimage/cmd/agentimage

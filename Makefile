@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher generate clean
+.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher bench-kwok generate clean
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec)
@@ -52,6 +52,10 @@ bench-watcher: build ## the watcher at $(BENCH_NODES) SIMULATED (kwok) nodes vs 
 	@mkdir -p bench
 	NODEEXEC_BENCH_NODES=$(BENCH_NODES) NODEEXEC_BENCH_WATCHER_OUT=$(CURDIR)/bench/watcher.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkWatcher' -benchtime 1x -timeout 90m -v ./e2e/ 2>&1 | grep -v 'watcher: '
 	@cat bench/watcher.json
+
+bench-kwok: ## kwok itself at 1,000 and 5,000 SIMULATED nodes: time to Ready, control-plane RSS/CPU, raw pod rate
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	$(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkKwokScale' -benchtime 1x -timeout 60m -v ./internal/testcluster/ | grep -E 'MEASURE|^(ok|FAIL|PASS)'
 
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 generate: ## deepcopy and the NodeScript CRD (deploy/crd) from nodeexec/watcher/api

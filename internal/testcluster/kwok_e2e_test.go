@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-func kwokCluster(t *testing.T, ctx context.Context) (*Cluster, kubernetes.Interface) {
+func kwokCluster(t testing.TB, ctx context.Context) (*Cluster, kubernetes.Interface) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -53,7 +53,7 @@ func kwokCluster(t *testing.T, ctx context.Context) (*Cluster, kubernetes.Interf
 
 // kwokDown deletes the simulated nodes and stops kwok; as t.Cleanup it runs even
 // when the test failed.
-func kwokDown(t *testing.T, c *Cluster) {
+func kwokDown(t testing.TB, c *Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	k, err := c.AttachKwok()
@@ -69,7 +69,7 @@ func kwokDown(t *testing.T, c *Cluster) {
 	}
 }
 
-func kwokNamespace(t *testing.T, ctx context.Context, cs kubernetes.Interface) string {
+func kwokNamespace(t testing.TB, ctx context.Context, cs kubernetes.Interface) string {
 	t.Helper()
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kwok-e2e-"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -388,15 +388,17 @@ func isSubsequence[T comparable](want, got []T) bool {
 	return i == len(want)
 }
 
-// TestKwokScale creates NODEEXEC_KWOK_SCALE (e.g. "1000,5000") simulated nodes in
+// BenchmarkKwokScale (make bench-kwok) creates NODEEXEC_KWOK_SCALE (default
+// "1000,5000") simulated nodes in
 // turn (heartbeat off unless NODEEXEC_KWOK_HEARTBEAT=1), reports the time until all
 // are Ready, RSS and CPU of kwok and the control plane, the load, the steady-state
 // cost over NODEEXEC_KWOK_IDLE (default 2m), and at the largest count the raw pod
 // rate (one pod per node, 32 workers); then deletes the nodes and stops kwok.
-func TestKwokScale(t *testing.T) {
+func BenchmarkKwokScale(b *testing.B) {
+	var t testing.TB = b
 	spec := os.Getenv("NODEEXEC_KWOK_SCALE")
 	if spec == "" {
-		t.Skip("set NODEEXEC_KWOK_SCALE=1000,5000 to measure")
+		spec = "1000,5000"
 	}
 	var counts []int
 	for _, s := range strings.Split(spec, ",") {

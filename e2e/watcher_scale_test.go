@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -84,20 +82,7 @@ func fastClient(t testing.TB) kubernetes.Interface {
 // read) until the test ends.
 func startScaleWatcher(t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
-	w, err := watcher.New(watcher.Options{Client: fastClient(t), Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := funcr.New(func(prefix, args string) { t.Log("watcher:", prefix, args) }, funcr.Options{})
-	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
-	done := make(chan error, 1)
-	go func() { done <- w.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("watcher.Start: %v", err)
-		}
-	})
+	startWatcherWith(t, watcher.Options{Client: fastClient(t), Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
 }
 
 func TestWatcherScale1000(t *testing.T) { testWatcherScale(t, 1000) }

@@ -82,7 +82,13 @@ func watcherSetup(t testing.TB) dynamic.Interface {
 // startWatcher runs a Watcher in this process until the test ends.
 func startWatcher(t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
-	w, err := watcher.New(watcher.Options{Client: env.client, Dynamic: dyn, Resync: 5 * time.Second})
+	startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: dyn, Resync: 5 * time.Second})
+}
+
+// startWatcherWith runs a Watcher with o, logging to the test, until the test ends.
+func startWatcherWith(t testing.TB, o watcher.Options) {
+	t.Helper()
+	w, err := watcher.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

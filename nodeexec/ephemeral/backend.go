@@ -504,7 +504,7 @@ func (b *Backend) attachAndWait(ctx context.Context, w *podWatch, name, node str
 			case s.Terminated != nil:
 				return -1, &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Terminated.Reason,
 					Message: fmt.Sprintf("ephemeral container %q ended (exit code %d) before the attach connected, so the command did not run: %s", name, s.Terminated.ExitCode, s.Terminated.Message)}
-			case s.Waiting != nil && fatalWaiting(s.Waiting.Reason):
+			case s.Waiting != nil && podexec.FatalWaiting(s.Waiting.Reason):
 				return -1, &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Waiting.Reason,
 					Message: fmt.Sprintf("ephemeral container %q: %s", name, s.Waiting.Message)}
 			case s.Running != nil && !attached && attempts == 0:
@@ -585,7 +585,7 @@ func (b *Backend) stop(ctx context.Context, w *podWatch, name string) error {
 			return nil // the pod's deletion ends every process
 		case st != nil && st.State.Terminated != nil:
 			return nil
-		case st != nil && st.State.Waiting != nil && fatalWaiting(st.State.Waiting.Reason):
+		case st != nil && st.State.Waiting != nil && podexec.FatalWaiting(st.State.Waiting.Reason):
 			return nil // it never ran
 		}
 		if attemptNow && !killed {
@@ -632,17 +632,6 @@ func ephemeralStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 		}
 	}
 	return nil
-}
-
-// fatalWaiting reports waiting reasons that will not resolve before a short
-// run's deadline, or need the user to act.
-func fatalWaiting(reason string) bool {
-	switch reason {
-	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-		"CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-		return true
-	}
-	return false
 }
 
 func ctxErr(ctx context.Context) error {

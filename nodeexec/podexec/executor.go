@@ -296,15 +296,22 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 	return nil
 }
 
-// fatalWaiting reports container waiting reasons that will not resolve
-// before a short run's deadline, or need the user to act.
-func fatalWaiting(reason string) bool {
+// FatalWaiting reports container waiting reasons that will not resolve
+// before a short run's deadline, or need the user to act: image pull
+// failures and container creation errors. Shared by the backends and the
+// watcher, which classify a pod's waiting container with it.
+func FatalWaiting(reason string) bool {
 	switch reason {
 	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-		"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff":
+		"CreateContainerConfigError", "CreateContainerError", "RunContainerError":
 		return true
 	}
 	return false
+}
+
+// fatalWaiting is FatalWaiting, plus a container the kubelet keeps restarting.
+func fatalWaiting(reason string) bool {
+	return FatalWaiting(reason) || reason == "CrashLoopBackOff"
 }
 
 func containerRunning(pod *corev1.Pod, container string) bool {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // Outcome is what a run pod says about its run.
@@ -83,12 +85,8 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time) O
 	if pod.DeletionTimestamp != nil {
 		return infra("PodDeleted", "the run's pod was deleted before the run ended")
 	}
-	if cs != nil && cs.State.Waiting != nil {
-		switch r := cs.State.Waiting.Reason; r {
-		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-			"CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-			return infra(r, cs.State.Waiting.Message)
-		}
+	if cs != nil && cs.State.Waiting != nil && podexec.FatalWaiting(cs.State.Waiting.Reason) {
+		return infra(cs.State.Waiting.Reason, cs.State.Waiting.Message)
 	}
 	if !nodeReady && !notReadySince.IsZero() && now.Sub(notReadySince) >= NotReadyGrace {
 		return infra("NodeNotReady", "the node has not been Ready for "+now.Sub(notReadySince).Round(time.Second).String())

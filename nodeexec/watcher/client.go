@@ -233,7 +233,7 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 		for i := range list.Items {
 			n := &list.Items[i]
 			_, has := n.Annotations[StateAnnotation(name)]
-			isSel := selected(ns, sel, n)
+			isSel := selects(&ns.Spec, sel, n.Name, n.Labels)
 			if !has && !isSel {
 				continue
 			}

@@ -181,7 +181,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 			s = NodeState{Hash: hash, Phase: PhaseRunning}
 		}
 		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, State: s})
-		if !selected(ns, sel, n) || s.Hash != hash {
+		if !selects(&ns.Spec, sel, n.Name, n.Labels) || s.Hash != hash {
 			continue
 		}
 		n, s := n, s
@@ -219,12 +219,12 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	var start []func() error
 	for _, node := range d.Start {
 		n, s := byName[node], prev[node]
-		start = append(start, func() error { return c.start(ctx, ns, n, s, ActionRun, now) })
+		start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, ActionRun, now) })
 	}
 	for _, node := range d.Verify {
 		if !actionBusy[node+"/"+ActionVerify] {
 			n, s := byName[node], prev[node]
-			start = append(start, func() error { return c.start(ctx, ns, n, s, ActionVerify, now) })
+			start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, ActionVerify, now) })
 		}
 	}
 	startErr := c.parallel(start)
@@ -275,8 +275,7 @@ func (c *controller) parallel(fns []func() error) error {
 
 // start creates the pod of action on node n (s is its current state) and
 // records the run as Running.
-func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, action string, now time.Time) error {
-	hash := v1alpha1.SpecHash(&ns.Spec)
+func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
 	attempt := 1
 	if action == ActionRun && s.Hash == hash {
 		attempt = s.Attempts + 1
@@ -489,10 +488,7 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 		}
 		s.Rollback, changed = "Running", true
 	} else if s.Rollback == "Running" && !rollbackBusy {
-		name := ""
-		if pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now}); err == nil {
-			name = pod.Name
-		}
+		name := RunPodName(ns.Name, s.Hash, n.Name, ActionRollback, 1)
 		if !c.w.expected(name) {
 			s.Rollback, changed = PhaseFailed, true
 			c.events.Eventf(n, corev1.EventTypeWarning, ReasonRollbackFailed, "nodescript %s: rollback pod %s disappeared before its outcome was recorded", ns.Name, name)

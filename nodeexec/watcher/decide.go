@@ -79,7 +79,7 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 	// have for the current hash.
 	var all []entry
 	for _, n := range nodes {
-		if slices.Contains(s.ExcludeNodes, n.Name) || !sel.Matches(labels.Set(n.Labels)) {
+		if !selects(s, sel, n.Name, n.Labels) {
 			continue
 		}
 		phase := PhasePending
@@ -201,6 +201,13 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 		}
 	}
 	return d, nil
+}
+
+// selects reports whether the spec selects the node named name with
+// labels: sel (the spec's parsed nodeSelector) matches and the node is not
+// excluded.
+func selects(s *v1alpha1.NodeScriptSpec, sel labels.Selector, name string, nodeLabels map[string]string) bool {
+	return !slices.Contains(s.ExcludeNodes, name) && sel.Matches(labels.Set(nodeLabels))
 }
 
 // promotedNodes is the selector of nodes promoted by PromoteTo ("all" or a

@@ -54,6 +54,14 @@ const (
 // activeDeadlineSeconds, after which the kubelet ends the run.
 const DeadlineSlack = 30 * time.Second
 
+// RunPodName is the name of the pod of attempt of action on node for the
+// NodeScript name at spec hash: podexec.PodName with a suffix hashed from
+// all five, so it is the same for the same run and differs between runs.
+func RunPodName(name, hash, node, action string, attempt int) string {
+	sum := sha256.Sum256([]byte(name + "/" + hash + "/" + node + "/" + action + "/" + strconv.Itoa(attempt)))
+	return podexec.PodName(node, hex.EncodeToString(sum[:])[:10])
+}
+
 // RunPodSpec says which pod RunPod builds.
 type RunPodSpec struct {
 	// NodeScript is the validated NodeScript; its backend, scripts and timeout are used.
@@ -102,8 +110,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
-	sum := sha256.Sum256([]byte(ns.Name + "/" + hash + "/" + s.Node + "/" + s.Action + "/" + strconv.Itoa(s.Attempt)))
-	name := podexec.PodName(s.Node, hex.EncodeToString(sum[:])[:10])
+	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
 	deadline := s.Now.Add(timeout + DeadlineSlack)
 	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -409,16 +408,6 @@ func toNodeScript(obj any) (*v1alpha1.NodeScript, error) {
 		return nil, fmt.Errorf("nodescript %s: %w", u.GetName(), err)
 	}
 	return ns, nil
-}
-
-// selected reports whether node is selected by ns (the selector is validated).
-func selected(ns *v1alpha1.NodeScript, sel labels.Selector, n *corev1.Node) bool {
-	for _, x := range ns.Spec.ExcludeNodes {
-		if x == n.Name {
-			return false
-		}
-	}
-	return sel.Matches(labels.Set(n.Labels))
 }
 
 // state is node n's state for NodeScript name: what this process last

@@ -74,7 +74,7 @@ func BenchmarkWatcher(b *testing.B) {
 	res["raw_pods_per_s"], res["raw_created_s"], res["raw_completed_s"] = round(raw), round(created.Seconds()), round(completed.Seconds())
 
 	// Watcher throughput.
-	name := scriptName("bench-scale")
+	name := uniqueName("bench-scale-")
 	cleanupNodeScript(b, dyn, name)
 	startScaleWatcher(b, dyn)
 	t0 := time.Now()
@@ -241,7 +241,7 @@ func reaction(ctx context.Context, b *testing.B, dyn dynamic.Interface, k interf
 	CreateNodes(context.Context, int, map[string]string) ([]string, error)
 }, n, m int) (map[string]float64, map[string]float64) {
 	const label = "nodeexec.io/bench-join"
-	name := scriptName("bench-join")
+	name := uniqueName("bench-join-")
 	cleanupNodeScript(b, dyn, name)
 	applyNodeScript(ctx, b, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1

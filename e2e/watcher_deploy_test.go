@@ -99,7 +99,7 @@ func TestDeployedWatcher(t *testing.T) {
 	}
 	t.Logf("lease held by %s", holder)
 
-	name := scriptName("e2e-deployed")
+	name := uniqueName("e2e-deployed-")
 	cleanupNodeScript(t, dyn, name)
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,7 +123,7 @@ func testWatcherScale(t *testing.T, n int) {
 	conc := max(n*2/100, 1)
 
 	t.Run("rollout", func(t *testing.T) {
-		name := scriptName("e2e-scale")
+		name := uniqueName("e2e-scale-")
 		cleanupNodeScript(t, dyn, name)
 		pods := recordPods(t, name)
 		t0 := time.Now()
@@ -159,7 +160,7 @@ spec:
 	})
 
 	t.Run("error-budget", func(t *testing.T) {
-		name := scriptName("e2e-budget")
+		name := uniqueName("e2e-budget-")
 		cleanupNodeScript(t, dyn, name)
 		pods := recordPods(t, name)
 		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
@@ -192,7 +193,7 @@ spec:
 	})
 
 	t.Run("error-budget-exact", func(t *testing.T) {
-		name := scriptName("e2e-budget1")
+		name := uniqueName("e2e-budget1-")
 		cleanupNodeScript(t, dyn, name)
 		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
@@ -217,7 +218,7 @@ func (l *podLog) count(action string) int {
 	defer l.mu.Unlock()
 	n := 0
 	for key, pods := range l.pods {
-		if len(key) > len(action) && key[len(key)-len(action):] == action {
+		if strings.HasSuffix(key, "/"+action) {
 			n += len(pods)
 		}
 	}

@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -258,8 +257,6 @@ func (l *podLog) max() int {
 	return l.maxLive
 }
 
-func scriptName(prefix string) string { return prefix + "-" + podexec.RandomSuffix(5) }
-
 // TestWatcherAppliesToJoiningNode starts the watcher with the second real
 // node absent: the script runs on the first; then the second node starts,
 // and the script runs there within seconds of it becoming Ready.
@@ -281,7 +278,7 @@ func TestWatcherAppliesToJoiningNode(t *testing.T) {
 			}
 		}
 	})
-	name := scriptName("e2e-join")
+	name := uniqueName("e2e-join-")
 	cleanupNodeScript(t, dyn, name)
 	pods := recordPods(t, name)
 	startWatcher(t, dyn)
@@ -359,7 +356,7 @@ func findCond(ns *v1alpha1.NodeScript, typ string) *metav1.Condition {
 func TestWatcherCanaryFailureHaltsRollsBackAndCordons(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	name := scriptName("e2e-canary")
+	name := uniqueName("e2e-canary-")
 	cleanupNodeScript(t, dyn, name, env.nodes...)
 	pods := recordPods(t, name)
 	startWatcher(t, dyn)
@@ -434,7 +431,7 @@ spec:
 func TestWatcherNeverUncordonsAnotherCordon(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	name := scriptName("e2e-cordon")
+	name := uniqueName("e2e-cordon-")
 	cleanupNodeScript(t, dyn, name, env.nodes...)
 	theirs := env.nodes[1]
 	if _, err := env.client.CoreV1().Nodes().Patch(ctx, theirs, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
@@ -489,7 +486,7 @@ spec:
 func TestWatcherManualPromotion(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	name := scriptName("e2e-promote")
+	name := uniqueName("e2e-promote-")
 	cleanupNodeScript(t, dyn, name)
 	pods := recordPods(t, name)
 	startWatcher(t, dyn)
@@ -534,7 +531,7 @@ spec:
 func TestWatcherKillAndRestart(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	name := scriptName("e2e-kill")
+	name := uniqueName("e2e-kill-")
 	cleanupNodeScript(t, dyn, name)
 	pods := recordPods(t, name)
 	logFile := "/var/tmp/nodeexec-e2e-" + name + "-$NODE_NAME.log"
@@ -621,7 +618,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			name := scriptName("e2e-bad")
+			name := uniqueName("e2e-bad-")
 			file := dir + "/" + c.name + ".yaml"
 			// The bad document follows a good one: neither may be applied.
 			body := fmt.Sprintf(good, name+"-ok") + "---\n" + fmt.Sprintf(c.doc, name)
@@ -643,7 +640,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	// The CRD's own schema refuses what Go validation would (a client that
 	// bypasses nodeexec apply): an unknown backend.
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "nodeexec.io/v1alpha1", "kind": "NodeScript", "metadata": map[string]any{"name": scriptName("e2e-bad")},
+		"apiVersion": "nodeexec.io/v1alpha1", "kind": "NodeScript", "metadata": map[string]any{"name": uniqueName("e2e-bad-")},
 		"spec": map[string]any{"nodeSelector": map[string]any{}, "script": "true", "backend": map[string]any{"name": "ssh"}},
 	}}
 	if _, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
@@ -651,7 +648,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	}
 
 	// Promotion of a halted rollout is refused.
-	name := scriptName("e2e-halted")
+	name := uniqueName("e2e-halted-")
 	cleanupNodeScript(t, dyn, name)
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(good+"  rollout: {promotion: Manual}\n", name))
 	patch := []byte(`{"status":{"stage":"Halted","nodes":1,"pending":1,"running":0,"succeeded":0,"failed":0,"rolledBack":0,"conditions":[{"type":"Halted","status":"True","reason":"CanaryFailed","message":"canary x failed","lastTransitionTime":"2026-11-21T00:00:00Z"}]}}`)
@@ -670,7 +667,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 func TestWatcherNodeScriptDeletionDeletesPods(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	name := scriptName("e2e-delete")
+	name := uniqueName("e2e-delete-")
 	cleanupNodeScript(t, dyn, name)
 	ctxW, stopW := context.WithCancel(ctx)
 	w, err := watcher.New(watcher.Options{Client: env.client, Dynamic: dyn})

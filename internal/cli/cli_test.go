@@ -176,6 +176,15 @@ func TestRunBadInput(t *testing.T) {
 		{name: "bad namespace", args: []string{"-n", "Not_A_Namespace", "run", "--node", "n1", "--", "true"}, want: []string{"namespace", "Not_A_Namespace"}},
 		{name: "negative burst", args: []string{"--burst", "-1", "run", "--node", "n1", "--", "true"}, want: []string{"Burst"}},
 		{name: "unknown flag", args: []string{"run", "--node", "n1", "--frobnicate", "--", "true"}, want: []string{"frobnicate"}},
+		{name: "watch zero workers", args: []string{"watch", "--workers", "0"}, want: []string{"--workers 0"}},
+		{name: "watch negative parallelism", args: []string{"watch", "--create-parallelism", "-2"}, want: []string{"--create-parallelism -2"}},
+		{name: "watch lease without namespace", args: []string{"watch", "--leader-elect", "--leader-election-namespace="}, want: []string{"--leader-election-namespace"}},
+		{name: "watch with an argument", args: []string{"watch", "extra"}, want: []string{"no arguments"}},
+		{name: "status without name", args: []string{"status"}, want: []string{"NAME"}},
+		{name: "status bad output", args: []string{"status", "x", "-o", "yaml"}, want: []string{`--output "yaml"`}},
+		{name: "promote without name", args: []string{"promote", "--to", "all"}, want: []string{"NAME"}},
+		{name: "apply unreadable file", args: []string{"apply", "-f", missing}, want: []string{"missing.sh"}},
+		{name: "apply invalid nodescript", args: []string{"apply", "-f", script}, want: []string{"document 1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

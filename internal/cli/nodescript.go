@@ -209,6 +209,17 @@ func watchCommand(streams Streams) *ucli.Command {
 			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept on the node (-1: none)"},
 		},
 		Action: func(c *ucli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("watch takes no arguments (got %q)", c.Args().Slice())
+			}
+			for _, f := range []string{"workers", "create-parallelism"} {
+				if c.Int(f) < 1 {
+					return fmt.Errorf("--%s %d: give 1 or more", f, c.Int(f))
+				}
+			}
+			if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
+				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + watcher.DefaultNamespace + ")")
+			}
 			cs, dyn, err := watcherClients(c)
 			if err != nil {
 				return err

@@ -45,18 +45,29 @@ type recorder struct {
 
 func newRecorder(max int) *recorder { return &recorder{max: max, h: sha256.New()} }
 
+// Write hashes p and keeps the stream's last max bytes in a buffer of at
+// most 2*max bytes: each byte is copied into it at most twice, whatever the
+// sizes of the writes.
 func (r *recorder) Write(p []byte) (int, error) {
 	r.n += int64(len(p))
 	r.h.Write(p)
-	r.tail = append(r.tail, p...)
-	if over := len(r.tail) - r.max; over > 0 {
-		r.tail = append(r.tail[:0], r.tail[over:]...)
+	switch {
+	case r.max <= 0:
+	case len(p) >= r.max:
+		r.tail = append(r.tail[:0], p[len(p)-r.max:]...)
+	default:
+		if len(r.tail)+len(p) > 2*r.max {
+			// Keep what the tail still needs before p (copy handles the overlap).
+			r.tail = append(r.tail[:0], r.tail[len(r.tail)-(r.max-len(p)):]...)
+		}
+		r.tail = append(r.tail, p...)
 	}
 	return len(p), nil
 }
 
 func (r *recorder) output() Output {
-	return Output{Tail: append([]byte(nil), r.tail...), Bytes: r.n, SHA256: hex.EncodeToString(r.h.Sum(nil))}
+	tail := r.tail[max(0, len(r.tail)-r.max):]
+	return Output{Tail: append([]byte(nil), tail...), Bytes: r.n, SHA256: hex.EncodeToString(r.h.Sum(nil))}
 }
 
 // tee writes to w (when non-nil) and to the recorder.

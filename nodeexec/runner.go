@@ -286,18 +286,8 @@ func (r *Runner) runOne(ctx context.Context, node *corev1.Node, req Request, std
 		}
 	}
 	var flush []func() error
-	if r.o.NoPrefix && single {
-		req.Stdout, req.Stderr = stdout.w, stderr.w
-	} else {
-		prefix := []byte("[" + node.Name + "] ")
-		if r.o.NoPrefix {
-			prefix = nil
-		}
-		o := &prefixWriter{prefix: prefix, out: stdout}
-		e := &prefixWriter{prefix: prefix, out: stderr}
-		req.Stdout, req.Stderr = o, e
-		flush = append(flush, o.Flush, e.Flush)
-	}
+	req.Stdout = r.lineWriter(node.Name, req.Stdout, stdout, single, &flush)
+	req.Stderr = r.lineWriter(node.Name, req.Stderr, stderr, single, &flush)
 	var (
 		res            Result
 		err            error
@@ -338,6 +328,22 @@ func (r *Runner) runOne(ctx context.Context, node *corev1.Node, req Request, std
 		log.V(1).Info("run failed", "err", err)
 	}
 	return NodeResult{Result: res, Err: err, Attempts: attempts, Stdout: outRec.output(), Stderr: errRec.output()}
+}
+
+// lineWriter is where one stream of node's output goes: nil when the caller
+// discards it (only the recorder sees it then), the shared writer itself for
+// one node without prefix, else a prefixWriter onto it (its Flush added to
+// flush).
+func (r *Runner) lineWriter(node string, w io.Writer, shared *lockedWriter, single bool, flush *[]func() error) io.Writer {
+	switch {
+	case w == nil:
+		return nil
+	case r.o.NoPrefix && single:
+		return shared.w
+	}
+	p := newPrefixWriter(node, r.o.NoPrefix, shared)
+	*flush = append(*flush, p.Flush)
+	return p
 }
 
 // Resolve returns the nodes targets select, in the order given (names) or by

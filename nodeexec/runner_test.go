@@ -644,6 +644,10 @@ func linesByPrefix(t *testing.T, w *writeRecorder) map[string][]string {
 		for _, line := range strings.SplitAfter(strings.TrimSuffix(call, "\n"), "\n") {
 			line = strings.TrimSuffix(line, "\n")
 			name, text, ok := strings.Cut(line, "] ")
+			if !ok {
+				// A partial last line is marked "[node]+ " (ContinuedPrefix).
+				name, text, ok = strings.Cut(line, "]+ ")
+			}
 			if !ok || !strings.HasPrefix(name, "[") {
 				t.Errorf("line %q has no [node] prefix", line)
 				continue
@@ -736,7 +740,7 @@ func TestRunNoPrefix(t *testing.T) {
 		if _, err := r.Run(t.Context(), nodeexec.Targets{Nodes: []string{"a"}}, nodeexec.Request{Command: []string{"x"}, Stdout: &stdout}); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if got, want := stdout.String(), "[a] x\n[a] y\n"; got != want {
+		if got, want := stdout.String(), "[a] x\n[a]+ y\n"; got != want { // "+": the last line had no newline
 			t.Errorf("stdout %q, want %q", got, want)
 		}
 	})

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher bench-kwok generate clean
+.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher bench-kwok bench-stream generate clean
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec)
@@ -45,6 +45,13 @@ bench-backends: build ## every backend and the shell vs kubectl debug, same run;
 	@mkdir -p bench
 	NODEEXEC_BENCH_BACKENDS_OUT=$(CURDIR)/bench/backends.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'Backends' -benchtime $(BENCHTIME_BACKENDS) -timeout 40m ./e2e/
 	@cat bench/backends.json
+
+BENCHTIME_STREAM ?= 10x
+bench-stream: build ## 300 MB of long-line and short-line output: nodeexec run (prefixed, --no-prefix) vs kubectl exec, same run; JSON in bench/stream.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_STREAM_OUT=$(CURDIR)/bench/stream.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkStream' -benchtime $(BENCHTIME_STREAM) -timeout 40m ./e2e/
+	@cat bench/stream.json
 
 BENCH_NODES ?= 5000
 bench-watcher: build ## the watcher at $(BENCH_NODES) SIMULATED (kwok) nodes vs kwok's raw pod rate, a plain Node informer and a DaemonSet; JSON in bench/watcher.json

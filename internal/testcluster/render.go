@@ -120,6 +120,9 @@ resolvConf: ""
 failSwapOn: false
 podCIDR: ` + q(n.PodCIDR) + `
 serializeImagePulls: false
+# renewed every 5 s (a quarter of it); the controller manager's node-monitor grace
+# period is 20 s
+nodeLeaseDurationSeconds: 20
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -196,6 +199,11 @@ func controllerManagerArgs(l layout) []string {
 		"--cluster-signing-cert-file=" + p("ca.crt"),
 		"--cluster-signing-key-file=" + p("ca.key"),
 		"--service-cluster-ip-range=" + serviceCIDR,
+		// a node whose kubelet stopped turns NotReady after 20 s instead of 50 s, so
+		// the fault tests (Cluster.StopKubelet) stay short; the kubelets renew their
+		// lease every 5 s (nodeLeaseDurationSeconds: 20)
+		"--node-monitor-grace-period=20s",
+		"--node-monitor-period=2s",
 		"--profiling=false",
 		"--v=1",
 	}

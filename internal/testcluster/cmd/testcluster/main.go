@@ -12,6 +12,17 @@
 //	                               (label type=kwok), wait until all are Ready
 //	testcluster kwok down          delete the simulated nodes (and pods bound to them), stop kwok
 //
+// Fault injection (only processes the cluster started, by recorded PID; see
+// testcluster.Cluster.RestartAPIServer and the methods after it):
+//
+//	testcluster apiserver restart [DOWN]  SIGKILL the API server, wait DOWN (e.g. 3s), start it, wait /readyz
+//	testcluster apiserver stop|start      SIGKILL it / start it again (same flags) and wait /readyz
+//	testcluster apiserver freeze|thaw     SIGSTOP / SIGCONT it
+//	testcluster kubelet stop|start NODE   stop / start a node's kubelet (start waits for Ready)
+//	testcluster containerd stop|start NODE
+//	testcluster reboot NODE               kill the node's kubelet, containers and containerd, new boot ID, start again
+//	testcluster restore                   start whatever a fault stopped, thaw, wait until all is Ready
+//
 // Progress goes to stderr. Directory and port flags (all commands): --cache-dir,
 // --state-dir, --run-dir, --api-port, --kubernetes-version; empty means the default.
 package main
@@ -43,7 +54,8 @@ func main() {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig
-       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] | kwok down`)
+       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] | kwok down
+`+faultUsage)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -93,6 +105,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	if cmd == "kwok" {
 		return kwok(ctx, o, ko, rest, stdout, stderr)
+	}
+	if handled, err := fault(ctx, o, cmd, rest, stdout); handled {
+		return err
 	}
 	want := map[string]int{"up": 0, "down": 0, "add-node": 0, "remove-node": 1, "import-image": 1, "kubeconfig": 0}
 	n, ok := want[cmd]

@@ -478,3 +478,20 @@ func (r *runner) setBootID(ctx context.Context, n nodeSpec, id string) error {
 	r.logf("%s has boot ID %s", n.Name, id)
 	return nil
 }
+
+// closeInheritedOnExec sets close-on-exec on every descriptor above stderr this
+// process inherited (Go opens its own with it set), so that daemons do not keep
+// them open: e.g. the lock file descriptor of a `flock LOCKFILE go test ...` around
+// a test that restarts a component would otherwise stay locked by the daemon
+// long after the test ended.
+func closeInheritedOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}

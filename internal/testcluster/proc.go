@@ -165,6 +165,7 @@ func (r *runner) startDaemon(name string, t nsTarget, argv []string, forks bool)
 		r.logf("%s already running (pid %d)", name, rec.PID)
 		return rec, nil
 	}
+	closeInheritedOnExec()
 	logPath := filepath.Join(r.l.logs, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -69,9 +69,10 @@ func run(m *testing.M) int {
 		}
 		env.kubeconfig = c.Kubeconfig()
 		env.cluster = c
-		// The nsenter backend's agent image and the watcher's controller
-		// image (deploy/), built from this tree (no registry).
-		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage, agentimage.ControllerImage); err != nil {
+		// nodeexec's one image (the agent of the nsenter and runtime
+		// backends and resident agents, and the watcher's controller in
+		// deploy/), built from this tree with go-containerregistry.
+		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			return 1
 		}

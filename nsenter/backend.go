@@ -33,11 +33,11 @@ const AgentVersion = "0.1.0"
 // Defaults for Options.
 const (
 	// DefaultAgentImage is the agent image: the static nodeexec binary at
-	// AgentPath plus busybox (for the holder's sleep). No registry serves it:
-	// build it from the repository and load it onto the nodes (`make
-	// agent-image` for the local test cluster), or push it under your own
-	// name and set Options.Image. Never ":latest", so that the default pull
-	// policy IfNotPresent uses the loaded image.
+	// AgentPath and nothing else (FROM scratch). No public registry serves
+	// it: push it to yours with `nodeexec image push REGISTRY/REPOSITORY`
+	// and set Options.Image to the digest reference it prints (the local
+	// test cluster's registry serves this name: `make agent-image`). Never
+	// ":latest", so that the default pull policy IfNotPresent applies.
 	DefaultAgentImage = "nodeexec.local/agent:" + AgentVersion
 	// DefaultNamespace is the Kubernetes namespace of the pods when
 	// Options.Namespace is empty.
@@ -91,7 +91,8 @@ type Options struct {
 
 // Backend is the nsenter backend, the mechanism of kubectl-node-shell: per
 // node, a privileged hostPID pod pinned to the node (spec.nodeName,
-// tolerating every taint) whose container holds `sleep <deadline>`; the
+// tolerating every taint) whose container holds `nodeexec agent hold
+// --duration <deadline>` (HoldArgv); the
 // command runs over exec as
 //
 //	/usr/local/bin/nodeexec agent nsenter --target 1 --namespaces LIST -- CMD...

@@ -196,4 +196,19 @@ type Cmd struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// ProcessGroup starts the command in a process group of its own and,
+	// when the context is done, sends SIGTERM to the whole group, then
+	// SIGKILL to what is left of it after KillAfter, so that the processes
+	// the command started end with it. Default false: only the command is
+	// killed, with SIGKILL. Leave it false when Stdin is the controlling
+	// terminal: a group of its own would be a background group there, stopped
+	// by SIGTTIN when it reads (with a terminal, the exit of the session
+	// leader hangs up the foreground group instead).
+	ProcessGroup bool
+	// KillAfter is how long the group has between SIGTERM and SIGKILL when
+	// ProcessGroup is set. Default DefaultKillAfter.
+	KillAfter time.Duration
 }
+
+// DefaultKillAfter is Cmd.KillAfter's default: 5 seconds.
+const DefaultKillAfter = 5 * time.Second

@@ -1,7 +1,10 @@
 package nsenter
 
 import (
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +31,7 @@ type PodSpec struct {
 	Name, Namespace string
 	// RunID is the value of the nodeexec.LabelRunID label.
 	RunID string
-	// Image is the agent image (nodeexec at AgentPath, busybox's sleep on PATH).
+	// Image is the agent image (nodeexec at AgentPath; nothing else needed).
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
 	// ImagePullSecrets, PriorityClassName and Requests are copied into the pod.
@@ -53,8 +56,9 @@ type PodSpec struct {
 // privileged (setns needs CAP_SYS_ADMIN and access to /proc/1/ns), and
 // hostNetwork/hostIPC as s says; plus the managed-by and run-ID labels, the
 // node, deadline and command annotations, activeDeadlineSeconds, no service
-// account token, small requests, and a holder process (sleep until the
-// deadline) in place of the command, which is run over exec with AgentArgv.
+// account token, small requests, and a holder process (HoldArgv: the agent
+// itself waits until the deadline or SIGTERM, so the image needs no sleep
+// nor shell) in place of the command, which is run over exec with AgentArgv.
 // It is a pure function; errors name the invalid fields.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
@@ -66,11 +70,25 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
+	pod.Spec.Containers[0].Command = HoldArgv(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second)
 	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	pod.Spec.HostPID = true
 	pod.Spec.HostNetwork = s.HostNetwork
 	pod.Spec.HostIPC = s.HostIPC
 	return pod, nil
+}
+
+// HoldArgv is the holder process of the agent pods: the agent waiting until
+// d has passed (0: forever) or it gets SIGTERM, then exiting 0, in place of
+// `sleep`; unlike sleep as PID 1 it ends at once when the pod is deleted.
+//
+//	/usr/local/bin/nodeexec agent hold --duration 630s
+func HoldArgv(d time.Duration) []string {
+	argv := []string{AgentPath, "agent", "hold"}
+	if d > 0 {
+		argv = append(argv, "--duration", strconv.FormatInt(int64(d.Round(time.Second)/time.Second), 10)+"s")
+	}
+	return argv
 }
 
 // AgentArgv is what runs in the agent container over exec: the agent, which
@@ -82,4 +100,19 @@ func AgentArgv(namespaces []Namespace, argv []string) []string {
 		"--target", strconv.Itoa(AgentTarget),
 		"--namespaces", joinNamespaces(namespaces),
 		"--"}, argv...)
+}
+
+// WithAgentTimeout returns a copy of the agent command line argv (AgentArgv's,
+// or any `AgentPath agent SUBCOMMAND ...` whose subcommand has --timeout:
+// nsenter, container-exec) with `--timeout D` (whole seconds, rounded up)
+// inserted after the subcommand: the agent then ends the command's process
+// group after d, and exits 124. ok is false, and argv returned as is, when
+// argv is not such a command line.
+func WithAgentTimeout(argv []string, d time.Duration) (out []string, ok bool) {
+	if len(argv) < 3 || argv[0] != AgentPath || argv[1] != "agent" || strings.HasPrefix(argv[2], "-") {
+		return argv, false
+	}
+	secs := int64(math.Ceil(d.Seconds()))
+	out = append(slices.Clone(argv[:3]), "--timeout", strconv.FormatInt(secs, 10)+"s")
+	return append(out, argv[3:]...), true
 }

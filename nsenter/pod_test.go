@@ -104,7 +104,7 @@ func TestBuildPodProperties(t *testing.T) {
 		if pod.Spec.NodeName != "node-a" || len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Operator != corev1.TolerationOpExists || pod.Spec.Tolerations[0].Key != "" {
 			t.Errorf("nodeName %q tolerations %+v: want pinned to node-a, tolerating everything", pod.Spec.NodeName, pod.Spec.Tolerations)
 		}
-		if diff := cmp.Diff([]string{"sleep", "91"}, c.Command); diff != "" {
+		if diff := cmp.Diff([]string{AgentPath, "agent", "hold", "--duration", "91s"}, c.Command); diff != "" {
 			t.Errorf("holder (-want +got):\n%s", diff)
 		}
 		if pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds != 91 {
@@ -191,7 +191,7 @@ func TestNewDefaults(t *testing.T) {
 	if !c.Resources.Requests.Cpu().Equal(resource.MustParse("10m")) || !c.Resources.Requests.Memory().Equal(resource.MustParse("16Mi")) {
 		t.Errorf("requests = %v", c.Resources.Requests)
 	}
-	if diff := cmp.Diff([]string{"sleep", "90"}, c.Command); diff != "" {
+	if diff := cmp.Diff([]string{AgentPath, "agent", "hold", "--duration", "90s"}, c.Command); diff != "" {
 		t.Errorf("holder for a 1m timeout (-want +got):\n%s", diff)
 	}
 	want := []string{AgentPath, "agent", "nsenter", "--target", "1", "--namespaces", "mnt,uts,ipc,net,pid", "--", "sh", "-c", "hostname"}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,7 +62,8 @@ func (n Namespace) cloneFlag() (int, bool) {
 //     exec.ErrNotFound) or not executable (wrapping ErrNotExecutable);
 //   - Dir missing (wrapping fs.ErrNotExist);
 //   - ctx done before the start, or while the command ran: the command is
-//     then killed with SIGKILL (processes it started are not), and the error
+//     then killed with SIGKILL (processes it started are not), or with
+//     ProcessGroup its whole group gets SIGTERM then SIGKILL, and the error
 //     wraps ctx.Err().
 //
 // When the command ran to its end but copying its Stdin/Stdout/Stderr
@@ -213,7 +215,15 @@ func (c *Cmd) run(ctx context.Context, nss []Namespace, path string, args, env [
 	if err != nil {
 		return -1, fmt.Errorf("nsenter: %s in %s: %w", path, where, err)
 	}
-	cmd := exec.CommandContext(ctx, prog)
+	var cmd *exec.Cmd
+	if c.ProcessGroup {
+		// Cancellation is ours (endGroup): exec's would SIGKILL the leader
+		// only, and too early.
+		cmd = exec.Command(prog)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	} else {
+		cmd = exec.CommandContext(ctx, prog)
+	}
 	cmd.Args = args
 	cmd.Env = env
 	cmd.Dir = dir
@@ -226,14 +236,40 @@ func (c *Cmd) run(ctx context.Context, nss []Namespace, path string, args, env [
 		}
 		return -1, fmt.Errorf("nsenter: starting %s in %s: %w", prog, where, err)
 	}
+	var ended, exited chan struct{}
+	if c.ProcessGroup {
+		killAfter := c.KillAfter
+		if killAfter <= 0 {
+			killAfter = DefaultKillAfter
+		}
+		exited = make(chan struct{})
+		ended = make(chan struct{})
+		go func() {
+			defer close(ended)
+			select {
+			case <-exited:
+				return
+			case <-ctx.Done():
+			}
+			endGroup(cmd.Process.Pid, killAfter, exited)
+		}()
+	}
 	werr := cmd.Wait()
+	if exited != nil {
+		close(exited)
+	}
 	st := cmd.ProcessState
 	if st == nil {
 		return -1, fmt.Errorf("nsenter: waiting for %s: %w", prog, werr)
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
-	if ctx.Err() != nil && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-		return -1, fmt.Errorf("nsenter: %s killed: %w", prog, ctx.Err())
+	if ctx.Err() != nil && ws.Signaled() && (ws.Signal() == syscall.SIGKILL || c.ProcessGroup) {
+		if c.ProcessGroup {
+			// What the group's leader left behind gets the rest of the
+			// grace period, then SIGKILL.
+			<-ended
+		}
+		return -1, fmt.Errorf("nsenter: %s killed (signal %d): %w", prog, ws.Signal(), ctx.Err())
 	}
 	code := st.ExitCode()
 	if ws.Signaled() {
@@ -352,4 +388,29 @@ func executable(p string) error {
 		return &fs.PathError{Op: "exec", Path: p, Err: ErrNotExecutable}
 	}
 	return nil
+}
+
+// endGroup sends SIGTERM to process group pgid, then, once the group's
+// leader has exited (leaderExited closed) and the group is empty or grace
+// has passed since the SIGTERM, SIGKILL to what is left of it.
+func endGroup(pgid int, grace time.Duration, leaderExited <-chan struct{}) {
+	_ = unix.Kill(-pgid, unix.SIGTERM)
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	exited := leaderExited
+	for {
+		select {
+		case <-deadline.C:
+			_ = unix.Kill(-pgid, unix.SIGKILL)
+			return
+		case <-exited:
+			exited = nil
+		case <-tick.C:
+			if exited == nil && unix.Kill(-pgid, 0) == unix.ESRCH {
+				return
+			}
+		}
+	}
 }

@@ -1,71 +1,233 @@
-// Package agentimage builds the nodeexec agent image from this repository,
-// with no registry and no base image: the nodeexec binary, built static
-// (CGO_ENABLED=0, -trimpath), at /usr/local/bin/nodeexec, plus busybox-static
-// with a symlink per applet (the holder's `sleep`, a shell for debugging the
-// image itself), /etc/passwd, /etc/group and /tmp. The result is a
-// docker-archive tarball (testcluster.BuildImage) that
-// (*testcluster.Cluster).ImportImage loads into every test node's containerd.
+// Package agentimage builds nodeexec's one container image, with
+// go-containerregistry and nothing else: FROM scratch plus the static
+// nodeexec binary at /usr/local/bin/nodeexec (nsenter.AgentPath). The same
+// image is the agent of the nsenter and runtime backends and of the resident
+// DaemonSet (whose holder process is `nodeexec agent hold`) and the
+// NodeScript watcher's controller (deploy/, `nodeexec watch`), so client,
+// agent and controller are one build and cannot drift. There is no shell, no
+// busybox, no /etc/passwd: the agent runs as root and the controller as a
+// numeric UID (deploy/deployment.yaml), and neither looks up a user name.
 //
-// It serves the e2e suite's TestMain and `make agent-image` (cmd/agentimage);
-// the library itself only names the image (nsenter.DefaultAgentImage).
+// Image is a pure function of the binary's bytes: one layer with fixed
+// timestamps, owners and modes, entries in order, gzip with a fixed level
+// and no header time, a config with no creation time. Built twice from the
+// same binary it has the same digest.
+//
+// `nodeexec image push` (internal/cli) pushes the image of the running
+// executable; BuildBinary and Build serve the e2e suite and `make
+// agent-image` (cmd/agentimage), which build it from the source tree.
 package agentimage
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"debug/buildinfo"
+	"debug/elf"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
-	"github.com/nodeexec/nodeexec/internal/testcluster"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
-// BusyboxPath is the busybox-static binary on this machine (Debian's
-// busybox-static package, which the test cluster installs).
-const BusyboxPath = "/bin/busybox"
+// The image's layout and configuration. The Dockerfile at the repository's
+// root says the same (a unit test compares them).
+const (
+	// BinaryPath is where the image holds the nodeexec binary.
+	BinaryPath = nsenter.AgentPath
+	// PathEnv is the image's only environment variable. The agent passes its
+	// environment to the commands it starts in the node's namespaces, where
+	// they are looked up in this PATH.
+	PathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// User is the image's user: empty, i.e. root (the agent needs it; the
+	// controller's Deployment sets a non-root UID itself).
+	User = ""
+)
 
-// Spec is the agent image named ref, from the nodeexec binary at bin and the
-// busybox binary at busybox (both on this machine, both static).
-func Spec(ref, bin, busybox string) testcluster.ImageSpec {
-	return testcluster.ImageSpec{
-		Name: ref,
-		Files: []testcluster.ImageFile{
-			{Src: bin, Dst: nsenter.AgentPath, Mode: 0o755},
-			{Src: busybox, Dst: "/bin/busybox", Mode: 0o755},
-			{Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"), Dst: "/etc/passwd", Mode: 0o644},
-			{Data: []byte("root:x:0:\nnogroup:x:65534:\n"), Dst: "/etc/group", Mode: 0o644},
-		},
-		Dirs:         []testcluster.ImageDir{{Path: "/tmp", Mode: 0o777 | fs.ModeSticky}, {Path: "/root", Mode: 0o700}},
-		BusyboxLinks: "/bin/busybox",
-		Cmd:          []string{"/bin/sh"},
+// Entrypoint is the image's entrypoint: the binary. Pods set their own
+// command (`nodeexec agent hold`, `nodeexec watch`, ...).
+func Entrypoint() []string { return []string{BinaryPath} }
+
+// ErrNotStatic is wrapped by Check's error for a file that cannot be the
+// agent: not a Linux ELF executable, or dynamically linked.
+var ErrNotStatic = errors.New("not a statically linked Linux executable")
+
+// StaticBuildHint is the command that builds a binary Check accepts.
+const StaticBuildHint = "CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags '-s -w' -o nodeexec ./cmd/nodeexec"
+
+// layerModTime is the modification time of every layer entry: the Unix
+// epoch, so that the layer depends only on the binary.
+var layerModTime = time.Unix(0, 0).UTC()
+
+// Check reads the binary in r and returns its GOARCH-style architecture
+// (amd64, arm64, ...). The error wraps ErrNotStatic, naming the reason and
+// StaticBuildHint, when r is not an ELF file, is not a Linux executable,
+// asks for a program interpreter (PT_INTERP) or for shared libraries
+// (DT_NEEDED): in a scratch image such a binary cannot start.
+func Check(r io.ReaderAt) (arch string, err error) {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return "", fmt.Errorf("%w: not an ELF file (%v); the agent runs on Linux nodes: build it with %s", ErrNotStatic, err, StaticBuildHint)
 	}
+	defer f.Close()
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return "", fmt.Errorf("%w: ELF type %s is not an executable; build it with %s", ErrNotStatic, f.Type, StaticBuildHint)
+	}
+	if f.OSABI != elf.ELFOSABI_NONE && f.OSABI != elf.ELFOSABI_LINUX {
+		return "", fmt.Errorf("%w: built for %s, not Linux; build it with %s", ErrNotStatic, f.OSABI, StaticBuildHint)
+	}
+	if bi, err := buildinfo.Read(r); err == nil {
+		for _, s := range bi.Settings {
+			if s.Key == "GOOS" && s.Value != "linux" {
+				return "", fmt.Errorf("%w: built for GOOS=%s; build it with %s", ErrNotStatic, s.Value, StaticBuildHint)
+			}
+		}
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("%w: dynamically linked (it has a program interpreter, PT_INTERP; typically a cgo build): a scratch image has no libc; build it with %s", ErrNotStatic, StaticBuildHint)
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
+		return "", fmt.Errorf("%w: needs shared libraries %s (DT_NEEDED): a scratch image has none; build it with %s", ErrNotStatic, strings.Join(libs, ", "), StaticBuildHint)
+	}
+	arch, ok := goArch(f.Machine, f.Class)
+	if !ok {
+		return "", fmt.Errorf("%w: ELF machine %s is not an architecture Kubernetes nodes run; build it for the nodes (GOARCH=amd64, arm64, ...) with %s", ErrNotStatic, f.Machine, StaticBuildHint)
+	}
+	return arch, nil
 }
 
-// Build compiles ./cmd/nodeexec of the module in moduleDir as a static
-// binary and writes the agent image named ref to the tarball out. Errors come
-// from `go build` (with its output) and testcluster.BuildImage.
-func Build(ctx context.Context, moduleDir, ref, out string) error {
-	tmp, err := os.MkdirTemp("", "nodeexec-agent-")
-	if err != nil {
-		return fmt.Errorf("agentimage: %w", err)
+// goArch maps an ELF machine to the image platform's architecture.
+func goArch(m elf.Machine, c elf.Class) (string, bool) {
+	switch m {
+	case elf.EM_X86_64:
+		return "amd64", true
+	case elf.EM_AARCH64:
+		return "arm64", true
+	case elf.EM_ARM:
+		return "arm", true
+	case elf.EM_386:
+		return "386", true
+	case elf.EM_PPC64:
+		return "ppc64le", true
+	case elf.EM_S390:
+		return "s390x", true
+	case elf.EM_RISCV:
+		if c == elf.ELFCLASS64 {
+			return "riscv64", true
+		}
+	case elf.EM_LOONGARCH:
+		return "loong64", true
 	}
-	defer os.RemoveAll(tmp)
-	bin, err := buildBinary(ctx, moduleDir, tmp)
-	if err != nil {
-		return err
-	}
-	if err := testcluster.BuildImage(ctx, out, Spec(ref, bin, BusyboxPath)); err != nil {
-		return fmt.Errorf("agentimage: %w", err)
-	}
-	return nil
+	return "", false
 }
 
-// buildBinary compiles ./cmd/nodeexec of moduleDir as a static binary in dir.
-func buildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
+// Image returns the image of the nodeexec binary bin (its bytes): an OCI
+// image for linux/<Check's architecture> with one gzip layer holding
+// /usr/local, /usr/local/bin and BinaryPath (mode 0755, owner 0:0, time the
+// Unix epoch), and a config with Entrypoint(), PathEnv and User. The same
+// bytes always give the same digest. The error is Check's, or wraps a layer
+// or config error from go-containerregistry.
+func Image(bin []byte) (v1.Image, error) {
+	arch, err := Check(bytes.NewReader(bin))
+	if err != nil {
+		return nil, err
+	}
+	layerTar, err := layerTar(bin)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
+	if err != nil {
+		return nil, fmt.Errorf("agentimage: layer: %w", err)
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, fmt.Errorf("agentimage: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("agentimage: config: %w", err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Created = v1.Time{Time: layerModTime}
+	cf.Config = v1.Config{
+		Entrypoint: Entrypoint(),
+		Env:        []string{PathEnv},
+		User:       User,
+	}
+	cf.History = nil
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return nil, fmt.Errorf("agentimage: config: %w", err)
+	}
+	return img, nil
+}
+
+// ImageFromFile is Image of the binary at path.
+func ImageFromFile(path string) (v1.Image, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("agentimage: %w", err)
+	}
+	img, err := Image(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return img, nil
+}
+
+// layerTar is the uncompressed layer: the directories down to the binary,
+// then the binary, in that (sorted) order, with fixed metadata.
+func layerTar(bin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := strings.TrimPrefix(filepath.Dir(BinaryPath), "/")
+	var dirs []string
+	for d := dir; d != "." && d != ""; d = filepath.Dir(d) {
+		dirs = append([]string{d + "/"}, dirs...)
+	}
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: layerModTime, Format: tar.FormatPAX}); err != nil {
+			return nil, fmt.Errorf("agentimage: layer: %w", err)
+		}
+	}
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(BinaryPath, "/"), Mode: 0o755, Size: int64(len(bin)), ModTime: layerModTime, Format: tar.FormatPAX}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return nil, fmt.Errorf("agentimage: layer: %w", err)
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, fmt.Errorf("agentimage: layer: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("agentimage: layer: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// BuildBinary compiles ./cmd/nodeexec of the module in moduleDir into
+// dir/nodeexec as a static Linux binary for GOARCH of the environment
+// (CGO_ENABLED=0, -trimpath, -ldflags "-s -w") and returns its path. The
+// error carries `go build`'s output.
+func BuildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
 	goBin, err := goTool()
 	if err != nil {
 		return "", err
@@ -73,39 +235,27 @@ func buildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
 	bin := filepath.Join(dir, "nodeexec")
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/nodeexec")
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("agentimage: go build ./cmd/nodeexec in %s: %w\n%s", moduleDir, err, strings.TrimSpace(string(b)))
 	}
 	return bin, nil
 }
 
-// ControllerImage is the NodeScript watcher's image (deploy/deployment.yaml):
-// the same static nodeexec binary and busybox, run as `nodeexec watch`.
-const ControllerImage = "nodeexec.local/controller:" + nsenter.AgentVersion
-
-// BuildAndImport builds the image named ref from moduleDir and imports it
-// into every node of c, and the same image under each of also (one build).
-func BuildAndImport(ctx context.Context, c *testcluster.Cluster, moduleDir, ref string, also ...string) error {
-	tmp, err := os.MkdirTemp("", "nodeexec-agent-image-")
+// Build compiles the module in moduleDir (BuildBinary) and returns its image.
+func Build(ctx context.Context, moduleDir string) (v1.Image, error) {
+	tmp, err := os.MkdirTemp("", "nodeexec-agent-")
 	if err != nil {
-		return fmt.Errorf("agentimage: %w", err)
+		return nil, fmt.Errorf("agentimage: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	bin, err := buildBinary(ctx, moduleDir, tmp)
+	bin, err := BuildBinary(ctx, moduleDir, tmp)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i, r := range append([]string{ref}, also...) {
-		tarball := filepath.Join(tmp, fmt.Sprintf("image-%d.tar", i))
-		if err := testcluster.BuildImage(ctx, tarball, Spec(r, bin, BusyboxPath)); err != nil {
-			return fmt.Errorf("agentimage: %w", err)
-		}
-		if err := c.ImportImage(ctx, tarball); err != nil {
-			return fmt.Errorf("agentimage: import %s: %w", r, err)
-		}
-	}
-	return nil
+	// ImageFromFile reads the whole binary now; the layer is kept in memory,
+	// so the temporary directory may go.
+	return ImageFromFile(bin)
 }
 
 // goTool finds the go command: on PATH, else /usr/local/go/bin/go.

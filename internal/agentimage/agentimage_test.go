@@ -3,55 +3,214 @@ package agentimage
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/nodeexec/nodeexec/internal/testcluster"
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
-// TestSpecBuilds builds the image from Spec (with a stand-in for the
-// nodeexec binary) and checks the layer: the agent at nsenter.AgentPath,
-// busybox with its sleep applet (the holder), and the reference.
-func TestSpecBuilds(t *testing.T) {
-	if _, err := os.Stat(BusyboxPath); err != nil {
-		t.Fatalf("%s is needed (Debian busybox-static): %v", BusyboxPath, err)
+// fakeELF returns a minimal ELF64 little-endian executable for machine,
+// with a PT_INTERP program header when interp is set (a dynamically linked
+// binary) and payload after the headers.
+func fakeELF(machine elf.Machine, interp bool, payload string) []byte {
+	var b bytes.Buffer
+	phnum := uint16(1)
+	if interp {
+		phnum = 2
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "nodeexec")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho agent\n"), 0o755); err != nil {
+	ident := [16]byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT), byte(elf.ELFOSABI_NONE)}
+	hdr := elf.Header64{
+		Ident: ident, Type: uint16(elf.ET_EXEC), Machine: uint16(machine), Version: uint32(elf.EV_CURRENT),
+		Entry: 0x400000, Phoff: 64, Ehsize: 64, Phentsize: 56, Phnum: phnum,
+	}
+	_ = binary.Write(&b, binary.LittleEndian, hdr)
+	_ = binary.Write(&b, binary.LittleEndian, elf.Prog64{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R | elf.PF_X), Vaddr: 0x400000, Filesz: 64, Memsz: 64, Align: 0x1000})
+	if interp {
+		_ = binary.Write(&b, binary.LittleEndian, elf.Prog64{Type: uint32(elf.PT_INTERP), Flags: uint32(elf.PF_R), Off: 200, Filesz: 28, Memsz: 28, Align: 1})
+	}
+	b.WriteString(payload)
+	return b.Bytes()
+}
+
+func TestCheck(t *testing.T) {
+	tests := map[string]struct {
+		bin      []byte
+		wantArch string
+		wantErr  string
+	}{
+		"static amd64":  {bin: fakeELF(elf.EM_X86_64, false, "x"), wantArch: "amd64"},
+		"static arm64":  {bin: fakeELF(elf.EM_AARCH64, false, "x"), wantArch: "arm64"},
+		"dynamic":       {bin: fakeELF(elf.EM_X86_64, true, "x"), wantErr: "dynamically linked"},
+		"not ELF":       {bin: []byte("\xcf\xfa\xed\xfe mach-o"), wantErr: "not an ELF file"},
+		"shell script":  {bin: []byte("#!/bin/sh\necho hi\n"), wantErr: "not an ELF file"},
+		"odd machine":   {bin: fakeELF(elf.EM_SPARCV9, false, "x"), wantErr: "not an architecture"},
+		"empty":         {bin: nil, wantErr: "not an ELF file"},
+		"truncated ELF": {bin: fakeELF(elf.EM_X86_64, false, "")[:20], wantErr: "not an ELF file"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			arch, err := Check(bytes.NewReader(tt.bin))
+			if tt.wantErr == "" {
+				if err != nil || arch != tt.wantArch {
+					t.Fatalf("Check = %q, %v; want %q", arch, err, tt.wantArch)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNotStatic) || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+				t.Fatalf("Check error = %v; want ErrNotStatic saying %q and naming the CGO_ENABLED=0 build", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestImageReproducible: the image is a function of the binary's bytes.
+func TestImageReproducible(t *testing.T) {
+	bin := fakeELF(elf.EM_X86_64, false, strings.Repeat("nodeexec", 1000))
+	digest := func(b []byte) v1.Hash {
+		t.Helper()
+		img, err := Image(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a, b := digest(bin), digest(bytes.Clone(bin))
+	if a != b {
+		t.Errorf("two builds of the same binary: %s and %s", a, b)
+	}
+	other := fakeELF(elf.EM_X86_64, false, strings.Repeat("nodeexec", 1000)+"!")
+	if c := digest(other); c == a {
+		t.Errorf("a different binary gives the same digest %s", c)
+	}
+}
+
+func TestImageLayout(t *testing.T) {
+	bin := fakeELF(elf.EM_AARCH64, false, "agent")
+	img, err := Image(bin)
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "agent.tar")
-	if err := testcluster.BuildImage(t.Context(), out, Spec(nsenter.DefaultAgentImage, bin, BusyboxPath)); err != nil {
+	if mt, _ := img.MediaType(); mt != types.OCIManifestSchema1 {
+		t.Errorf("manifest media type %s", mt)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
 		t.Fatal(err)
 	}
-	archive := readTar(t, mustRead(t, out))
-	var manifest []struct {
-		RepoTags []string
-		Layers   []string
+	if cf.OS != "linux" || cf.Architecture != "arm64" || !cf.Created.Time.Equal(time.Unix(0, 0)) {
+		t.Errorf("platform %s/%s created %s, want linux/arm64 at the epoch", cf.OS, cf.Architecture, cf.Created)
 	}
-	if err := json.Unmarshal(archive["manifest.json"].data, &manifest); err != nil {
+	if diff := cmp.Diff(v1.Config{Entrypoint: []string{nsenter.AgentPath}, Env: []string{PathEnv}}, cf.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %v, %v: want one", layers, err)
+	}
+	if mt, _ := layers[0].MediaType(); mt != types.OCILayer {
+		t.Errorf("layer media type %s", mt)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(manifest) != 1 || len(manifest[0].Layers) != 1 || strings.Join(manifest[0].RepoTags, ",") != nsenter.DefaultAgentImage {
-		t.Fatalf("manifest = %+v, want one image tagged %s with one layer", manifest, nsenter.DefaultAgentImage)
+	defer rc.Close()
+	type entry struct {
+		Name     string
+		Type     byte
+		Mode     int64
+		Uid, Gid int
+		ModTime  int64
+		Data     string
 	}
-	layer := readTar(t, archive[manifest[0].Layers[0]].data)
-	agent, ok := layer[strings.TrimPrefix(nsenter.AgentPath, "/")]
-	if !ok || string(agent.data) != "#!/bin/sh\necho agent\n" || agent.hdr.Mode&0o111 == 0 {
-		t.Errorf("layer lacks an executable %s with the binary's contents (found: %v)", nsenter.AgentPath, ok)
+	var got []entry
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		got = append(got, entry{h.Name, h.Typeflag, h.Mode, h.Uid, h.Gid, h.ModTime.Unix(), string(data)})
 	}
-	sleep, ok := layer["bin/sleep"]
-	if !ok || sleep.hdr.Typeflag != tar.TypeSymlink {
-		t.Errorf("layer lacks the busybox applet link bin/sleep (the holder process): %+v", sleep.hdr)
+	want := []entry{
+		{"usr/", tar.TypeDir, 0o755, 0, 0, 0, ""},
+		{"usr/local/", tar.TypeDir, 0o755, 0, 0, 0, ""},
+		{"usr/local/bin/", tar.TypeDir, 0o755, 0, 0, 0, ""},
+		{"usr/local/bin/nodeexec", tar.TypeReg, 0o755, 0, 0, 0, string(bin)},
 	}
-	if _, ok := layer["bin/busybox"]; !ok {
-		t.Error("layer lacks bin/busybox")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("layer (-want +got):\n%s", diff)
+	}
+	if _, err := Image(fakeELF(elf.EM_X86_64, true, "x")); !errors.Is(err, ErrNotStatic) {
+		t.Errorf("Image of a dynamic binary: %v, want ErrNotStatic", err)
+	}
+}
+
+// TestDockerfileMatches keeps the repository's Dockerfile (final stage)
+// equal to what Image builds: FROM scratch, the binary at BinaryPath, PATH,
+// the entrypoint, no USER.
+func TestDockerfileMatches(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var final []string // instructions of the last stage
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(strings.ToUpper(line), "FROM ") {
+			final = nil
+		}
+		final = append(final, line)
+	}
+	var from, dst, env, user string
+	var entrypoint []string
+	for _, in := range final {
+		op, arg, _ := strings.Cut(in, " ")
+		switch strings.ToUpper(op) {
+		case "FROM":
+			from = arg
+		case "COPY":
+			f := strings.Fields(arg)
+			dst = f[len(f)-1]
+		case "ENV":
+			env = arg
+		case "USER":
+			user = arg
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(arg), &entrypoint); err != nil {
+				t.Fatalf("ENTRYPOINT %s: want the exec (JSON) form: %v", arg, err)
+			}
+		default:
+			t.Errorf("Dockerfile's final stage has %q, which Image does not do", in)
+		}
+	}
+	if from != "scratch" || dst != BinaryPath || env != PathEnv || user != User {
+		t.Errorf("Dockerfile final stage: FROM %q, COPY to %q, ENV %q, USER %q; want scratch, %s, %s, %q", from, dst, env, user, BinaryPath, PathEnv, User)
+	}
+	if !cmp.Equal(entrypoint, Entrypoint()) {
+		t.Errorf("ENTRYPOINT %q, want %q", entrypoint, Entrypoint())
 	}
 }
 
@@ -62,48 +221,14 @@ func TestDefaultAgentImageIsPinned(t *testing.T) {
 	}
 }
 
-type entry struct {
-	hdr  tar.Header
-	data []byte
-}
-
-func readTar(t *testing.T, b []byte) map[string]entry {
-	t.Helper()
-	out := map[string]entry{}
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimPrefix(h.Name, "./")] = entry{hdr: *h, data: data}
-	}
-}
-
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
+// The Deployment in deploy/ runs the one image (agent and controller), and
+// the Makefile's controller-image target builds it.
+func TestDeployRunsTheImage(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/deployment.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
-}
-
-// The Deployment in deploy/ runs the image `make controller-image` builds.
-func TestControllerImageMatchesDeploy(t *testing.T) {
-	b := mustRead(t, "../../deploy/deployment.yaml")
-	if !strings.Contains(string(b), "image: "+ControllerImage+"\n") {
-		t.Errorf("deploy/deployment.yaml does not run %s", ControllerImage)
-	}
-	mk := mustRead(t, "../../Makefile")
-	if !strings.Contains(string(mk), "--image "+ControllerImage+"\n") {
-		t.Errorf("the Makefile's controller-image target does not build %s", ControllerImage)
+	if !strings.Contains(string(b), "image: "+nsenter.DefaultAgentImage+"\n") {
+		t.Errorf("deploy/deployment.yaml does not run %s", nsenter.DefaultAgentImage)
 	}
 }

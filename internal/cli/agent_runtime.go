@@ -21,7 +21,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "container-exec",
 		Usage:     "run a command inside a container's namespaces, found by its ID through the node's container runtime",
-		UsageText: "container-exec --container-id ID [--runtime-endpoint PATH...] [--namespaces LIST] [-e KEY=VALUE...] -- COMMAND [ARGS...]",
+		UsageText: "container-exec --container-id ID [--runtime-endpoint PATH...] [--namespaces LIST] [-e KEY=VALUE...] [--timeout DURATION] -- COMMAND [ARGS...]",
 		Description: "Asks the container runtime (CRI ContainerStatus, verbose) for the PID of the container, probing\n" +
 			"--runtime-endpoint paths then the well-known sockets, all under --host-root; when none answers, scans\n" +
 			"/proc/*/cgroup for the ID. Then enters the PID's namespaces (mount included: the container's own root\n" +
@@ -36,6 +36,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "no-proc-fallback", Usage: "do not scan /proc/*/cgroup when no runtime socket answers"},
 			&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment variable `KEY=VALUE` added to the container's (repeatable)"},
 			&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "say on stderr which runtime socket (or the /proc scan) found the container"},
+			agentTimeoutFlag(),
 		},
 		Action: func(c *ucli.Context) error {
 			argv := c.Args().Slice()
@@ -79,8 +80,16 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 				Stdout:     streams.Out,
 				Stderr:     streams.ErrOut,
 			}
-			code, err := cmd.Run(c.Context)
+			ctx, cancel, err := agentTimeout(c, &cmd)
 			if err != nil {
+				return agentFailure(streams, err)
+			}
+			defer cancel()
+			code, err := cmd.Run(ctx)
+			if err != nil {
+				if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+					return exit
+				}
 				return agentFailure(streams, fmt.Errorf("container %s (PID %d): %w", res.ID, res.PID, err))
 			}
 			if code != 0 {

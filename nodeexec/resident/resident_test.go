@@ -123,12 +123,20 @@ func (f *fakeInner) Run(_ context.Context, req nodeexec.Request) (nodeexec.Resul
 }
 
 type fixedCommander struct {
-	node string
-	err  error
+	node    string
+	rawArgv []string
+	err     error
+}
+
+func (c fixedCommander) argv() []string {
+	if c.rawArgv != nil {
+		return c.rawArgv
+	}
+	return []string{nsenter.AgentPath, "agent", "nsenter", "--", "id"}
 }
 
 func (c fixedCommander) AgentCommand(context.Context, nodeexec.Request) (string, []string, error) {
-	return c.node, []string{"agent", "cmd"}, c.err
+	return c.node, c.argv(), c.err
 }
 
 type fakeStreamer struct {
@@ -161,6 +169,7 @@ func TestWrap(t *testing.T) {
 		"unsupported":         {inner: "nsenter", cmd: fixedCommander{err: ErrUnsupported}, wantInner: true},
 		"commander error":     {inner: "runtime", cmd: fixedCommander{err: runtimeexec.ErrPodNotFound}, wantErr: runtimeexec.ErrPodNotFound, wantCode: -1},
 		"exit code":           {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 3}, wantCode: 3},
+		"not the agent":       {inner: "nsenter", cmd: fixedCommander{node: "node-1", rawArgv: []string{"timeout", "15", "id"}}, wantErr: errNotAgent, wantCode: -1},
 		"runtime agent error": {inner: "runtime", cmd: fixedCommander{node: "node-1"}, stderr: "nodeexec agent: not found\n", streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 125}, wantErr: runtimeexec.ErrAgent, wantCode: 125},
 	}
 	for name, tt := range tests {
@@ -185,7 +194,7 @@ func TestWrap(t *testing.T) {
 				t.Errorf("exit code %d (err %v), want %d", res.ExitCode, err, tt.wantCode)
 			}
 			if tt.wantCode >= 0 {
-				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != "timeout -s TERM 15 agent cmd" || s.got.Container != "agent" {
+				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != nsenter.AgentPath+" agent nsenter --timeout 15s -- id" || s.got.Container != "agent" {
 					t.Errorf("exec in %q: %+v", s.pod, s.got)
 				}
 				if res.Pod != "a-1" || res.Namespace != DefaultNamespace || res.Backend != tt.inner || res.FirstOutput.IsZero() {

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -129,10 +128,12 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 }
 
 // Run runs req in the node's resident agent, or with the wrapped backend.
-// On the agent the command line runs under `timeout -s TERM` (busybox, in
-// the agent image) set to the request's timeout plus 5 s, so that it cannot
-// outlive a client that is gone; the client side ends at the timeout with an
-// error wrapping nodeexec.ErrTimeout. Errors are nodeexec.Backend's (for the
+// The agent itself bounds the command (its --timeout, nsenter.WithAgentTimeout)
+// to the request's timeout plus 5 s: then the command's process group gets
+// SIGTERM, and SIGKILL 5 s later, so that it cannot outlive a client that is
+// gone; the client side ends at the timeout with an error wrapping
+// nodeexec.ErrTimeout. A Commander's command line must be the agent's
+// (`nodeexec agent SUBCOMMAND ...`), else Run fails without running it. Errors are nodeexec.Backend's (for the
 // runtime backend also runtimeexec.ErrAgent).
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
 	log := logr.FromContextOrDiscard(ctx)
@@ -179,10 +180,13 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	if !req.TTY {
 		streams.Stderr = tail
 	}
-	limit := strconv.FormatInt(int64(math.Ceil((timeout + 5e9).Seconds())), 10)
+	bounded, ok := nsenter.WithAgentTimeout(argv, timeout+agentTimeoutSlack)
+	if !ok {
+		return res, fmt.Errorf("resident: the Commander's command line %q %w (%s agent SUBCOMMAND ...): cannot bound it with the agent's --timeout", argv, errNotAgent, nsenter.AgentPath)
+	}
 	opts := &corev1.PodExecOptions{
 		Container: nsenter.AgentContainerName,
-		Command:   append([]string{"timeout", "-s", "TERM", limit}, argv...),
+		Command:   bounded,
 		Stdin:     req.Stdin != nil,
 		Stdout:    true,
 		Stderr:    !req.TTY,
@@ -207,6 +211,14 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	}
 	return res, fmt.Errorf("exec in resident agent %s/%s on node %q: %w", b.o.Namespace, pod, req.Node, xerr)
 }
+
+// errNotAgent is wrapped by Run's error for a Commander whose command line is
+// not the agent's.
+var errNotAgent = errors.New("is not the agent's")
+
+// agentTimeoutSlack is added to a request's timeout to give the agent's
+// --timeout: the client ends first, with a clear error.
+const agentTimeoutSlack = 5 * time.Second
 
 func orDiscard(w io.Writer) io.Writer {
 	if w == nil {

@@ -47,7 +47,7 @@ type PodSpec struct {
 }
 
 // BuildPod returns the agent pod: nsenter.BuildPod's privileged hostPID pod
-// pinned to the node (tolerating every taint, holder `sleep <deadline>`,
+// pinned to the node (tolerating every taint, holder `nodeexec agent hold --duration <deadline>`,
 // managed-by and run-ID labels, node/deadline/command annotations,
 // activeDeadlineSeconds, no service account token), in the pod network (no
 // hostNetwork, no hostIPC: the command enters the target's namespaces, not

@@ -1,11 +1,12 @@
-// Command agentimage builds the nodeexec agent image from this repository
-// (see package internal/agentimage) and imports it into every node of the
-// running local test cluster (`make agent-image`). Run as root from the
-// module's root directory.
+// Command agentimage builds nodeexec's image from this repository (see
+// package internal/agentimage: FROM scratch plus the static binary; the
+// agent's and the watcher's image) and imports it into every node of the
+// running local test cluster (`make agent-image`, `make controller-image`).
+// Run as root from the module's root directory.
 //
 //	agentimage [--image REF] [--module DIR] [--out TAR]
 //
-// With --out it only writes the tarball and touches no cluster.
+// With --out it only writes the docker-archive tarball and touches no cluster.
 package main
 
 import (
@@ -15,6 +16,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/internal/testcluster"
@@ -39,8 +44,22 @@ func main() {
 }
 
 func run(ctx context.Context, ref, module, out string) error {
+	start := time.Now()
+	img, err := agentimage.Build(ctx, module)
+	if err != nil {
+		return err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "agentimage: built %s (%s) in %s\n", ref, d, time.Since(start).Round(10*time.Millisecond))
 	if out != "" {
-		if err := agentimage.Build(ctx, module, ref, out); err != nil {
+		t, err := name.NewTag(ref)
+		if err != nil {
+			return err
+		}
+		if err := tarball.WriteToFile(out, t, img); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "agentimage: wrote %s to %s\n", ref, out)
@@ -50,7 +69,7 @@ func run(ctx context.Context, ref, module, out string) error {
 	if err != nil {
 		return err
 	}
-	if err := agentimage.BuildAndImport(ctx, c, module, ref); err != nil {
+	if err := agentimage.Import(ctx, c, img, ref); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "agentimage: imported %s into nodes %v\n", ref, c.Nodes())

@@ -9,8 +9,8 @@ GO ?= go
 .PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher bench-kwok bench-stream generate clean
 all: build
 
-build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec)
-	$(GO) build -o bin/nodeexec ./cmd/nodeexec
+build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nodeexec ./cmd/nodeexec
 	ln -sf nodeexec bin/kubectl-nodeexec
 
 demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local test cluster
@@ -105,10 +105,9 @@ kwok-up: ## start kwok and $(KWOK_NODES) simulated nodes, wait until all are Rea
 kwok-down: ## delete the simulated nodes and stop kwok
 	@$(TESTCLUSTER) kwok down
 
-controller-image: ## build the NodeScript watcher's image (deploy/: static nodeexec + busybox) and import it into the running test cluster
-	go run ./internal/agentimage/cmd/agentimage --image nodeexec.local/controller:0.1.0
+controller-image: agent-image ## the NodeScript watcher (deploy/) runs the agent image: one image, the static nodeexec binary
 
-agent-image: ## build the nsenter backend's agent image (static nodeexec + busybox) and import it into the running test cluster
+agent-image: ## build nodeexec's image (FROM scratch + the static binary; agent and watcher) and import it into the running test cluster
 	go run ./internal/agentimage/cmd/agentimage
 
 cluster-test: ## end-to-end test of the test cluster itself (starts or reuses it)

@@ -725,3 +725,44 @@ func TestRunLeavesTheProcessAlone(t *testing.T) {
 		t.Errorf("threads left in the target's namespaces: %s", strings.Join(bad, "; "))
 	}
 }
+
+// TestRunProcessGroup: with ProcessGroup, the end of the context ends the
+// command and what it started (SIGTERM to the group), and a process that
+// ignores SIGTERM gets SIGKILL after KillAfter.
+func TestRunProcessGroup(t *testing.T) {
+	requireRoot(t)
+	var out syncBuffer
+	c := sh(os.Getpid(), []Namespace{UTS}, `sleep 300 & echo $!; sh -c 'trap "" TERM; echo $$; while :; do sleep 0.1; done' & wait`)
+	c.Stdout = &out
+	c.ProcessGroup = true
+	c.KillAfter = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	code, err := c.Run(ctx)
+	if code != -1 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run = %d, %v; want -1 and an error wrapping the context's", code, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %s, want about 1s + 1s", d)
+	}
+	pids := strings.Fields(out.String())
+	if len(pids) != 2 {
+		t.Fatalf("output %q: want the two background PIDs", out.String())
+	}
+	for _, p := range pids {
+		pid, _ := strconv.Atoi(p)
+		deadline := time.Now().Add(3 * time.Second)
+		for syscall.Kill(pid, 0) == nil {
+			if b, _ := os.ReadFile("/proc/" + p + "/stat"); strings.Contains(string(b), ") Z ") {
+				break // a zombie waiting for its reaper: ended
+			}
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Errorf("PID %s of the command's group survived", p)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

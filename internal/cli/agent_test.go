@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // runAgent runs `nodeexec agent nsenter ARGS...` and returns the exit code,
@@ -100,5 +101,34 @@ func TestAgentNsenterRuns(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", code, out, errOut, tc.code, tc.stdout, tc.inStderr)
 			}
 		})
+	}
+}
+
+// TestAgentHoldDuration: the agent pods' holder (nsenter.HoldArgv) exits 0
+// after --duration; bad durations are refused.
+func TestAgentHoldDuration(t *testing.T) {
+	start := time.Now()
+	if r := run(t, "", "agent", "hold", "--duration", "200ms"); r.code != 0 || time.Since(start) > 5*time.Second {
+		t.Errorf("hold --duration 200ms: code %d after %s, stderr %q", r.code, time.Since(start), r.errOut)
+	}
+	for _, args := range [][]string{{"agent", "hold", "630"}, {"agent", "hold", "--duration", "-1s"}, {"agent", "hold", "--duration", "soon"}} {
+		if r := run(t, "", args...); r.code == 0 || !strings.Contains(r.errOut, "duration") {
+			t.Errorf("%q: code %d stderr %q; want a refusal naming --duration", args, r.code, r.errOut)
+		}
+	}
+}
+
+// TestAgentTimeout: --timeout ends the command's process group and exits 124.
+func TestAgentTimeout(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (setns)")
+	}
+	start := time.Now()
+	r := run(t, "", "agent", "nsenter", "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--timeout", "1s", "--", "sh", "-c", "sleep 30 & wait")
+	if r.code != agentTimedOut || !strings.Contains(r.errOut, "--timeout 1s") || time.Since(start) > 8*time.Second {
+		t.Errorf("code %d after %s, stderr %q; want 124 after about 1s, naming --timeout", r.code, time.Since(start), r.errOut)
+	}
+	if r := run(t, "", "agent", "nsenter", "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--timeout", "5s", "--", "sh", "-c", "exit 3"); r.code != 3 {
+		t.Errorf("a command within its --timeout: code %d, want its own 3 (stderr %q)", r.code, r.errOut)
 	}
 }

@@ -69,7 +69,7 @@ func newApp(streams Streams) *ucli.App {
 		Flags:                clientFlags(),
 		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
 			applyCommand(streams), statusCommand(streams), promoteCommand(streams), watchCommand(streams),
-			agentCommand(streams, agentExtraCommands(streams)...)},
+			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...)},
 	}
 }
 

@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/internal/agentimage"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// imageCommand is `nodeexec image`: the one image nodeexec runs in the
+// cluster (agent and controller), built from this very binary.
+func imageCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:            "image",
+		Usage:           "push this binary as the image nodeexec runs in the cluster (image push REGISTRY/REPOSITORY)",
+		HideHelpCommand: true,
+		Subcommands:     []*ucli.Command{imagePushCommand(streams)},
+	}
+}
+
+func imagePushCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "push",
+		Usage:     "push this binary as nodeexec's image (FROM scratch + the binary) to a registry; prints REPOSITORY@sha256:...",
+		UsageText: "nodeexec image push [--binary PATH] REGISTRY/REPOSITORY[:TAG]   (TAG defaults to " + nsenter.AgentVersion + ")",
+		Description: "Builds the image of the agent (nsenter and runtime backends, resident agents) and of the NodeScript\n" +
+			"watcher: the nodeexec binary at " + agentimage.BinaryPath + " and nothing else, reproducibly (the same binary\n" +
+			"always gives the same digest), and pushes it with the credentials of `docker login`\n" +
+			"(~/.docker/config.json, or $DOCKER_CONFIG/config.json, credential helpers included). The binary must be\n" +
+			"a statically linked Linux executable (" + agentimage.StaticBuildHint + ").\n" +
+			"A registry with a private CA: point SSL_CERT_FILE at the CA bundle.\n" +
+			"Prints the digest reference on stdout, and on stderr how to use it.",
+		HideHelpCommand: true,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "binary", Usage: "the nodeexec binary to put in the image (default: this executable), e.g. a linux/arm64 build for arm64 nodes"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("image push: give exactly one REGISTRY/REPOSITORY[:TAG], e.g. `nodeexec image push registry.example.com/nodeexec` (got %d arguments)", c.NArg())
+			}
+			tag, err := agentimage.ParseTag(c.Args().First(), nsenter.AgentVersion)
+			if err != nil {
+				return err
+			}
+			bin := c.String("binary")
+			if bin == "" {
+				if bin, err = os.Executable(); err != nil {
+					return fmt.Errorf("image push: finding this executable: %w; give it with --binary", err)
+				}
+			}
+			start := time.Now()
+			img, err := agentimage.ImageFromFile(bin)
+			if err != nil {
+				if errors.Is(err, agentimage.ErrNotStatic) && c.String("binary") == "" {
+					return fmt.Errorf("image push: this nodeexec cannot be the agent: %w; or give such a binary with --binary", err)
+				}
+				return fmt.Errorf("image push: %w", err)
+			}
+			built := time.Since(start)
+			ref, err := agentimage.Push(c.Context, img, tag, authn.DefaultKeychain)
+			if err != nil {
+				return err
+			}
+			size := int64(0)
+			if layers, err := img.Layers(); err == nil {
+				for _, l := range layers {
+					if n, err := l.Size(); err == nil {
+						size += n
+					}
+				}
+			}
+			fmt.Fprintln(streams.Out, ref.String())
+			fmt.Fprintf(streams.ErrOut, "pushed %s (%.1f MB compressed; built in %s, pushed in %s)\n", tag.Name(), float64(size)/1e6,
+				built.Round(10*time.Millisecond), (time.Since(start) - built).Round(10*time.Millisecond))
+			fmt.Fprintf(streams.ErrOut, "use it as the agent:   nodeexec run --agent-image %s ...   (or export NODEEXEC_AGENT_IMAGE=%s)\n", ref, ref)
+			fmt.Fprintf(streams.ErrOut, "                       nodeexec agent install --agent-image %s; NodeScripts: spec.backend.image\n", ref)
+			fmt.Fprintf(streams.ErrOut, "and as the watcher:    in a kustomization over deploy/:  images: [{name: %s, newName: %s, digest: %s}]\n",
+				nsenter.DefaultAgentImage[:len(nsenter.DefaultAgentImage)-len(nsenter.AgentVersion)-1], ref.Context().Name(), ref.DigestStr())
+			return nil
+		},
+	}
+}

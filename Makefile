@@ -83,7 +83,7 @@ clean:
 NODES ?= 2
 TESTCLUSTER ?= go run ./internal/testcluster/cmd/testcluster
 
-.PHONY: cluster-up cluster-down cluster-add-node cluster-test agent-image controller-image kwok-up kwok-down
+.PHONY: cluster-up cluster-down cluster-add-node cluster-registry cluster-test agent-image controller-image kwok-up kwok-down
 
 cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes
 	@$(TESTCLUSTER) up --nodes $(NODES)
@@ -93,6 +93,9 @@ cluster-down: ## stop it and remove everything but the build cache
 
 cluster-add-node: ## start one more node; prints its name
 	@$(TESTCLUSTER) add-node
+
+cluster-registry: ## print the test registry's addresses, CA and credentials (eval-able; sets DOCKER_CONFIG)
+	@$(TESTCLUSTER) registry
 
 # Simulated nodes (kwok) on the running test cluster: kwok-node-1..$(KWOK_NODES),
 # label type=kwok, NoSchedule taint kwok.x-k8s.io/node=fake. KWOK_FLAGS e.g.

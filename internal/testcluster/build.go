@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // Debian packages the cluster needs. Start installs the missing ones.
@@ -298,19 +300,16 @@ func (r *runner) buildPause(ctx context.Context) (string, error) {
 	return out, os.Rename(out+".tmp", out)
 }
 
-// baseImages builds the pause and tools image tarballs into the cache and returns
-// their paths.
-func (r *runner) baseImages(ctx context.Context, pauseBin string) ([]string, error) {
-	if err := os.MkdirAll(r.l.imagesDir, 0o755); err != nil {
+// baseImages builds the images every cluster needs: the sandbox image (PauseImage)
+// and busybox (ToolsImage and BusyboxImage, one image), by name.
+func baseImages(ctx context.Context, pauseBin string) (map[string]v1.Image, error) {
+	pause, err := NewImage(ctx, pauseImageSpec(pauseBin))
+	if err != nil {
 		return nil, err
 	}
-	pause := filepath.Join(r.l.imagesDir, "pause.tar")
-	tools := filepath.Join(r.l.imagesDir, "tools.tar")
-	if err := BuildImage(ctx, pause, pauseImageSpec(pauseBin)); err != nil {
+	tools, err := NewImage(ctx, toolsImageSpec(busyboxPath))
+	if err != nil {
 		return nil, err
 	}
-	if err := BuildImage(ctx, tools, toolsImageSpec(busyboxPath)); err != nil {
-		return nil, err
-	}
-	return []string{pause, tools}, nil
+	return map[string]v1.Image{PauseImage: pause, ToolsImage: tools, BusyboxImage: tools}, nil
 }

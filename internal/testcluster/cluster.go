@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -292,6 +293,11 @@ func (r *runner) attach(ctx context.Context) (*clusterState, error) {
 		return nil, fmt.Errorf("testcluster: %w: %w", ErrNotRunning, err)
 	}
 	need := []string{initProc(r.l.node(1)), procEtcd, procAPIServer, procCM, procScheduler, procSockFwd, procHostFwd}
+	// a cluster started before the registry existed runs on without it (its images
+	// were imported); Registry and PushImage say so
+	if st.Registry != nil {
+		need = append(need, procRegistry, procRegistrySockFwd, procRegistryHostFwd)
+	}
 	for _, i := range st.Nodes {
 		n := r.l.node(i)
 		if i > 1 {
@@ -383,18 +389,29 @@ func (r *runner) up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	images, err := r.baseImages(ctx, pauseBin)
+	images, err := baseImages(ctx, pauseBin)
 	if err != nil {
 		return err
 	}
 	r.timing("build-pause+images", t)
 
 	t = time.Now()
+	registryBin, err := r.buildRegistry(ctx, DefaultRegistryVersion)
+	if err != nil {
+		return err
+	}
+	r.timing("build-registry", t)
+	password, err := randomPassword()
+	if err != nil {
+		return err
+	}
+
+	t = time.Now()
 	st := &clusterState{
 		KubernetesVersion: r.o.KubernetesVersion,
 		APIPort:           r.o.APIPort,
 		PauseBinary:       pauseBin,
-		Images:            images,
+		Registry:          &registryState{Version: DefaultRegistryVersion, HostPort: r.o.RegistryPort, Password: password},
 		AbsentHostPaths:   absentHostPaths(),
 	}
 	for _, d := range []string{r.o.StateDir, r.o.RunDir, l.logs, l.pki, l.images} {
@@ -475,6 +492,26 @@ func (r *runner) up(ctx context.Context) error {
 		return err
 	}
 	r.timing("controllers+forward", t)
+
+	t = time.Now()
+	if err := portFree(r.o.RegistryPort); err != nil {
+		return fmt.Errorf("registry port 127.0.0.1:%d is taken: %w", r.o.RegistryPort, err)
+	}
+	if err := r.startRegistry(ctx, hub, registryBin, st.Registry); err != nil {
+		return err
+	}
+	r.timing("registry", t)
+	reg, err := (&Cluster{r: r}).Registry()
+	if err != nil {
+		return err
+	}
+	for _, ref := range slices.Sorted(maps.Keys(images)) {
+		t = time.Now()
+		if _, err := pushImage(ctx, reg, ref, images[ref]); err != nil {
+			return err
+		}
+		r.timing("push "+ref, t)
+	}
 
 	t = time.Now()
 	for len(st.Nodes) < r.o.Nodes {

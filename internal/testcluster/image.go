@@ -4,17 +4,22 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // ImageSpec describes a single-layer container image built from local files, with
@@ -65,17 +70,12 @@ type ImageSymlink struct {
 	Target string
 }
 
-// BuildImage writes spec as a docker-archive tarball (the `docker save` format:
-// manifest.json, config and one uncompressed layer) to out, which containerd imports
-// with `ctr images import` (containerd 1.6 and 2.x). The output is deterministic:
-// entries are sorted and all timestamps are the Unix epoch.
-func BuildImage(ctx context.Context, out string, spec ImageSpec) error {
-	names := append([]string{spec.Name}, spec.ExtraNames...)
-	for _, n := range names {
-		if err := checkImageRef(n); err != nil {
-			return fmt.Errorf("BuildImage: %w", err)
-		}
-	}
+// NewImage builds spec as a single-layer image with go-containerregistry
+// (mutate.ConfigFile and mutate.Append on empty.Image; docker schema 2 media types,
+// the layer gzip-compressed when pushed). The image is deterministic: entries are
+// sorted and all timestamps are the Unix epoch. spec.Name is not used (an image has
+// no name until it is pushed or written; see Cluster.PushImage and BuildImage).
+func NewImage(ctx context.Context, spec ImageSpec) (v1.Image, error) {
 	var applets []string
 	if spec.BusyboxLinks != "" {
 		src := ""
@@ -85,23 +85,75 @@ func BuildImage(ctx context.Context, out string, spec ImageSpec) error {
 			}
 		}
 		if src == "" {
-			return fmt.Errorf("BuildImage: BusyboxLinks %q is not the destination of a file with a Src", spec.BusyboxLinks)
+			return nil, fmt.Errorf("NewImage: BusyboxLinks %q is not the destination of a file with a Src", spec.BusyboxLinks)
 		}
 		b, err := exec.CommandContext(ctx, src, "--list-full").Output()
 		if err != nil {
-			return fmt.Errorf("BuildImage: %s --list-full: %w", src, err)
+			return nil, fmt.Errorf("NewImage: %s --list-full: %w", src, err)
 		}
 		applets = strings.Fields(string(b))
 	}
-	layer, err := buildLayer(spec, applets)
+	layerTar, err := buildLayer(spec, applets)
 	if err != nil {
+		return nil, fmt.Errorf("NewImage %s: %w", spec.Name, err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("NewImage %s: %w", spec.Name, err)
+	}
+	epoch := v1.Time{Time: time.Unix(0, 0).UTC()}
+	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		Architecture: runtime.GOARCH,
+		OS:           "linux",
+		Created:      epoch,
+		Config: v1.Config{
+			Env:        append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, spec.Env...),
+			Entrypoint: spec.Entrypoint,
+			Cmd:        spec.Cmd,
+			WorkingDir: "/",
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("NewImage %s: %w", spec.Name, err)
+	}
+	img, err = mutate.Append(img, mutate.Addendum{Layer: layer,
+		History: v1.History{Created: epoch, CreatedBy: "nodeexec testcluster.NewImage"}})
+	if err != nil {
+		return nil, fmt.Errorf("NewImage %s: %w", spec.Name, err)
+	}
+	return img, nil
+}
+
+// BuildImage writes spec (see NewImage) as a docker-archive tarball (the `docker
+// save` format, written by go-containerregistry's tarball package) tagged with
+// spec.Name and spec.ExtraNames, to out. containerd imports it with `ctr images
+// import` (1.6 and 2.x); see Cluster.ImportImage, for images a test needs on the
+// nodes without a registry. Prefer Cluster.PushImage: the nodes then pull it.
+func BuildImage(ctx context.Context, out string, spec ImageSpec) error {
+	names := append([]string{spec.Name}, spec.ExtraNames...)
+	refs := map[name.Reference]v1.Image{}
+	img, err := NewImage(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("BuildImage: %w", err)
+	}
+	for _, n := range names {
+		if err := checkImageRef(n); err != nil {
+			return fmt.Errorf("BuildImage: %w", err)
+		}
+		tag, err := name.NewTag(n)
+		if err != nil {
+			return fmt.Errorf("BuildImage: image name %q: %w", n, err)
+		}
+		refs[tag] = img
+	}
+	tmp := out + ".tmp"
+	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("BuildImage %s: %w", spec.Name, err)
 	}
-	archive, err := dockerArchive(names, layer, spec)
-	if err != nil {
-		return fmt.Errorf("BuildImage %s: %w", spec.Name, err)
-	}
-	if err := writeFileAtomic(out, archive, 0o644); err != nil {
+	if err := os.Rename(tmp, out); err != nil {
 		return fmt.Errorf("BuildImage %s: %w", spec.Name, err)
 	}
 	return nil
@@ -254,67 +306,6 @@ func tarMode(m fs.FileMode, def int64) int64 {
 		v |= 0o1000
 	}
 	return v
-}
-
-// dockerArchive wraps a layer into the docker-archive format.
-func dockerArchive(names []string, layer []byte, spec ImageSpec) ([]byte, error) {
-	epoch := time.Unix(0, 0).UTC().Format(time.RFC3339)
-	layerSum := sha256.Sum256(layer)
-	layerHex := hex.EncodeToString(layerSum[:])
-	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, spec.Env...)
-	config := map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"created":      epoch,
-		"config": map[string]any{
-			"Env":        env,
-			"Entrypoint": spec.Entrypoint,
-			"Cmd":        spec.Cmd,
-			"WorkingDir": "/",
-		},
-		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerHex}},
-		"history": []map[string]any{{"created": epoch, "created_by": "nodeexec testcluster.BuildImage"}},
-	}
-	cfg, err := json.Marshal(config)
-	if err != nil {
-		return nil, err
-	}
-	cfgSum := sha256.Sum256(cfg)
-	cfgHex := hex.EncodeToString(cfgSum[:])
-	manifest, err := json.Marshal([]map[string]any{{
-		"Config":   cfgHex + ".json",
-		"RepoTags": names,
-		"Layers":   []string{layerHex + "/layer.tar"},
-	}})
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mtime := time.Unix(0, 0)
-	put := func(name string, b []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(b)), ModTime: mtime}); err != nil {
-			return err
-		}
-		_, err := tw.Write(b)
-		return err
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: layerHex + "/", Mode: 0o755, ModTime: mtime}); err != nil {
-		return nil, err
-	}
-	if err := put(layerHex+"/layer.tar", layer); err != nil {
-		return nil, err
-	}
-	if err := put(cfgHex+".json", cfg); err != nil {
-		return nil, err
-	}
-	if err := put("manifest.json", manifest); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // toolsImageSpec is busybox-static with a symlink per applet, /etc/passwd,

@@ -75,6 +75,11 @@ func (r *runner) startNode(ctx context.Context, st *clusterState, n nodeSpec) er
 			return err
 		}
 	}
+	if st.Registry != nil {
+		if err := writeHostsFiles(l, n, st.Registry.Password); err != nil {
+			return err
+		}
+	}
 	if _, err := r.startDaemon(containerdProc(n), target,
 		[]string{"containerd", "--config", filepath.Join(n.ContainerdDir, "config.toml")}, false); err != nil {
 		return err

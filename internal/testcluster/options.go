@@ -41,6 +41,10 @@ type Options struct {
 	// Default 16443.
 	APIPort int
 
+	// RegistryPort is the port on the host's 127.0.0.1 where the test registry is
+	// reachable (see Cluster.Registry). Default DefaultRegistryHostPort (15000).
+	RegistryPort int
+
 	// Log receives progress lines, including "TIMING <step> <seconds>s" lines.
 	// Default io.Discard.
 	Log io.Writer
@@ -121,6 +125,12 @@ func (o Options) resolve() (Options, error) {
 	}
 	if o.APIPort < 1 || o.APIPort > 65535 {
 		return o, fmt.Errorf("testcluster: APIPort out of range: %d", o.APIPort)
+	}
+	if o.RegistryPort == 0 {
+		o.RegistryPort = DefaultRegistryHostPort
+	}
+	if o.RegistryPort < 1 || o.RegistryPort > 65535 || o.RegistryPort == o.APIPort {
+		return o, fmt.Errorf("testcluster: RegistryPort must be a port other than APIPort, got %d", o.RegistryPort)
 	}
 	if o.Log == nil {
 		o.Log = io.Discard

@@ -47,6 +47,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[9]q
+  # registry hosts (certs.d/<registry>/hosts.toml): the test registry, its CA, mirrors
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[10]q
 `,
 		filepath.Join(n.ContainerdDir, "root"),
 		filepath.Join(n.ContainerdState, "state"),
@@ -57,6 +60,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 		PauseImage,
 		filepath.Join(n.ContainerdState, "runc"),
 		filepath.Join(n.CNIDir, "net.d"),
+		n.certsDir(),
 	)
 }
 

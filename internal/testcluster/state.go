@@ -22,6 +22,8 @@ type clusterState struct {
 	Nodes []int `json:"nodes"`
 	// Images are the tarballs imported into every node, including nodes added later.
 	Images []string `json:"images"`
+	// Registry is the test registry (nil for a cluster started before it existed).
+	Registry *registryState `json:"registry,omitempty"`
 	// AbsentHostPaths are host directories that did not exist before Start; Stop
 	// removes them again if they are empty.
 	AbsentHostPaths []string `json:"absentHostPaths"`

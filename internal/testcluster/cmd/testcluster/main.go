@@ -7,6 +7,8 @@
 //	testcluster remove-node NAME   stop a node and delete its Node object
 //	testcluster import-image TAR   import a docker-archive tarball into every node
 //	testcluster kubeconfig         print the admin kubeconfig path
+//	testcluster registry           print the test registry's addresses, CA and credentials
+//	                               (shell variables; `eval` them to use DOCKER_CONFIG)
 //	testcluster kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--kwok-version V]
 //	                               start (or reuse) kwok and N simulated nodes kwok-node-1..N
 //	                               (label type=kwok), wait until all are Ready
@@ -53,7 +55,7 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig
+	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig | registry
        testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] | kwok down
 `+faultUsage)
 }
@@ -109,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if handled, err := fault(ctx, o, cmd, rest, stdout); handled {
 		return err
 	}
-	want := map[string]int{"up": 0, "down": 0, "add-node": 0, "remove-node": 1, "import-image": 1, "kubeconfig": 0}
+	want := map[string]int{"up": 0, "down": 0, "add-node": 0, "remove-node": 1, "import-image": 1, "kubeconfig": 0, "registry": 0}
 	n, ok := want[cmd]
 	if !ok {
 		usage(stderr)
@@ -135,6 +137,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(stdout, c.Kubeconfig())
+	case "registry":
+		c, err := testcluster.Attach(ctx, o)
+		if err != nil {
+			return err
+		}
+		reg, err := c.Registry()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "# push from this machine to REGISTRY; the nodes pull NODE_REGISTRY/<repo> (pull secret needed)\n")
+		fmt.Fprintf(stdout, "# and %s names (node credentials) from the same repositories\n", strings.Join(reg.MirroredRegistries, ", "))
+		fmt.Fprintf(stdout, "REGISTRY=%s\nNODE_REGISTRY=%s\nREGISTRY_CA=%s\nREGISTRY_USER=%s\nREGISTRY_PASSWORD=%s\nexport DOCKER_CONFIG=%s\n",
+			reg.Host, reg.NodeHost, reg.CAFile, reg.Username, reg.Password, reg.DockerConfigDir)
 	case "add-node":
 		c, err := testcluster.Attach(ctx, o)
 		if err != nil {

@@ -191,26 +191,39 @@ type hostsFile struct {
 }
 
 // containerdHostsFiles renders the nodes' registry configuration (containerd
-// config_path): every mirrored registry is served by the test registry with the
+// config_path). Each file has a [host."..."] tree as well as the top-level
+// server: containerd 1.6 refuses a hosts.toml without one ("invalid `host`
+// tree") and then ignores the directory. Every mirrored registry is served by the test registry with the
 // node's credentials; the registry's own address is trusted (CA) with no credentials.
 func containerdHostsFiles(l layout, password string) []hostsFile {
 	server := "https://" + l.registryNodeHost()
 	ca := filepath.Join(l.pki, "ca.crt")
 	var files []hostsFile
 	for _, reg := range mirroredRegistries() {
+		auth := "Basic " + basicAuth(RegistryUser, password)
 		files = append(files, hostsFile{Registry: reg, Content: fmt.Sprintf(`# nodeexec test cluster: %s is served by the test registry, with this node's credentials
 server = %q
 ca = %q
 
 [header]
   Authorization = %q
-`, reg, server, ca, "Basic "+basicAuth(RegistryUser, password))})
+
+[host.%q]
+  capabilities = ["pull", "resolve"]
+  ca = %q
+  [host.%q.header]
+    Authorization = %q
+`, reg, server, ca, auth, server, ca, server, auth)})
 	}
 	files = append(files, hostsFile{Registry: l.registryNodeHost(), Content: fmt.Sprintf(`# nodeexec test cluster: the test registry under its own address; trusted, but the
 # node has no credentials for it (pods need an imagePullSecret)
 server = %q
 ca = %q
-`, server, ca)})
+
+[host.%q]
+  capabilities = ["pull", "resolve"]
+  ca = %q
+`, server, ca, server, ca)})
 	return files
 }
 

@@ -32,6 +32,12 @@ ca = "/s/pki/ca.crt"
 
 [header]
   Authorization = "` + auth + `"
+
+[host."https://10.251.0.11:5000"]
+  capabilities = ["pull", "resolve"]
+  ca = "/s/pki/ca.crt"
+  [host."https://10.251.0.11:5000".header]
+    Authorization = "` + auth + `"
 `},
 		{Registry: "nodeexec.local", Content: `# nodeexec test cluster: nodeexec.local is served by the test registry, with this node's credentials
 server = "https://10.251.0.11:5000"
@@ -39,11 +45,21 @@ ca = "/s/pki/ca.crt"
 
 [header]
   Authorization = "` + auth + `"
+
+[host."https://10.251.0.11:5000"]
+  capabilities = ["pull", "resolve"]
+  ca = "/s/pki/ca.crt"
+  [host."https://10.251.0.11:5000".header]
+    Authorization = "` + auth + `"
 `},
 		{Registry: "10.251.0.11:5000", Content: `# nodeexec test cluster: the test registry under its own address; trusted, but the
 # node has no credentials for it (pods need an imagePullSecret)
 server = "https://10.251.0.11:5000"
 ca = "/s/pki/ca.crt"
+
+[host."https://10.251.0.11:5000"]
+  capabilities = ["pull", "resolve"]
+  ca = "/s/pki/ca.crt"
 `},
 	}
 	if d := cmp.Diff(want, got); d != "" {

@@ -3,6 +3,8 @@ package nodeexec
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Sentinel errors for states a caller branches on. Returned errors wrap them;
@@ -20,7 +22,25 @@ var (
 	// (RBAC, or the namespace's Pod Security level). The wrapping error says
 	// which, and how to fix it.
 	ErrForbidden = errors.New("forbidden")
+	// ErrImagePull: the kubelet could not pull the image of the pod meant to
+	// run the command (or of the resident agents): a missing image or tag,
+	// an unreachable registry, a bad reference, or credentials the registry
+	// rejected. A *PodError whose Reason is one of ImagePullReasons matches
+	// it with errors.Is; its Image and Message say which image and why.
+	ErrImagePull = errors.New("image cannot be pulled")
 )
+
+// imagePullReasons are the container waiting reasons the kubelet reports
+// for an image it cannot pull (ErrImagePull and ImagePullBackOff alternate
+// while it retries; InvalidImageName for a reference it cannot parse;
+// ErrImageNeverPull for a missing image with pull policy Never).
+var imagePullReasons = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+
+// IsImagePullReason reports whether reason is a container waiting reason
+// for an image that cannot be pulled (see ErrImagePull).
+func IsImagePullReason(reason string) bool {
+	return slices.Contains(imagePullReasons, reason)
+}
 
 // ExitError reports that the command ran and exited with a non-zero status.
 type ExitError struct {
@@ -49,16 +69,30 @@ type PodError struct {
 	// Reason is the machine-readable reason (e.g. "ErrImagePull", "OutOfcpu",
 	// "DeadlineExceeded", "Evicted", "CreateContainerConfigError").
 	Reason string
-	// Message is the human-readable detail from the pod status.
+	// Message is the human-readable detail from the pod status: for an
+	// image pull failure the registry's reason (the container's waiting
+	// message, or the kubelet's Failed event when the status only says
+	// "Back-off pulling image").
 	Message string
+	// Image is the image of the container that could not start, set for
+	// image pull failures (see ErrImagePull).
+	Image string
 }
 
 func (e *PodError) Error() string {
 	msg := fmt.Sprintf("pod %s/%s on node %q could not run the command: %s", e.Namespace, e.Pod, e.Node, e.Reason)
+	if e.Image != "" && !strings.Contains(e.Message, e.Image) {
+		msg += fmt.Sprintf(": image %q", e.Image)
+	}
 	if e.Message != "" {
 		msg += ": " + e.Message
 	}
 	return msg
+}
+
+// Is makes errors.Is(err, ErrImagePull) true for an image pull failure.
+func (e *PodError) Is(target error) bool {
+	return target == ErrImagePull && IsImagePullReason(e.Reason)
 }
 
 // ExitCode maps an error from Backend.Run to a process exit status: 0 for nil,

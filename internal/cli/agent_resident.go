@@ -26,7 +26,7 @@ func agentExtraCommands(streams Streams) []*ucli.Command {
 
 func residentFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "namespace", Value: resident.DefaultNamespace, Usage: "namespace of the resident agents (created by install, deleted by uninstall)"},
+		&ucli.StringFlag{Name: "namespace", Value: resident.DefaultNamespace, Usage: "namespace of the resident agents (created by install unless it exists; deleted by uninstall only if install created it)"},
 		&ucli.DurationFlag{Name: "timeout", Value: resident.DefaultTimeout, Usage: "how long to wait for the agents to be available (install) or gone (uninstall)"},
 	}
 }
@@ -35,9 +35,11 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:  "install",
 		Usage: "install resident agents: a privileged hostPID DaemonSet, so that runs with --use-resident exec into it instead of creating a pod",
-		Description: "Creates the namespace (Pod Security level privileged) and the DaemonSet " + resident.DaemonSetName + ", labelled\n" +
-			"app.kubernetes.io/managed-by=nodeexec and app.kubernetes.io/component=agent, and waits until an agent is available\n" +
-			"on every node. Running it again updates the DaemonSet. `nodeexec agent uninstall` removes everything.",
+		Description: "Creates the namespace (default " + resident.DefaultNamespace + ", Pod Security level privileged) unless nodeexec already\n" +
+			"manages it, and the DaemonSet " + resident.DaemonSetName + ", labelled app.kubernetes.io/managed-by=nodeexec and\n" +
+			"app.kubernetes.io/component=agent, and waits until an agent is available on every node. Running it again updates the\n" +
+			"DaemonSet. An image the nodes cannot pull fails it within seconds, naming the image and the registry's reason, and\n" +
+			"rolls back what it created. `nodeexec agent uninstall` removes what it created, nothing else.",
 		Flags: append(residentFlags(),
 			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the agent pods (e.g. system-node-critical)"},
 			&ucli.StringFlag{Name: "agent-image", Value: nsenter.DefaultAgentImage, EnvVars: []string{"NODEEXEC_AGENT_IMAGE"}, Usage: "the agent image"},
@@ -59,6 +61,9 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 				PriorityClassName: c.String("priority-class"),
 				Timeout:           c.Duration("timeout"),
 			})
+			if h := pullHint(err, "agent install", ""); h != "" {
+				return fmt.Errorf("%w\n%s", err, h)
+			}
 			if err != nil {
 				return err
 			}
@@ -71,7 +76,7 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 func agentUninstallCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:  "uninstall",
-		Usage: "remove the resident agents: the DaemonSet, its pods and the namespace",
+		Usage: "remove the resident agents: the DaemonSet, its pods and the namespace install created",
 		Flags: residentFlags(),
 		Action: func(c *ucli.Context) error {
 			cs, _, _, err := client(c)

@@ -125,6 +125,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return err
 	}
 	printResults(c, streams, results)
+	printPullHint(streams.ErrOut, c.String("backend"), results)
 	return exitStatus(results)
 }
 

@@ -505,8 +505,12 @@ func (b *Backend) attachAndWait(ctx context.Context, w *podWatch, name, node str
 				return -1, &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Terminated.Reason,
 					Message: fmt.Sprintf("ephemeral container %q ended (exit code %d) before the attach connected, so the command did not run: %s", name, s.Terminated.ExitCode, s.Terminated.Message)}
 			case s.Waiting != nil && podexec.FatalWaiting(s.Waiting.Reason):
-				return -1, &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Waiting.Reason,
+				pe := &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Waiting.Reason,
 					Message: fmt.Sprintf("ephemeral container %q: %s", name, s.Waiting.Message)}
+				if nodeexec.IsImagePullReason(s.Waiting.Reason) && pod != nil {
+					pe.Image = podexec.ContainerImage(pod, name)
+				}
+				return -1, podexec.WithPullReason(ctx, b.o.Client, pe)
 			case s.Running != nil && !attached && attempts == 0:
 				attemptNow = true
 			}

@@ -195,7 +195,7 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 		cur := e.o.Tracker.Get(pod.Name)
 		if cur != nil && cur.UID == created.UID {
 			if perr := PodFailure(cur, container, req.Node); perr != nil {
-				return res, perr
+				return res, WithPullReason(ctx, e.o.Client, perr)
 			}
 			switch {
 			case retrying:
@@ -287,13 +287,38 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 			continue
 		}
 		if w := cs.State.Waiting; w != nil && fatalWaiting(w.Reason) {
-			return fail(w.Reason, w.Message)
+			pe := fail(w.Reason, w.Message)
+			if nodeexec.IsImagePullReason(w.Reason) {
+				pe.Image = ContainerImage(pod, container)
+			}
+			return pe
 		}
 		if t := cs.State.Terminated; t != nil {
 			return fail(t.Reason, fmt.Sprintf("container %q exited with code %d: %s", container, t.ExitCode, t.Message))
 		}
 	}
 	return nil
+}
+
+// ContainerImage returns the image of pod's container (or ephemeral
+// container) named container: the spec's reference, as the user gave it.
+func ContainerImage(pod *corev1.Pod, container string) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	return ""
 }
 
 // FatalWaiting reports container waiting reasons that will not resolve

@@ -697,7 +697,7 @@ func TestRunPodFailure(t *testing.T) {
 			status: corev1.PodStatus{Phase: corev1.PodPending, StartTime: ptr.To(metav1.NewTime(t0)), ContainerStatuses: []corev1.ContainerStatus{
 				waiting(testContainer, "ErrImagePull", `pull access denied for nosuch, repository does not exist`),
 			}},
-			want: &nodeexec.PodError{Node: testNode, Namespace: testNS, Pod: "p", Reason: "ErrImagePull", Message: `pull access denied for nosuch, repository does not exist`},
+			want: &nodeexec.PodError{Node: testNode, Namespace: testNS, Pod: "p", Reason: "ErrImagePull", Message: `pull access denied for nosuch, repository does not exist`, Image: "busybox"},
 		},
 		{
 			name:   "rejected by the kubelet",

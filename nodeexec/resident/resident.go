@@ -7,8 +7,10 @@
 // What Install creates, all labelled app.kubernetes.io/managed-by=nodeexec,
 // app.kubernetes.io/component=agent and nodeexec.io/run-id=<install ID>:
 //
-//   - the namespace (default nodeexec-system), labelled
-//     pod-security.kubernetes.io/enforce=privileged;
+//   - the namespace (default nodeexec-agents, distinct from deploy/'s
+//     nodeexec-system that holds the watcher), labelled
+//     pod-security.kubernetes.io/enforce=privileged, unless it exists
+//     already and nodeexec manages it;
 //   - the DaemonSet nodeexec-agent: privileged, hostPID, the node's root
 //     filesystem read-only at /host (for the runtime sockets), tolerating
 //     every taint, tiny requests (5m CPU, 16Mi memory), no service account
@@ -16,8 +18,11 @@
 //     `nodeexec agent hold`, which only waits for SIGTERM.
 //
 // Resident agents have no deadline: they live until Uninstall, which deletes
-// the DaemonSet and the namespace (and with it every agent pod) and waits
-// until they are gone.
+// the DaemonSet and, only when Install created it, the namespace (and with
+// it every agent pod) and waits until they are gone. Each deletion checks
+// the component=agent label first, so neither touches the watcher's objects.
+// An agent that cannot start (an image that cannot be pulled) fails Install
+// within seconds, and Install rolls back what it created.
 //
 // All traffic goes through the API server (pods/exec): no agent listens on
 // any port.
@@ -25,8 +30,10 @@
 // # Permissions
 //
 // Install and Uninstall: create, get, delete on namespaces; create, get,
-// update, delete on daemonsets in the namespace; list pods there. Using the
-// agents (Find, Wrap): list pods and create pods/exec in the namespace.
+// update, delete on daemonsets in the namespace; list pods there (and,
+// optional, list events, for the registry's reason of a failed pull). Using
+// the agents (Find, Wrap): get daemonsets, list pods and create pods/exec
+// in the namespace.
 package resident
 
 import (
@@ -48,17 +55,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // Names and labels.
 const (
-	// DefaultNamespace holds the DaemonSet and its pods.
-	DefaultNamespace = "nodeexec-system"
+	// DefaultNamespace holds the DaemonSet and its pods. It is distinct from
+	// deploy/'s nodeexec-system (the watcher), so that either installs and
+	// uninstalls without touching the other.
+	DefaultNamespace = "nodeexec-agents"
 	// DaemonSetName is the DaemonSet's name.
 	DaemonSetName = "nodeexec-agent"
 	// LabelComponent and ComponentAgent mark the agent objects and pods.
@@ -71,6 +82,9 @@ const (
 	DefaultTimeout = 3 * time.Minute
 	// PollInterval is how often Install and Uninstall check progress.
 	PollInterval = 500 * time.Millisecond
+	// DefaultRollbackTimeout bounds Install's rollback after an agent that
+	// cannot start.
+	DefaultRollbackTimeout = 30 * time.Second
 )
 
 // Options configure Install, Uninstall and BuildDaemonSet.
@@ -198,15 +212,32 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 
 // Install creates (or updates) the namespace and the DaemonSet, then waits
 // until the DaemonSet's current generation is rolled out and an agent is
-// available on every node it schedules to. API errors are returned wrapped
-// (a Forbidden one also wraps nodeexec.ErrForbidden); the wait ends with an
-// error naming how many agents are available after o.Timeout.
+// available on every node it schedules to.
+//
+// The namespace is created when it does not exist, and then labelled
+// app.kubernetes.io/component=agent: Uninstall deletes only a namespace so
+// labelled. An existing namespace is used as it is when nodeexec manages it
+// (for example deploy/'s nodeexec-system, which must allow privileged pods);
+// any other existing namespace is refused. An existing DaemonSet is updated
+// only when it carries the agent labels.
+//
+// Errors: API errors wrapped (a Forbidden one also wraps
+// nodeexec.ErrForbidden). An agent container that cannot start (an image
+// that cannot be pulled, a rejected pull secret, a configuration error) ends
+// the wait at once with an error wrapping the agent pod's *nodeexec.PodError
+// (errors.Is(err, nodeexec.ErrImagePull) for pull failures; Image and
+// Message name the image and the registry's reason), after Install rolled
+// back what it did: it deletes the DaemonSet or namespace it created, or
+// restores the DaemonSet's previous template; the error says which. Agents
+// still unavailable after o.Timeout end with an error naming how many are
+// available (nothing is rolled back then).
 func Install(ctx context.Context, client kubernetes.Interface, o Options) error {
 	o, err := o.withDefaults(time.Now())
 	if err != nil {
 		return err
 	}
 	log := logr.FromContextOrDiscard(ctx)
+	var rb rollback
 	ns := BuildNamespace(o)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
@@ -217,31 +248,39 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 			return apiError("getting namespace "+o.Namespace, err)
 		}
 		if cur.Labels[nodeexec.LabelManagedBy] != nodeexec.ManagedByValue {
-			return fmt.Errorf("resident: namespace %s exists and is not managed by nodeexec: choose another namespace", o.Namespace)
+			return fmt.Errorf("resident: namespace %s exists and is not managed by nodeexec: choose another namespace (--namespace)", o.Namespace)
 		}
 		if cur.DeletionTimestamp != nil {
 			return fmt.Errorf("resident: namespace %s is being deleted (a recent uninstall): retry when it is gone", o.Namespace)
 		}
 	} else {
+		rb.namespace = o.Namespace
 		log.V(1).Info("created namespace", "namespace", o.Namespace)
 	}
 	ds := BuildDaemonSet(o)
 	dss := client.AppsV1().DaemonSets(o.Namespace)
 	if _, err := dss.Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return apiError("creating daemonset "+o.Namespace+"/"+DaemonSetName, err)
+			return rb.undo(ctx, client, apiError("creating daemonset "+o.Namespace+"/"+DaemonSetName, err))
 		}
 		cur, err := dss.Get(ctx, DaemonSetName, metav1.GetOptions{})
 		if err != nil {
 			return apiError("getting daemonset", err)
 		}
+		if !isAgentObject(cur.Labels) {
+			return fmt.Errorf("resident: daemonset %s/%s exists and is not nodeexec's agent DaemonSet (labels %s=%s, %s=%s missing): choose another namespace (--namespace)",
+				o.Namespace, DaemonSetName, nodeexec.LabelManagedBy, nodeexec.ManagedByValue, LabelComponent, ComponentAgent)
+		}
+		prev := cur.DeepCopy()
 		cur.Labels, cur.Spec.Template = ds.Labels, ds.Spec.Template
 		cur.Spec.UpdateStrategy = ds.Spec.UpdateStrategy
 		if _, err := dss.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			return apiError("updating daemonset", err)
 		}
+		rb.previous = prev
 		log.V(1).Info("updated daemonset", "namespace", o.Namespace, "name", DaemonSetName)
 	} else {
+		rb.daemonSet = o.Namespace
 		log.V(1).Info("created daemonset", "namespace", o.Namespace, "name", DaemonSetName)
 	}
 	var last string
@@ -250,20 +289,105 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 		if err != nil {
 			return false, apiError("getting daemonset", err)
 		}
+		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+		if err != nil {
+			return false, apiError("listing agent pods", err)
+		}
+		if pe := AgentPodFailure(cur, pods.Items); pe != nil {
+			pe = podexec.WithPullReason(ctx, client, pe)
+			return false, rb.undo(ctx, client, fmt.Errorf("resident: the agent cannot start on node %s: %w", pe.Node, pe))
+		}
 		s := cur.Status
 		last = fmt.Sprintf("%d of %d agents available, %d updated (generation %d observed %d)", s.NumberAvailable, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, cur.Generation, s.ObservedGeneration)
 		return s.ObservedGeneration >= cur.Generation && s.DesiredNumberScheduled > 0 &&
 			s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled, nil
 	})
+	var pe *nodeexec.PodError
+	if errors.As(err, &pe) {
+		return err
+	}
 	if err != nil {
-		return fmt.Errorf("resident: waiting for the agents in %s: %w (%s)", o.Namespace, err, last)
+		return fmt.Errorf("resident: waiting for the agents in %s: %w (%s; nothing was rolled back: `nodeexec agent uninstall --namespace %s` removes them)", o.Namespace, err, last, o.Namespace)
 	}
 	return nil
 }
 
-// Uninstall deletes the DaemonSet and the namespace (only if nodeexec manages
-// it) and waits until both and every agent pod are gone. Absent objects are
-// not an error.
+// AgentPodFailure returns why an agent pod of ds's current template cannot
+// start (a fatal waiting reason such as ErrImagePull, ImagePullBackOff,
+// InvalidImageName or CreateContainerConfigError, as a *nodeexec.PodError
+// naming the pod, its node and, for pull failures, the image), or nil. Only
+// pods ds controls (owner reference UID) count. A pure function.
+func AgentPodFailure(ds *appsv1.DaemonSet, pods []corev1.Pod) *nodeexec.PodError {
+	for i := range pods {
+		p := &pods[i]
+		if !ownedBy(p, ds) || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name != nsenter.AgentContainerName || cs.State.Waiting == nil || !podexec.FatalWaiting(cs.State.Waiting.Reason) {
+				continue
+			}
+			if pe := podexec.PodFailure(p, cs.Name, p.Spec.NodeName); pe != nil {
+				if pe.Node == "" {
+					pe.Node = p.Spec.NodeName
+				}
+				return pe
+			}
+		}
+	}
+	return nil
+}
+
+// rollback is what Install did, to undo on a failure that will not resolve.
+type rollback struct {
+	namespace string            // created, with everything in it
+	daemonSet string            // namespace of the DaemonSet created in an existing namespace
+	previous  *appsv1.DaemonSet // the DaemonSet before Install updated it
+}
+
+// undo rolls back and returns cause extended with what was done or is left.
+// It runs even when ctx has ended, bounded by DefaultRollbackTimeout.
+func (rb rollback) undo(ctx context.Context, client kubernetes.Interface, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultRollbackTimeout)
+	defer cancel()
+	prop := metav1.DeletePropagationForeground
+	switch {
+	case rb.namespace != "":
+		if err := client.CoreV1().Namespaces().Delete(ctx, rb.namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w; rolling back failed: namespace %s (created by this install) is left: %w", cause, rb.namespace, err)
+		}
+		return fmt.Errorf("%w; rolled back: deleted namespace %s, which this install created (its deletion finishes in the background)", cause, rb.namespace)
+	case rb.daemonSet != "":
+		err := client.AppsV1().DaemonSets(rb.daemonSet).Delete(ctx, DaemonSetName, metav1.DeleteOptions{PropagationPolicy: &prop})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w; rolling back failed: daemonset %s/%s is left: %w", cause, rb.daemonSet, DaemonSetName, err)
+		}
+		return fmt.Errorf("%w; rolled back: deleted daemonset %s/%s, which this install created", cause, rb.daemonSet, DaemonSetName)
+	case rb.previous != nil:
+		dss := client.AppsV1().DaemonSets(rb.previous.Namespace)
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := dss.Get(ctx, DaemonSetName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Labels, cur.Spec.Template, cur.Spec.UpdateStrategy = rb.previous.Labels, rb.previous.Spec.Template, rb.previous.Spec.UpdateStrategy
+			_, err = dss.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%w; rolling back failed: daemonset %s/%s keeps the new template: %w", cause, rb.previous.Namespace, DaemonSetName, err)
+		}
+		return fmt.Errorf("%w; rolled back: daemonset %s/%s has its previous template again", cause, rb.previous.Namespace, DaemonSetName)
+	}
+	return cause
+}
+
+// Uninstall deletes the agent DaemonSet (only when it carries the agent
+// labels) and the namespace (only when Install created it: labelled
+// managed-by=nodeexec and component=agent), and waits until they and every
+// agent pod are gone. It never deletes a namespace it did not create, such
+// as deploy/'s nodeexec-system holding the watcher. Absent objects are not
+// an error.
 func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) error {
 	o, err := o.withDefaults(time.Now())
 	if err != nil {
@@ -271,22 +395,32 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	prop := metav1.DeletePropagationForeground
-	err = client.AppsV1().DaemonSets(o.Namespace).Delete(ctx, DaemonSetName, metav1.DeleteOptions{PropagationPolicy: &prop})
+	dss := client.AppsV1().DaemonSets(o.Namespace)
+	cur, err := dss.Get(ctx, DaemonSetName, metav1.GetOptions{})
 	switch {
-	case err == nil:
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return apiError("getting daemonset", err)
+	case !isAgentObject(cur.Labels):
+		return fmt.Errorf("resident: daemonset %s/%s is not nodeexec's agent DaemonSet (labels %s=%s, %s=%s missing): not deleted", o.Namespace, DaemonSetName,
+			nodeexec.LabelManagedBy, nodeexec.ManagedByValue, LabelComponent, ComponentAgent)
+	default:
+		err := dss.Delete(ctx, DaemonSetName, metav1.DeleteOptions{PropagationPolicy: &prop, Preconditions: &metav1.Preconditions{UID: &cur.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return apiError("deleting daemonset", err)
+		}
 		log.V(1).Info("deleted daemonset", "namespace", o.Namespace, "name", DaemonSetName)
-	case !apierrors.IsNotFound(err):
-		return apiError("deleting daemonset", err)
 	}
 	ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return apiError("getting namespace "+o.Namespace, err)
-	case ns.Labels[nodeexec.LabelManagedBy] != nodeexec.ManagedByValue:
-		log.V(1).Info("namespace not managed by nodeexec: kept", "namespace", o.Namespace)
+	case !isAgentObject(ns.Labels):
+		log.V(1).Info("namespace not created by agent install: kept", "namespace", o.Namespace)
 	default:
-		if err := client.CoreV1().Namespaces().Delete(ctx, o.Namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		err := client.CoreV1().Namespaces().Delete(ctx, o.Namespace, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ns.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return apiError("deleting namespace "+o.Namespace, err)
 		}
 		log.V(1).Info("deleted namespace", "namespace", o.Namespace)
@@ -294,9 +428,9 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, PollInterval, o.Timeout, true, func(ctx context.Context) (bool, error) {
 		var left []string
-		if _, err := client.AppsV1().DaemonSets(o.Namespace).Get(ctx, DaemonSetName, metav1.GetOptions{}); err == nil {
+		if d, err := dss.Get(ctx, DaemonSetName, metav1.GetOptions{}); err == nil && isAgentObject(d.Labels) {
 			left = append(left, "daemonset")
-		} else if !apierrors.IsNotFound(err) {
+		} else if err != nil && !apierrors.IsNotFound(err) {
 			return false, apiError("getting daemonset", err)
 		}
 		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
@@ -306,7 +440,7 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 		if n := len(pods.Items); n > 0 {
 			left = append(left, fmt.Sprintf("%d agent pods", n))
 		}
-		if ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{}); err == nil && ns.Labels[nodeexec.LabelManagedBy] == nodeexec.ManagedByValue {
+		if ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{}); err == nil && isAgentObject(ns.Labels) {
 			left = append(left, "namespace")
 		} else if err != nil && !apierrors.IsNotFound(err) {
 			return false, apiError("getting namespace", err)
@@ -320,13 +454,38 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 	return nil
 }
 
+// isAgentObject reports whether labels mark an object of the agent
+// install: managed-by=nodeexec and component=agent.
+func isAgentObject(l map[string]string) bool {
+	return l[nodeexec.LabelManagedBy] == nodeexec.ManagedByValue && l[LabelComponent] == ComponentAgent
+}
+
+// ownedBy reports whether ds is p's controller (owner reference UID).
+func ownedBy(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.UID == ds.UID && ref.Kind == "DaemonSet"
+}
+
 // Find returns the name of a running, ready agent pod on node in namespace
 // (DefaultNamespace when empty), and false when there is none (not
-// installed, not yet started, or terminating). It lists pods with the agent
-// label selector and a spec.nodeName field selector (RBAC: list pods).
+// installed, not yet started, or terminating). Only a pod controlled by the
+// agent DaemonSet (its owner reference carries the DaemonSet's UID) counts,
+// so a pod that merely copies the agent labels cannot pose as an agent and
+// receive users' commands and input. It gets the DaemonSet and lists pods
+// with the agent label selector and a spec.nodeName field selector (RBAC:
+// get daemonsets, list pods).
 func Find(ctx context.Context, client kubernetes.Interface, namespace, node string) (pod string, ok bool, err error) {
 	if namespace == "" {
 		namespace = DefaultNamespace
+	}
+	ds, err := client.AppsV1().DaemonSets(namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, apiError("getting the agent daemonset in "+namespace, err)
+	case !isAgentObject(ds.Labels):
+		return "", false, nil
 	}
 	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: Selector(),
@@ -336,7 +495,7 @@ func Find(ctx context.Context, client kubernetes.Interface, namespace, node stri
 		return "", false, apiError("listing agent pods in "+namespace, err)
 	}
 	for _, p := range list.Items {
-		if p.Spec.NodeName == node && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && ready(&p) {
+		if p.Spec.NodeName == node && ownedBy(&p, ds) && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && ready(&p) {
 			return p.Name, true, nil
 		}
 	}

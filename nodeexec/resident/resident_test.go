@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -63,7 +65,7 @@ func TestBuildProperties(t *testing.T) {
 	p := ds.Spec.Template.Spec
 	c := p.Containers[0]
 	for name, ok := range map[string]bool{
-		"namespace":             ds.Namespace == "nodeexec-system" && ns.Name == "nodeexec-system",
+		"namespace":             ds.Namespace == "nodeexec-agents" && ns.Name == "nodeexec-agents",
 		"privileged ns":         ns.Labels[LabelPodSecurity] == "privileged",
 		"managed-by everywhere": ds.Labels[nodeexec.LabelManagedBy] == "nodeexec" && ns.Labels[nodeexec.LabelManagedBy] == "nodeexec" && ds.Spec.Template.Labels[nodeexec.LabelManagedBy] == "nodeexec",
 		"component":             ds.Spec.Template.Labels[LabelComponent] == "agent" && ds.Labels[LabelComponent] == "agent",
@@ -87,9 +89,20 @@ func TestBuildProperties(t *testing.T) {
 	}
 }
 
+const agentDSUID = "ds-uid-1"
+
+// agentDS is the agent DaemonSet the agentPods belong to.
+func agentDS() *appsv1.DaemonSet {
+	o, _ := Options{InstallID: "install-1"}.withDefaults(time.Time{})
+	ds := BuildDaemonSet(o)
+	ds.UID = agentDSUID
+	return ds
+}
+
 func agentPod(name, node string, ready bool) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DefaultNamespace, Labels: map[string]string{nodeexec.LabelManagedBy: "nodeexec", LabelComponent: "agent"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DefaultNamespace, Labels: map[string]string{nodeexec.LabelManagedBy: "nodeexec", LabelComponent: "agent"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: DaemonSetName, UID: agentDSUID, Controller: ptr.To(true)}}},
 		Spec:       corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 			{Name: nsenter.AgentContainerName, Ready: ready, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
@@ -98,7 +111,7 @@ func agentPod(name, node string, ready bool) *corev1.Pod {
 }
 
 func TestFind(t *testing.T) {
-	client := fake.NewClientset(agentPod("a-1", "node-1", true), agentPod("a-2", "node-2", false))
+	client := fake.NewClientset(agentDS(), agentPod("a-1", "node-1", true), agentPod("a-2", "node-2", false))
 	if pod, ok, err := Find(t.Context(), client, "", "node-1"); err != nil || !ok || pod != "a-1" {
 		t.Errorf("node-1: %q %v %v", pod, ok, err)
 	}
@@ -107,6 +120,22 @@ func TestFind(t *testing.T) {
 	}
 	if _, ok, err := Find(t.Context(), client, "", "node-3"); err != nil || ok {
 		t.Errorf("node-3 (none): %v %v", ok, err)
+	}
+	// A pod with the agent labels that the agent DaemonSet does not control
+	// cannot pose as an agent.
+	impostor := agentPod("evil", "node-3", true)
+	impostor.OwnerReferences = nil
+	forged := agentPod("evil-2", "node-4", true)
+	forged.OwnerReferences[0].UID = "other-uid"
+	client = fake.NewClientset(agentDS(), impostor, forged)
+	for _, node := range []string{"node-3", "node-4"} {
+		if pod, ok, err := Find(t.Context(), client, "", node); err != nil || ok {
+			t.Errorf("%s: an impostor pod was accepted: %q %v %v", node, pod, ok, err)
+		}
+	}
+	// Without the DaemonSet there is no agent, whatever the pods say.
+	if _, ok, err := Find(t.Context(), fake.NewClientset(agentPod("a-1", "node-1", true)), "", "node-1"); err != nil || ok {
+		t.Errorf("no daemonset: %v %v", ok, err)
 	}
 }
 
@@ -154,7 +183,7 @@ func (s *fakeStreamer) Exec(_ context.Context, _, pod string, opts *corev1.PodEx
 }
 
 func TestWrap(t *testing.T) {
-	client := fake.NewClientset(agentPod("a-1", "node-1", true))
+	client := fake.NewClientset(agentDS(), agentPod("a-1", "node-1", true))
 	tests := map[string]struct {
 		inner     string
 		cmd       fixedCommander
@@ -251,7 +280,7 @@ func (p *preflightInner) Preflight(_ context.Context, node string) error {
 
 // TestWrapPreflight: no dry run of a pod where a resident agent will run the command.
 func TestWrapPreflight(t *testing.T) {
-	client := fake.NewClientset(agentPod("a-1", "node-1", true))
+	client := fake.NewClientset(agentDS(), agentPod("a-1", "node-1", true))
 	inner := &preflightInner{fakeInner: fakeInner{name: "nsenter"}}
 	b, err := Wrap(inner, WrapOptions{Client: client, Streamer: &fakeStreamer{}, Commander: fixedCommander{}})
 	if err != nil {

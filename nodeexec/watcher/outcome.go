@@ -1,11 +1,13 @@
 package watcher
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -86,7 +88,11 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time) O
 		return infra("PodDeleted", "the run's pod was deleted before the run ended")
 	}
 	if cs != nil && cs.State.Waiting != nil && podexec.FatalWaiting(cs.State.Waiting.Reason) {
-		return infra(cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		w := cs.State.Waiting
+		if nodeexec.IsImagePullReason(w.Reason) {
+			return infra(w.Reason, PullMessage(podexec.ContainerImage(pod, cs.Name), w.Message))
+		}
+		return infra(w.Reason, w.Message)
 	}
 	if !nodeReady && !notReadySince.IsZero() && now.Sub(notReadySince) >= NotReadyGrace {
 		return infra("NodeNotReady", "the node has not been Ready for "+now.Sub(notReadySince).Round(time.Second).String())
@@ -113,4 +119,14 @@ func tail(s string, n int) string {
 		s = s[i+1:]
 	}
 	return s
+}
+
+// PullMessage is a run's message for an image its pod cannot pull: the
+// image, the kubelet's reason and the NodeScript fields that fix it.
+func PullMessage(image, reason string) string {
+	msg := fmt.Sprintf("image %q cannot be pulled", image)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return msg + " (fix spec.backend.image, or give the registry's credentials in spec.backend.imagePullSecrets)"
 }

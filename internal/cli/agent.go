@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/moby/term"
@@ -24,17 +25,26 @@ const (
 	agentNsenterNotFound    = 127 // the program is not in the target's filesystem
 )
 
-// agentCommand is the hidden `nodeexec agent` command: what runs inside
-// nodeexec's agent pods, not for users. Its subcommands are nsenter and
+// agentCommand is `nodeexec agent`: install and uninstall of the resident
+// agents for users, and (hidden from help and completion, still callable)
+// what runs inside nodeexec's agent pods. Its subcommands are nsenter and
 // extra.
 func agentCommand(streams Streams, extra ...*ucli.Command) *ucli.Command {
 	return &ucli.Command{
 		Name:            "agent",
-		Usage:           "what runs inside nodeexec's agent pods",
-		Hidden:          true,
+		Usage:           "install or uninstall the resident agents (a DaemonSet that makes runs a single exec)",
 		HideHelpCommand: true,
-		Subcommands:     append([]*ucli.Command{agentNsenterCommand(streams)}, extra...),
+		Subcommands:     userFacing(append([]*ucli.Command{agentNsenterCommand(streams)}, extra...), "install", "uninstall"),
 	}
+}
+
+// userFacing hides from help and completion every command of cmds not
+// named in visible (they stay callable) and returns cmds.
+func userFacing(cmds []*ucli.Command, visible ...string) []*ucli.Command {
+	for _, c := range cmds {
+		c.Hidden = !slices.Contains(visible, c.Name)
+	}
+	return cmds
 }
 
 // agentNsenterCommand is `nodeexec agent nsenter --target PID [--namespaces

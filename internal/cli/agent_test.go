@@ -55,17 +55,31 @@ func TestAgentNsenterFlagValidation(t *testing.T) {
 }
 
 func TestAgentHiddenFromHelp(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, []string{"nodeexec", "--help"}); code != 0 {
-		t.Fatalf("--help: exit %d, %s", code, errOut.String())
+	run := func(args ...string) string {
+		var out, errOut bytes.Buffer
+		if code := Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, append([]string{"nodeexec"}, args...)); code != 0 {
+			t.Fatalf("%v: exit %d, %s", args, code, errOut.String())
+		}
+		return out.String()
 	}
-	if strings.Contains(out.String(), "agent") {
-		t.Errorf("--help shows the agent command:\n%s", out.String())
+	// Users see agent install and uninstall; the in-pod subcommands stay out of the way.
+	if out := run("--help"); !strings.Contains(out, "\n   agent ") {
+		t.Errorf("--help does not list the agent command:\n%s", out)
 	}
-	out.Reset()
-	Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, []string{"nodeexec", "agent", "nsenter", "--help"})
-	if !strings.Contains(out.String(), "--target PID") || !strings.Contains(out.String(), "--namespaces LIST") {
-		t.Errorf("agent nsenter --help:\n%s", out.String())
+	out := run("agent", "--help")
+	for _, want := range []string{"install", "uninstall"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent --help does not list %s:\n%s", want, out)
+		}
+	}
+	for _, hidden := range []string{"nsenter", "container-exec", "hold"} {
+		if strings.Contains(out, hidden) {
+			t.Errorf("agent --help lists the in-pod %s:\n%s", hidden, out)
+		}
+	}
+	// Hidden, still callable.
+	if out := run("agent", "nsenter", "--help"); !strings.Contains(out, "--target PID") || !strings.Contains(out, "--namespaces LIST") {
+		t.Errorf("agent nsenter --help:\n%s", out)
 	}
 }
 

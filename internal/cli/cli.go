@@ -66,10 +66,13 @@ func newApp(streams Streams) *ucli.App {
 		// Errors are printed by Run, once.
 		ExitErrHandler:       func(*ucli.Context, error) {},
 		EnableBashCompletion: true,
-		Flags:                clientFlags(),
+		HideVersion:          true, // --version is versionFlag: urfave's own would take -v, our verbosity
+		Flags:                append(clientFlags(), versionFlag()),
+		Action:               rootAction(streams),
 		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
 			applyCommand(streams), statusCommand(streams), promoteCommand(streams), watchCommand(streams),
-			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...)},
+			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...),
+			versionCommand(streams), completionCommand(streams)},
 	}
 }
 

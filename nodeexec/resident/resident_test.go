@@ -103,7 +103,7 @@ func agentPod(name, node string, ready bool) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DefaultNamespace, Labels: map[string]string{nodeexec.LabelManagedBy: "nodeexec", LabelComponent: "agent"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: DaemonSetName, UID: agentDSUID, Controller: ptr.To(true)}}},
-		Spec:       corev1.PodSpec{NodeName: node},
+		Spec: corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 			{Name: nsenter.AgentContainerName, Ready: ready, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
 		}},

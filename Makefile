@@ -14,7 +14,7 @@ build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `
 	ln -sf nodeexec bin/kubectl-nodeexec
 
 demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local test cluster
-	@set -e; if [ -z "$$KUBECONFIG" ]; then eval "$$($(TESTCLUSTER) up --nodes $(NODES))"; fi; \
+	@set -e; if [ -z "$$KUBECONFIG" ]; then eval "$$($(TESTCLUSTER) up --nodes $(NODES))"; $(GO) run ./internal/agentimage/cmd/agentimage; fi; \
 	echo "+ nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'" >&2; \
 	./bin/nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'
 
@@ -85,8 +85,9 @@ TESTCLUSTER ?= go run ./internal/testcluster/cmd/testcluster
 
 .PHONY: cluster-up cluster-down cluster-add-node cluster-registry cluster-test agent-image controller-image kwok-up kwok-down
 
-cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes
+cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes, and push nodeexec's image (agent, watcher) to its registry
 	@$(TESTCLUSTER) up --nodes $(NODES)
+	@$(GO) run ./internal/agentimage/cmd/agentimage
 
 cluster-down: ## stop it and remove everything but the build cache
 	@$(TESTCLUSTER) down
@@ -110,7 +111,7 @@ kwok-down: ## delete the simulated nodes and stop kwok
 
 controller-image: agent-image ## the NodeScript watcher (deploy/) runs the agent image: one image, the static nodeexec binary
 
-agent-image: ## build nodeexec's image (FROM scratch + the static binary; agent and watcher) and import it into the running test cluster
+agent-image: ## build nodeexec's image (FROM scratch + the static binary; agent and watcher) and push it to the running test cluster's registry
 	go run ./internal/agentimage/cmd/agentimage
 
 cluster-test: ## end-to-end test of the test cluster itself (starts or reuses it)

@@ -1,7 +1,10 @@
 // Command agentimage builds nodeexec's image from this repository (see
 // package internal/agentimage: FROM scratch plus the static binary; the
-// agent's and the watcher's image) and imports it into every node of the
-// running local test cluster (`make agent-image`, `make controller-image`).
+// agent's and the watcher's image) and pushes it to the running local test
+// cluster's registry, from which the kubelets pull it as on a real cluster
+// (`make agent-image`, `make controller-image`, and `make cluster-up` and
+// `make demo` after bringing the cluster up). A cluster started without a
+// registry gets the image imported into every node instead.
 // Run as root from the module's root directory.
 //
 //	agentimage [--image REF] [--module DIR] [--out TAR]
@@ -11,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -69,9 +73,20 @@ func run(ctx context.Context, ref, module, out string) error {
 	if err != nil {
 		return err
 	}
+	if _, rerr := c.Registry(); rerr == nil {
+		t0 := time.Now()
+		digestRef, err := c.PushImage(ctx, ref, img)
+		if err != nil {
+			return fmt.Errorf("agentimage: pushing %s to the test cluster's registry: %w", ref, err)
+		}
+		fmt.Fprintf(os.Stderr, "agentimage: pushed %s (%s) to the test cluster's registry in %s\n", ref, digestRef, time.Since(t0).Round(10*time.Millisecond))
+		return nil
+	} else if !errors.Is(rerr, testcluster.ErrNotRunning) {
+		return fmt.Errorf("agentimage: %w", rerr)
+	}
 	if err := agentimage.Import(ctx, c, img, ref); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "agentimage: imported %s into nodes %v\n", ref, c.Nodes())
+	fmt.Fprintf(os.Stderr, "agentimage: the cluster has no registry; imported %s into nodes %v\n", ref, c.Nodes())
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeexec/nodeexec/internal/testcluster"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -28,7 +29,8 @@ func uniqueName(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// tempNamespace creates a namespace with labels, deleted when the test ends.
+// tempNamespace creates a namespace with labels, deleted when the test ends,
+// and waits until pods can be created in it (its default ServiceAccount).
 func tempNamespace(ctx context.Context, t *testing.T, prefix string, labels map[string]string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: uniqueName(prefix), Labels: labels}}
@@ -38,6 +40,9 @@ func tempNamespace(ctx context.Context, t *testing.T, prefix string, labels map[
 	t.Cleanup(func() {
 		_ = env.client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
 	})
+	if err := testcluster.WaitDefaultServiceAccount(ctx, env.client, ns.Name); err != nil {
+		t.Fatal(err)
+	}
 	return ns.Name
 }
 

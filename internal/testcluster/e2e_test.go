@@ -184,13 +184,9 @@ func requireReady(t *testing.T, ctx context.Context, cs kubernetes.Interface, na
 
 func waitSA(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) {
 	t.Helper()
-	for i := 0; i < 100; i++ {
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := testcluster.WaitDefaultServiceAccount(ctx, cs, ns); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no default ServiceAccount in %s", ns)
 }
 
 func pod(name, node, image string, privileged bool, cmd ...string) *corev1.Pod {

@@ -40,18 +40,20 @@ func faultCluster(t *testing.T) (*Cluster, kubernetes.Interface, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fault-e2e-"}}, metav1.CreateOptions{})
+	ns, err := CreateNamespace(ctx, cs, "fault-e2e-", nil)
+	if ns != "" {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			zero := int64(0)
+			_ = cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+			_ = cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		zero := int64(0)
-		_ = cs.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-		_ = cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
-	})
-	return c, short, ns.Name
+	return c, short, ns
 }
 
 func nodeObject(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) *corev1.Node {

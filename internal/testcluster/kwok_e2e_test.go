@@ -71,22 +71,16 @@ func kwokDown(t testing.TB, c *Cluster) {
 
 func kwokNamespace(t testing.TB, ctx context.Context, cs kubernetes.Interface) string {
 	t.Helper()
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kwok-e2e-"}}, metav1.CreateOptions{})
+	ns, err := CreateNamespace(ctx, cs, "kwok-e2e-", nil)
+	if ns != "" {
+		t.Cleanup(func() {
+			_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-	})
-	for i := 0; ; i++ {
-		if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			return ns.Name
-		}
-		if i == 100 {
-			t.Fatalf("no default ServiceAccount in %s", ns.Name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return ns
 }
 
 func TestKwok(t *testing.T) {

@@ -150,6 +150,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
 		}
 		out := strings.ReplaceAll(strings.TrimSpace(s.OutputTail), "\n", " | ")
+		if out == "" {
+			out = s.Message // an infrastructure failure's detail and fix
+		}
 		if len(out) > 60 {
 			out = "…" + out[len(out)-59:]
 		}

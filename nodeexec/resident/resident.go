@@ -216,10 +216,11 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 //
 // The namespace is created when it does not exist, and then labelled
 // app.kubernetes.io/component=agent: Uninstall deletes only a namespace so
-// labelled. An existing namespace is used as it is when nodeexec manages it
-// (for example deploy/'s nodeexec-system, which must allow privileged pods);
-// any other existing namespace is refused. An existing DaemonSet is updated
-// only when it carries the agent labels.
+// labelled. An existing namespace is used as it is (for example deploy/'s
+// nodeexec-system, or one made beforehand to hold an image pull secret), and
+// kept by Uninstall; it is refused when its Pod Security enforce label names
+// a level other than "privileged". An existing DaemonSet is updated only
+// when it carries the agent labels.
 //
 // Errors: API errors wrapped (a Forbidden one also wraps
 // nodeexec.ErrForbidden). An agent container that cannot start (an image
@@ -247,8 +248,10 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 		if err != nil {
 			return apiError("getting namespace "+o.Namespace, err)
 		}
-		if cur.Labels[nodeexec.LabelManagedBy] != nodeexec.ManagedByValue {
-			return fmt.Errorf("resident: namespace %s exists and is not managed by nodeexec: choose another namespace (--namespace)", o.Namespace)
+		if lvl, set := cur.Labels[LabelPodSecurity]; set && lvl != "privileged" {
+			return fmt.Errorf("resident: namespace %s enforces Pod Security level %q (label %s) and the agents are privileged pods: "+
+				"choose another namespace (--namespace), or allow them: kubectl label namespace %s %s=privileged --overwrite",
+				o.Namespace, lvl, LabelPodSecurity, o.Namespace, LabelPodSecurity)
 		}
 		if cur.DeletionTimestamp != nil {
 			return fmt.Errorf("resident: namespace %s is being deleted (a recent uninstall): retry when it is gone", o.Namespace)

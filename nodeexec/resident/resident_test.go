@@ -253,12 +253,29 @@ func TestInstallUninstallFake(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Get(t.Context(), DefaultNamespace, metav1.GetOptions{}); err == nil {
 		t.Error("namespace left")
 	}
-	// A namespace nodeexec does not manage is refused, and kept by Uninstall.
+	// A namespace that enforces a Pod Security level below privileged is
+	// refused, naming the label that fixes it; nothing is created there.
+	if _, err := client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "baseline",
+		Labels: map[string]string{LabelPodSecurity: "baseline"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(t.Context(), client, Options{Namespace: "baseline", Timeout: time.Second}); err == nil ||
+		!strings.Contains(err.Error(), `enforces Pod Security level "baseline"`) || !strings.Contains(err.Error(), "kubectl label namespace baseline pod-security.kubernetes.io/enforce=privileged --overwrite") {
+		t.Errorf("Install into a baseline namespace: %v", err)
+	}
+	if _, err := client.AppsV1().DaemonSets("baseline").Get(t.Context(), DaemonSetName, metav1.GetOptions{}); err == nil {
+		t.Error("DaemonSet created in the refused namespace")
+	}
+	// A namespace nodeexec did not create (made beforehand, say, for a pull
+	// secret) is used, and kept by Uninstall.
 	if _, err := client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := Install(t.Context(), client, Options{Namespace: "theirs", Timeout: time.Second}); err == nil || !strings.Contains(err.Error(), "not managed by nodeexec") {
-		t.Errorf("Install into a foreign namespace: %v", err)
+	// (No agent becomes available on a fake clientset: the wait times out,
+	// which rolls nothing back.)
+	_ = Install(t.Context(), client, Options{Namespace: "theirs", Timeout: time.Second})
+	if _, err := client.AppsV1().DaemonSets("theirs").Get(t.Context(), DaemonSetName, metav1.GetOptions{}); err != nil {
+		t.Errorf("Install into a namespace nodeexec did not create: no DaemonSet: %v", err)
 	}
 	if err := Uninstall(t.Context(), client, Options{Namespace: "theirs", Timeout: 2 * time.Second}); err != nil {
 		t.Errorf("Uninstall of a foreign namespace: %v", err)

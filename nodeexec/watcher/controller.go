@@ -354,7 +354,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		tailText := out.Tail
 		switch result {
 		case "infrastructure":
-			next.Phase, next.Infrastructure = PhaseFailed, true
+			next.Phase, next.Infrastructure, next.Message = PhaseFailed, true, out.Message
 			t := now.Add(backoff(ns, attempt))
 			next.NextRetry = &t
 			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())

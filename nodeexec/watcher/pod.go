@@ -120,6 +120,10 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		argv []string
 		err  error
 	)
+	var pullSecrets []string
+	for _, r := range spec.Backend.ImagePullSecrets {
+		pullSecrets = append(pullSecrets, r.Name)
+	}
 	switch b := spec.Backend.Name; b {
 	case "", debugpod.Name:
 		profile := spec.Backend.Profile
@@ -136,7 +140,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		}
 		pod, err = debugpod.BuildPod(debugpod.PodSpec{
 			Node: s.Node, Name: name, Namespace: namespace, RunID: hash, Profile: profile,
-			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Requests: requests,
+			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: pullSecrets, Requests: requests,
 			Env: env, Now: s.Now, Deadline: deadline, Command: argv,
 		})
 	case nsenter.Name:
@@ -154,7 +158,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		argv = nsenter.AgentArgv(nss, []string{"sh", "-c", script})
 		pod, err = nsenter.BuildPod(nsenter.PodSpec{
 			Node: s.Node, Name: name, Namespace: namespace, RunID: hash,
-			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Requests: requests,
+			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: pullSecrets, Requests: requests,
 			Env: env, Now: s.Now, Deadline: deadline, Command: argv,
 		})
 	default:

@@ -37,7 +37,8 @@ func TestRunPodGolden(t *testing.T) {
 		{"debugpod-run", base(nil), ActionRun},
 		{"debugpod-netadmin-verify", base(func(s *v1alpha1.NodeScriptSpec) { s.Backend.Profile = "netadmin" }), ActionVerify},
 		{"nsenter-rollback", base(func(s *v1alpha1.NodeScriptSpec) {
-			s.Backend = v1alpha1.BackendSpec{Name: "nsenter", Namespace: "ops", Namespaces: []string{"mnt", "net"}}
+			s.Backend = v1alpha1.BackendSpec{Name: "nsenter", Namespace: "ops", Namespaces: []string{"mnt", "net"},
+				Image: "registry.example:5000/ops/nodeexec@sha256:" + strings.Repeat("ab", 32), ImagePullSecrets: []corev1.LocalObjectReference{{Name: "ops-registry"}}}
 			s.Timeout = &metav1.Duration{Duration: time.Minute}
 		}), ActionRollback},
 	} {

@@ -58,6 +58,11 @@ type NodeState struct {
 	// exit: Timeout, VerifyFailed, or an infrastructure reason (ErrImagePull,
 	// Evicted, NodeNotReady, PodDisappeared, ...).
 	Reason string `json:"reason,omitempty"`
+	// Message is the detail of an infrastructure failure, with its fix when
+	// one is known: for an image that cannot be pulled, the image, the
+	// registry's answer and the fields to fix (spec.backend.image,
+	// spec.backend.imagePullSecrets). Empty otherwise.
+	Message string `json:"message,omitempty"`
 	// Rollback is the progress of the RollbackScript after a script failure:
 	// "" (not started), Running, Succeeded or Failed. Phase becomes
 	// RolledBack when it succeeded.

@@ -121,6 +121,13 @@ type BackendSpec struct {
 	// +optional
 	// +listType=set
 	Namespaces []string `json:"namespaces,omitempty"`
+	// ImagePullSecrets are secrets (kubernetes.io/dockerconfigjson) in
+	// Namespace for pulling Image from a registry that needs credentials,
+	// copied into every run pod's spec.imagePullSecrets. They are not part
+	// of the spec hash: changing them reruns no node.
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 }
 
 // Promotion modes.

@@ -59,6 +59,12 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.NotSupported(spec.Child("backend", "namespaces").Index(i), n, []string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}))
 		}
 	}
+	for i, r := range s.Backend.ImagePullSecrets {
+		if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(spec.Child("backend", "imagePullSecrets").Index(i).Child("name"), r.Name,
+				strings.Join(msgs, "; ")+": name a docker-registry secret in spec.backend.namespace"))
+		}
+	}
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive"))
 	}
@@ -134,16 +140,19 @@ func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
 	return nil
 }
 
-// SpecHash identifies what a node runs: the scripts, the backend and the
-// timeout, not the rollout controls (changing the pace reruns nothing). A
+// SpecHash identifies what a node runs: the scripts, the backend (but not
+// its image pull secrets, which are credentials) and the timeout, not the
+// rollout controls (changing the pace reruns nothing). A
 // node annotated with this hash is not run again; a changed hash runs again.
 // The result is the first 16 hex digits of a SHA-256.
 func SpecHash(s *NodeScriptSpec) string {
+	backend := s.Backend
+	backend.ImagePullSecrets = nil
 	b, _ := json.Marshal(struct {
 		Script, VerifyScript, RollbackScript string
 		Backend                              BackendSpec
 		Timeout                              *metav1.Duration
-	}{s.Script, s.VerifyScript, s.RollbackScript, s.Backend, s.Timeout})
+	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"testing"
 	"time"
@@ -30,9 +31,12 @@ func TestValidate(t *testing.T) {
 		"invalid selector": {func(n *NodeScript) {
 			n.Spec.NodeSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}
 		}, "spec.nodeSelector: Invalid value"},
-		"concurrency 0":        {func(n *NodeScript) { n.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromInt32(0)) }, "spec.rollout.maxConcurrency: Invalid value: 0: must be 1 or more"},
-		"concurrency 150%":     {func(n *NodeScript) { n.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromString("150%")) }, `spec.rollout.maxConcurrency: Invalid value: "150%": want a percentage from 1% to 100%`},
-		"unknown backend":      {func(n *NodeScript) { n.Spec.Backend.Name = "ssh" }, `spec.backend.name: Unsupported value: "ssh"`},
+		"concurrency 0":    {func(n *NodeScript) { n.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromInt32(0)) }, "spec.rollout.maxConcurrency: Invalid value: 0: must be 1 or more"},
+		"concurrency 150%": {func(n *NodeScript) { n.Spec.Rollout.MaxConcurrency = ptr.To(intstr.FromString("150%")) }, `spec.rollout.maxConcurrency: Invalid value: "150%": want a percentage from 1% to 100%`},
+		"unknown backend":  {func(n *NodeScript) { n.Spec.Backend.Name = "ssh" }, `spec.backend.name: Unsupported value: "ssh"`},
+		"bad pull secret name": {func(n *NodeScript) {
+			n.Spec.Backend.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "ok"}, {Name: "Not_A_Name"}}
+		}, `spec.backend.imagePullSecrets[1].name: Invalid value: "Not_A_Name"`},
 		"missing script":       {func(n *NodeScript) { n.Spec.Script = "  " }, "spec.script: Required value"},
 		"rollback no script":   {func(n *NodeScript) { n.Spec.OnFailure.Rollback = true }, "spec.rollbackScript: Required value: onFailure.rollback is set"},
 		"drain without cordon": {func(n *NodeScript) { n.Spec.OnFailure.Drain = true }, "spec.onFailure.drain: Invalid value: true: drain needs cordon"},
@@ -88,6 +92,11 @@ func TestSpecHash(t *testing.T) {
 	b.Spec.Script += "\n"
 	if SpecHash(&a.Spec) == SpecHash(&b.Spec) {
 		t.Error("changing the script must change the hash (nodes run again)")
+	}
+	d := valid()
+	d.Spec.Backend.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry-creds"}}
+	if SpecHash(&a.Spec) != SpecHash(&d.Spec) {
+		t.Error("changing the image pull secrets (credentials) must not change the hash (nothing reruns)")
 	}
 	c := valid()
 	c.Spec.Backend.Profile = "general"

@@ -46,6 +46,7 @@ func limitedUser(ctx context.Context, t *testing.T) (ns string, cfg *rest.Config
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update", "delete"}},
 			// No pods/exec.
 		},
 	}, metav1.CreateOptions{})

@@ -28,6 +28,23 @@ var (
 	// rejected. A *PodError whose Reason is one of ImagePullReasons matches
 	// it with errors.Is; its Image and Message say which image and why.
 	ErrImagePull = errors.New("image cannot be pulled")
+	// ErrOutcomeUnknown: the stream to the command broke after the command
+	// was started (the API server restarted, the connection to it or to
+	// the kubelet was cut), so the rest of its output and its exit status
+	// are lost. It is never a success and never the command's own failure:
+	// ExitCode maps it to ExitOutcomeUnknown. The pod backends then delete
+	// the pod (retried until the API server answers), which stops the
+	// command if it was still running.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the connection to the command broke before its exit status arrived")
+)
+
+// Exit statuses of nodeexec's own, besides the command's (see ExitCode).
+const (
+	// ExitTimeout is the status of a run whose Timeout expired, as timeout(1).
+	ExitTimeout = 124
+	// ExitOutcomeUnknown is the status of a run whose outcome was lost
+	// (ErrOutcomeUnknown), as timeout(1)'s "the tool itself failed".
+	ExitOutcomeUnknown = 125
 )
 
 // imagePullReasons are the container waiting reasons the kubelet reports
@@ -97,7 +114,7 @@ func (e *PodError) Is(target error) bool {
 
 // ExitCode maps an error from Backend.Run to a process exit status: 0 for nil,
 // the command's status for an *ExitError, 124 (as timeout(1)) for ErrTimeout,
-// and 1 for anything else.
+// 125 for ErrOutcomeUnknown, and 1 for anything else.
 func ExitCode(err error) int {
 	if err == nil {
 		return 0
@@ -107,7 +124,10 @@ func ExitCode(err error) int {
 		return ee.Code
 	}
 	if errors.Is(err, ErrTimeout) {
-		return 124
+		return ExitTimeout
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return ExitOutcomeUnknown
 	}
 	return 1
 }

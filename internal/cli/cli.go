@@ -35,8 +35,8 @@ func (e exitCoder) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 // Run runs the command line args (args[0] is the program name) and returns
 // the process exit code: 0 on success; for `run` on one node, that node's exit
-// code (124 on timeout); on several nodes, 1 if any failed; 2 for bad usage or
-// a run that could not start.
+// code (124 on timeout, 125 when its outcome was lost); on several nodes, 1 if
+// any failed; 2 for bad usage or a run that could not start.
 func Run(ctx context.Context, streams Streams, args []string) int {
 	app := newApp(streams)
 	err := app.RunContext(ctx, permuteArgs(app, args))

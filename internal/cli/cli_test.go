@@ -266,10 +266,10 @@ func TestRunResolveErrors(t *testing.T) {
 			name: "pod security refuses the preflight", nodes: []string{"n1", "n2"}, createErr: forbidden,
 			args: []string{"run", "--all", "--", "true"},
 			want: []string{"forbidden", `namespace "team"`, `level "baseline"`, "kubectl label namespace team pod-security.kubernetes.io/enforce=privileged --overwrite"},
-			// The CLI's preflight: namespace labels, 9 access reviews
+			// The CLI's preflight: namespace labels, 13 access reviews (pods, the run's Lease, exec, events, nodes)
 			// (unanswered by this server: inconclusive, not refusals) and the dry-run create.
 			wantReqs: slices.Concat([]string{"GET /api/v1/nodes", "GET /api/v1/namespaces/team"},
-				slices.Repeat([]string{"POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"}, 9),
+				slices.Repeat([]string{"POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"}, 13),
 				[]string{"POST /api/v1/namespaces/team/pods"}),
 		},
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 func gcCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:  "gc",
-		Usage: "delete nodeexec pods whose deadline has passed (left by a killed client)",
+		Usage: "delete nodeexec pods left by a killed client (its run's Lease expired, or its deadline passed)",
 		Description: "A run deletes its pod on success, failure, timeout and Ctrl-C. A client killed outright cannot:\n" +
-			"the pod's activeDeadlineSeconds stops it, and gc deletes the object. Pods without a deadline\n" +
-			"(resident agents) are never touched. Prints each pod it deleted.",
+			"its run's Lease (renewed every 10s) expires 30s later, and gc - like every later run and shell in\n" +
+			"the namespace, and the watcher cluster-wide - deletes its pods and the Lease. Pods past their\n" +
+			"deadline are deleted too. Pods without a deadline (resident agents) and the watcher's run pods\n" +
+			"(owned by a NodeScript) are never touched. Prints each object it deleted.",
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "every namespace instead of -n's"},
 		},
@@ -28,11 +31,16 @@ func gcCommand(streams Streams) *ucli.Command {
 			if c.Bool("all-namespaces") {
 				ns = ""
 			}
-			deleted, err := podexec.CollectGarbage(c.Context, client, ns, time.Now())
+			now := time.Now()
+			collected, cerr := podexec.CollectExpired(c.Context, client, ns, now)
+			for _, o := range collected {
+				fmt.Fprintf(streams.Out, "%s deleted\n", o)
+			}
+			deleted, err := podexec.CollectGarbage(c.Context, client, ns, now)
 			for _, p := range deleted {
 				fmt.Fprintf(streams.Out, "pod/%s deleted\n", p)
 			}
-			return err
+			return errors.Join(cerr, err)
 		},
 	}
 }

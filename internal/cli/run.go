@@ -21,7 +21,8 @@ func runCommand(streams Streams) *ucli.Command {
 		UsageText: "run (--node NAME... | --selector SEL | --all) [options] -- COMMAND [ARGS...]\n   run (--node NAME... | --selector SEL | --all) [options] --script FILE",
 		Description: "Runs the command on every target node, at most --max-concurrency at a time, streaming each node's\n" +
 			"output with a [node] prefix, then prints a summary (node, exit code, duration) on stderr.\n" +
-			"Exit status: one node: its exit code (124 on timeout); several nodes: 1 if any failed.",
+			"Exit status: one node: its exit code (124 on timeout; 125 when the outcome was lost: the connection broke\n" +
+			"after the command started); several nodes: 1 if any failed.",
 		Flags: append([]ucli.Flag{
 			&ucli.StringSliceFlag{Name: "node", Usage: "target node `NAME` (repeatable, or comma-separated)"},
 			&ucli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "target nodes matching this label `SELECTOR` (kubectl syntax)"},
@@ -120,6 +121,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err := runPreflight(ctx, streams.Out, backend, client, ns, first, c.Bool("explain")); err != nil || c.Bool("explain") {
 		return err
 	}
+	collectExpired(ctx, client, ns)
 	results, err := runner.RunNodes(ctx, nodes, outputRequest(c, req))
 	if err != nil {
 		return err

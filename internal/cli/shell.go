@@ -98,6 +98,7 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if err := runPreflight(ctx, streams.Out, backend, client, ns, req, c.Bool("explain")); err != nil || c.Bool("explain") {
 		return err
 	}
+	collectExpired(ctx, client, ns)
 	if !tty {
 		fmt.Fprintln(streams.ErrOut, "standard input is not a terminal: running without a TTY (no prompt; commands are read from stdin)")
 	} else {

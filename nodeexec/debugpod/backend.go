@@ -146,12 +146,17 @@ func New(o Options) (*Backend, error) {
 	if o.Streamer == nil {
 		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
 	}
+	lease, err := podexec.NewLease(podexec.LeaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
+	if err != nil {
+		return nil, err
+	}
 	exec, err := podexec.New(podexec.Options{
 		Client:   o.Client,
 		Streamer: o.Streamer,
 		Tracker:  podexec.NewTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
 		Backend:  Name,
 		Clock:    o.Clock,
+		Lease:    lease,
 	})
 	if err != nil {
 		return nil, err

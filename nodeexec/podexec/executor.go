@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,9 +36,17 @@ const (
 	// DefaultMaxRetryInterval.
 	DefaultRetryInterval    = 100 * time.Millisecond
 	DefaultMaxRetryInterval = 1 * time.Second
-	// DefaultCleanupTimeout bounds the pod deletion after the run, which is
-	// made even when the run's context is cancelled.
+	// DefaultCleanupTimeout bounds each pod deletion request after the run,
+	// which is made even when the run's context is cancelled. A failed
+	// deletion is retried with backoff (200ms doubling to 5s, 10% jitter)
+	// until the pod's deadline (nodeexec.AnnotationDeadline) — or, after the
+	// caller cancelled the run (Ctrl-C), for at most CancelCleanupBudget —
+	// after which the run's Lease expires and the collector deletes the pod.
 	DefaultCleanupTimeout = 30 * time.Second
+	// CancelCleanupBudget bounds the retried pod deletion, and then the
+	// Lease's deletion, of a run cancelled by its caller: cleanup after
+	// Ctrl-C takes at most twice this.
+	CancelCleanupBudget = 10 * time.Second
 	// DeleteGracePeriod is the grace period of the pod deletion, in seconds.
 	DeleteGracePeriod int64 = 1
 )
@@ -62,6 +71,11 @@ type Options struct {
 	Tracker *Tracker
 	// Backend is the name reported in Result.Backend. Required.
 	Backend string
+	// Lease, when set, is held by every Run (RBAC: create, get, update,
+	// delete on leases.coordination.k8s.io), and every pod is labelled with
+	// its name and owned by it (OwnedBy), so that the pods of a client that
+	// died are collected (CollectExpired). The pod backends set it.
+	Lease *RunLease
 	// Clock drives retry timers and timestamps. Defaults to the real clock.
 	Clock clock.WithTicker
 	// FirstAttemptDelay, RetryInterval, MaxRetryInterval: see the Default
@@ -123,6 +137,15 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 	changed, unsubscribe := e.o.Tracker.Subscribe(pod.Name)
 	defer unsubscribe()
 
+	if e.o.Lease != nil {
+		lease, releaseLease, err := e.o.Lease.Acquire(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer releaseLease()
+		pod = OwnedBy(pod, lease)
+	}
+
 	pods := e.o.Client.CoreV1().Pods(pod.Namespace)
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	createErr := err
@@ -133,17 +156,14 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 		// Delete even when ctx is done: a cancelled or timed-out run must not
 		// leave its pod behind. After a failed create the pod may still exist
 		// (the request reached the server before ctx ended), so try anyway.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupTimeout)
-		defer ccancel()
-		derr := pods.Delete(cctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(DeleteGracePeriod)})
+		derr := e.deletePod(ctx, pod)
 		switch {
 		case derr == nil:
 			log.V(1).Info("deleted pod", "pod", pod.Name)
-		case apierrors.IsNotFound(derr):
 		case createErr != nil:
 			// The create failed; nothing known to delete, and the create's error says why.
 		default:
-			err = errors.Join(err, fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, derr))
+			err = errors.Join(err, fmt.Errorf("deleting pod %s/%s (its run's Lease expires and the pod is collected by the next nodeexec invocation or the watcher): %w", pod.Namespace, pod.Name, derr))
 		}
 	}()
 	if err != nil {
@@ -231,6 +251,27 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 	}
 }
 
+// deletePod deletes pod, retrying with backoff until it is gone or the
+// cleanup deadline passes (see DefaultCleanupTimeout). Not found is success.
+func (e *Executor) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	now := e.o.Clock.Now()
+	deadline, perr := time.Parse(time.RFC3339, pod.Annotations[nodeexec.AnnotationDeadline])
+	if perr != nil || deadline.Before(now.Add(DefaultCleanupTimeout)) {
+		deadline = now.Add(DefaultCleanupTimeout)
+	}
+	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), nodeexec.ErrTimeout) {
+		deadline = now.Add(CancelCleanupBudget) // cancelled by the caller: bounded
+	}
+	pods := e.o.Client.CoreV1().Pods(pod.Namespace)
+	return retryUntil(context.WithoutCancel(ctx), e.o.Clock, deadline, func(ctx context.Context) error {
+		err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(DeleteGracePeriod)})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
 // finish turns the exec outcome into a Result and error.
 func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.Pod, container, node string, xerr error) (nodeexec.Result, error) {
 	if xerr == nil {
@@ -251,7 +292,22 @@ func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.
 			return res, errors.Join(perr, xerr)
 		}
 	}
+	if StreamBroke(xerr) {
+		return res, fmt.Errorf("exec in pod %s/%s on node %q: %w: %w", pod.Namespace, pod.Name, node, nodeexec.ErrOutcomeUnknown, xerr)
+	}
 	return res, fmt.Errorf("exec in pod %s/%s on node %q: %w", pod.Namespace, pod.Name, node, xerr)
+}
+
+// StreamBroke reports whether an exec error, met after the container was
+// running, means the stream was cut with the command started: not a refusal
+// by the API server (a Status: RBAC, not found, a bad request) and not a
+// connection that was never made (refused).
+func StreamBroke(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) || errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
+	return true
 }
 
 // ctxErr is the cause of ctx's end (an error wrapping nodeexec.ErrTimeout

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -622,6 +626,33 @@ func TestRunExecErrors(t *testing.T) {
 				if errors.As(err, &pe) {
 					t.Errorf("error %v claims a pod failure for a healthy pod", err)
 				}
+				if !errors.Is(err, nodeexec.ErrOutcomeUnknown) || nodeexec.ExitCode(err) != nodeexec.ExitOutcomeUnknown {
+					t.Errorf("error %v: want ErrOutcomeUnknown, exit status %d (got %d)", err, nodeexec.ExitOutcomeUnknown, nodeexec.ExitCode(err))
+				}
+			},
+		},
+		{
+			name: "exec refused by the API server",
+			fn: func(context.Context, int, remotecommand.StreamOptions) error {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "p", errors.New("no"))
+			},
+			wantCode: -1,
+			check: func(t *testing.T, err error) {
+				if !apierrors.IsForbidden(err) || errors.Is(err, nodeexec.ErrOutcomeUnknown) || nodeexec.ExitCode(err) != 1 {
+					t.Errorf("error %v (exit %d): want the refusal, not an unknown outcome", err, nodeexec.ExitCode(err))
+				}
+			},
+		},
+		{
+			name: "connection refused before the exec",
+			fn: func(context.Context, int, remotecommand.StreamOptions) error {
+				return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+			},
+			wantCode: -1,
+			check: func(t *testing.T, err error) {
+				if errors.Is(err, nodeexec.ErrOutcomeUnknown) {
+					t.Errorf("error %v: a connection never made is not an unknown outcome", err)
+				}
 			},
 		},
 		{
@@ -879,15 +910,43 @@ func TestRunCreateFails(t *testing.T) {
 func TestRunDeleteErrors(t *testing.T) {
 	t.Run("reported", func(t *testing.T) {
 		h := newHarness(t)
+		var deletes atomic.Int32
 		h.cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			deletes.Add(1)
 			return true, nil, apierrors.NewInternalError(errors.New("etcd unavailable"))
 		})
+		h.clock.autoStep(t, time.Second)
 		res, err := h.run(t, t.Context(), testPod("p", runningStatus()), nodeexec.Request{Command: []string{"x"}})
 		if err == nil || !strings.Contains(err.Error(), "deleting pod ns/p") || !strings.Contains(err.Error(), "etcd unavailable") {
 			t.Errorf("error = %v, want one reporting the failed deletion", err)
 		}
 		if res.ExitCode != 0 {
 			t.Errorf("ExitCode = %d, want 0 (the command itself succeeded)", res.ExitCode)
+		}
+		// Retried with a backoff capped at 5s for DefaultCleanupTimeout (30s).
+		if n := deletes.Load(); n < 5 || n > 15 {
+			t.Errorf("%d delete attempts, want 5..15 (retried with capped backoff within %s)", n, podexec.DefaultCleanupTimeout)
+		}
+	})
+
+	t.Run("retried until it succeeds", func(t *testing.T) {
+		h := newHarness(t)
+		var deletes atomic.Int32
+		h.cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if deletes.Add(1) <= 3 {
+				return true, nil, errors.New("EOF")
+			}
+			return false, nil, nil
+		})
+		h.clock.autoStep(t, time.Second)
+		if _, err := h.run(t, t.Context(), testPod("p", runningStatus()), nodeexec.Request{Command: []string{"x"}}); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if n := deletes.Load(); n != 4 {
+			t.Errorf("%d delete attempts, want 4", n)
+		}
+		if _, err := h.cs.CoreV1().Pods(testNS).Get(t.Context(), "p", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("pod still there after the retried delete: %v", err)
 		}
 	})
 

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -20,7 +24,8 @@ import (
 // when cancelled; such pods are left only by a client that was killed (the
 // pod's activeDeadlineSeconds has stopped it by then, but the object stays).
 // Pods without a deadline annotation, such as resident agents, are never
-// touched. namespace "" means every namespace. It returns the deleted pods
+// touched, nor are the watcher's run pods (owned by a NodeScript, whose
+// lifecycle the watcher owns). namespace "" means every namespace. It returns the deleted pods
 // as "namespace/name". RBAC: list and delete on pods.
 func CollectGarbage(ctx context.Context, client kubernetes.Interface, namespace string, now time.Time) ([]string, error) {
 	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
@@ -33,7 +38,7 @@ func CollectGarbage(ctx context.Context, client kubernetes.Interface, namespace 
 	var errs []error
 	for _, p := range list.Items {
 		deadline, err := time.Parse(time.RFC3339, p.Annotations[nodeexec.AnnotationDeadline])
-		if err != nil || !deadline.Before(now) {
+		if err != nil || !deadline.Before(now) || ownedByWatcher(&p) {
 			continue
 		}
 		err = client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
@@ -49,4 +54,125 @@ func CollectGarbage(ctx context.Context, client kubernetes.Interface, namespace 
 		}
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// ownedByWatcher reports a run pod of the watcher: owned by a NodeScript.
+func ownedByWatcher(p *corev1.Pod) bool {
+	for _, r := range p.OwnerReferences {
+		if r.Kind == "NodeScript" {
+			return true
+		}
+	}
+	return false
+}
+
+// CollectExpired deletes, in namespace ("" for every namespace), the pods
+// of runs whose client died: pods labelled LabelLease whose run Lease has
+// expired (LeaseExpired: not renewed for its leaseDurationSeconds) or no
+// longer exists, then the expired Leases. Live runs renew their Lease every
+// DefaultLeaseRenewInterval, so their pods are never touched; pods without
+// LabelLease (resident agents, the watcher's run pods) never are either.
+// Deletions use a 1 s grace period and the pod's UID as precondition. It
+// returns what it deleted as "pod/namespace/name" and
+// "lease/namespace/name". RBAC: list, delete on pods; list, delete on
+// leases.coordination.k8s.io.
+func CollectExpired(ctx context.Context, client kubernetes.Interface, namespace string, now time.Time) ([]string, error) {
+	// Pods first, then Leases: a run creates its Lease before its pods, so
+	// every pod listed has its Lease in the later Lease list unless that
+	// Lease is really gone. (Leases first would see a new run's pod without
+	// the Lease created between the two lists, and delete it.)
+	podList, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelLease,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodeexec pods: %w", err)
+	}
+	leaseList, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodeexec run Leases: %w", err)
+	}
+	live := map[string]bool{}    // namespace/name of Leases still renewed
+	expired := map[string]bool{} // namespace/name of expired Leases
+	for i := range leaseList.Items {
+		l := &leaseList.Items[i]
+		if !strings.HasPrefix(l.Name, LeaseNamePrefix) {
+			continue
+		}
+		if LeaseExpired(l, now) {
+			expired[l.Namespace+"/"+l.Name] = true
+		} else {
+			live[l.Namespace+"/"+l.Name] = true
+		}
+	}
+	var deleted []string
+	var errs []error
+	for _, p := range podList.Items {
+		if live[p.Namespace+"/"+p.Labels[LabelLease]] || ownedByWatcher(&p) {
+			continue
+		}
+		err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To(DeleteGracePeriod),
+			Preconditions:      &metav1.Preconditions{UID: &p.UID},
+		})
+		switch {
+		case err == nil:
+			deleted = append(deleted, "pod/"+p.Namespace+"/"+p.Name)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			errs = append(errs, fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err))
+		}
+	}
+	for i := range leaseList.Items {
+		l := &leaseList.Items[i]
+		if !expired[l.Namespace+"/"+l.Name] {
+			continue
+		}
+		// The resourceVersion precondition loses to a renewal made since the list.
+		err := client.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion},
+		})
+		switch {
+		case err == nil:
+			deleted = append(deleted, "lease/"+l.Namespace+"/"+l.Name)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			errs = append(errs, fmt.Errorf("deleting Lease %s/%s: %w", l.Namespace, l.Name, err))
+		}
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// DefaultCollectInterval is how often RunCollector calls CollectExpired:
+// with DefaultLeaseDuration, a killed client's pods are deleted at most
+// DefaultLeaseDuration + DefaultCollectInterval (45 s) after its last renewal.
+const DefaultCollectInterval = 15 * time.Second
+
+// RunCollector calls CollectExpired in namespace ("" for all) every
+// interval (DefaultCollectInterval when zero) until ctx ends, logging what
+// it deleted and its errors (logr from ctx). The watcher runs it
+// cluster-wide. It returns nil when ctx ends.
+func RunCollector(ctx context.Context, client kubernetes.Interface, namespace string, interval time.Duration, clk clock.Clock) error {
+	if interval <= 0 {
+		interval = DefaultCollectInterval
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	log := logr.FromContextOrDiscard(ctx).WithName("collector")
+	for {
+		deleted, err := CollectExpired(ctx, client, namespace, clk.Now())
+		if len(deleted) > 0 {
+			log.Info("collected the objects of runs whose client died", "deleted", deleted)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Error(err, "collecting the objects of runs whose client died")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-clk.After(interval):
+		}
+	}
 }

@@ -33,6 +33,7 @@ func TestCollectGarbage(t *testing.T) {
 		pod("a", "agent", true, ""),
 		pod("a", "not-ours", false, now.Add(-time.Hour).Format(time.RFC3339)),
 		pod("a", "garbled", true, "yesterday"),
+		watcherPod("a", "watcher-run", now.Add(-time.Hour)),
 	)
 	got, err := podexec.CollectGarbage(t.Context(), client, "a", now)
 	if err != nil {
@@ -49,7 +50,17 @@ func TestCollectGarbage(t *testing.T) {
 		t.Errorf("all namespaces (-want +got):\n%s", diff)
 	}
 	left, _ := client.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{})
-	if len(left.Items) != 4 {
-		t.Errorf("%d pods left, want the 4 that are not expired nodeexec pods", len(left.Items))
+	if len(left.Items) != 5 {
+		t.Errorf("%d pods left, want the 5 that are not expired nodeexec pods (the watcher's run pod is its own)", len(left.Items))
 	}
+}
+
+// watcherPod is a watcher run pod: owned by a NodeScript, past its deadline.
+func watcherPod(ns, name string, deadline time.Time) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+		Labels:          map[string]string{nodeexec.LabelManagedBy: nodeexec.ManagedByValue},
+		Annotations:     map[string]string{nodeexec.AnnotationDeadline: deadline.Format(time.RFC3339)},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "nodeexec.io/v1alpha1", Kind: "NodeScript", Name: "ns1", UID: "uid-ns1"}},
+	}}
 }

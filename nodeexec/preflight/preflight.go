@@ -115,6 +115,16 @@ func Events() []Permission {
 	return []Permission{{Verb: "list", Resource: "events"}, {Verb: "watch", Resource: "events"}}
 }
 
+// RunLease holds the run's coordination.k8s.io Lease (create it, renew it,
+// delete it), which lets later invocations collect the pods of a client
+// that died; collecting them needs list and delete on leases too.
+func RunLease() []Permission {
+	return []Permission{
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}, {Verb: "get", Group: "coordination.k8s.io", Resource: "leases"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases"}, {Verb: "delete", Group: "coordination.k8s.io", Resource: "leases"},
+	}
+}
+
 // Nodes resolves the targets (the Runner lists nodes).
 func Nodes() []Permission { return []Permission{{Verb: "list", Resource: "nodes", Cluster: true}} }
 
@@ -123,16 +133,16 @@ func Nodes() []Permission { return []Permission{{Verb: "list", Resource: "nodes"
 // blocks above. The map is new on each call.
 func Requirements() map[string][]Permission {
 	return map[string][]Permission{
-		// nodeexec/debugpod: a pod per node, exec into it, delete it.
-		"debugpod": slices.Concat(PodLifecycle(), Exec(), Events(), Nodes()),
+		// nodeexec/debugpod: a pod per node, exec into it, delete it; the run's Lease.
+		"debugpod": slices.Concat(PodLifecycle(), RunLease(), Exec(), Events(), Nodes()),
 		// nsenter: a privileged hostPID agent pod per node, exec into it, delete it.
-		"nsenter": slices.Concat(PodLifecycle(), Exec(), Events(), Nodes()),
+		"nsenter": slices.Concat(PodLifecycle(), RunLease(), Exec(), Events(), Nodes()),
 		// nodeexec/ephemeral: read and watch the target pod, add an ephemeral
 		// container, attach to it, exec kill on timeout.
 		"ephemeral": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}},
 			EphemeralContainers(), Attach(), Exec(), Nodes()),
 		// nodeexec/runtimeexec: read the target pod, an agent pod on its node, exec into it, delete it.
-		"runtime": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}}, PodLifecycle(), Exec(), Events(), Nodes()),
+		"runtime": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}}, PodLifecycle(), RunLease(), Exec(), Events(), Nodes()),
 	}
 }
 

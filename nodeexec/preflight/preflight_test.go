@@ -87,6 +87,7 @@ func TestCheckAllowed(t *testing.T) {
 		got = append(got, a.Namespace+":"+a.Verb+" "+a.Resource+"/"+a.Subresource)
 	}
 	want := []string{"ops:create pods/", "ops:get pods/", "ops:list pods/", "ops:watch pods/", "ops:delete pods/",
+		"ops:create leases/", "ops:get leases/", "ops:update leases/", "ops:delete leases/",
 		"ops:create pods/exec", "ops:list events/", "ops:watch events/", ":list nodes/"}
 	// The reviews are made concurrently: compare as sets.
 	slices.Sort(want)
@@ -244,7 +245,9 @@ func TestRequirementsTable(t *testing.T) {
 	for _, p := range Requirements()["debugpod"] {
 		got = append(got, p.String())
 	}
-	want := []string{"create pods", "get pods", "list pods", "watch pods", "delete pods", "create pods/exec",
+	want := []string{"create pods", "get pods", "list pods", "watch pods", "delete pods",
+		"create leases.coordination.k8s.io", "get leases.coordination.k8s.io", "update leases.coordination.k8s.io", "delete leases.coordination.k8s.io",
+		"create pods/exec",
 		"list events", "watch events", "list nodes (cluster-wide)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("debugpod requirements (-want +got):\n%s", diff)

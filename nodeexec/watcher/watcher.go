@@ -86,6 +86,14 @@ type Options struct {
 	// end of its output, without this). Defaults to 20; negative fetches no
 	// log (one pods/log request per node saved).
 	SuccessLogLines int
+	// CollectInterval is how often the watcher (while it leads) deletes,
+	// cluster-wide, the pods and run Leases of one-shot runs (nodeexec run,
+	// shell) whose client died: podexec.CollectExpired. Defaults to
+	// podexec.DefaultCollectInterval (15s); negative disables it. RBAC:
+	// pods list/delete and leases.coordination.k8s.io list/delete,
+	// cluster-wide; without them the collector logs the refusal and the
+	// rollouts are unaffected.
+	CollectInterval time.Duration
 	// Clock drives timestamps, soak times and backoffs. Defaults to the real clock.
 	Clock clock.WithTicker
 }
@@ -136,6 +144,9 @@ func New(o Options) (*Watcher, error) {
 	}
 	if o.SuccessLogLines == 0 {
 		o.SuccessLogLines = 20
+	}
+	if o.CollectInterval == 0 {
+		o.CollectInterval = podexec.DefaultCollectInterval
 	}
 	switch {
 	case o.Workers < 0:
@@ -375,6 +386,13 @@ func (w *Watcher) run(ctx context.Context) error {
 		defer wg.Done()
 		wait.Until(enqueueAll, w.o.Resync, ctx.Done())
 	}()
+	if w.o.CollectInterval > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = podexec.RunCollector(ctx, w.o.Client, metav1.NamespaceAll, w.o.CollectInterval, w.o.Clock)
+		}()
+	}
 	<-ctx.Done()
 	queue.ShutDown()
 	wg.Wait()

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -55,10 +57,16 @@ func shellAction(c *ucli.Context, streams Streams) error {
 		return errors.New("give the node: shell NODE")
 	}
 	node := c.Args().First()
-	if c.Duration("timeout") <= 0 {
-		return fmt.Errorf("--timeout %s: give a positive duration such as 30m or 2h", c.Duration("timeout"))
+	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+		return fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
+	}
+	if err := checkTimeoutFlag(c, "timeout", "30m or 2h"); err != nil {
+		return err
 	}
 	if err := checkBackendFlags(c); err != nil {
+		return err
+	}
+	if err := checkClientFlags(c); err != nil {
 		return err
 	}
 	fd, tty := term.Fd(streams.In)

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher bench-kwok bench-stream generate clean
+.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-watcher bench-kwok bench-stream generate clean
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -18,7 +18,7 @@ demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local
 	echo "+ nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'" >&2; \
 	./bin/nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'
 
-test: lint test-unit test-e2e ## everything CI runs
+test: lint test-unit fuzz test-e2e ## everything CI runs
 
 lint: ## gofmt and go vet, with and without the e2e tag
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -27,6 +27,18 @@ lint: ## gofmt and go vet, with and without the e2e tag
 
 test-unit: ## fast, hermetic
 	$(GO) test -race -count=1 ./...
+
+# Every parser's fuzz test (testing.F), one at a time, $(FUZZTIME) each; their
+# seed corpora also run in test-unit. A failure leaves the input in
+# <pkg>/testdata/fuzz/<Fuzz>/; commit it as a regression case.
+FUZZTIME ?= 3s
+FUZZ_TARGETS = \
+	./nodeexec:FuzzParseCountOrPercent ./nodeexec:FuzzTargetsValidate \
+	./internal/cli:FuzzParseEnv ./internal/cli:FuzzParseNamespaces ./internal/cli:FuzzParseQuantity ./internal/cli:FuzzCheckImage \
+	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts
+fuzz: ## run each fuzz test for $(FUZZTIME)
+	@set -eo pipefail; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	echo "fuzz $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg | grep -v '^fuzz: elapsed'; done
 
 test-e2e: ## on the real local cluster (started, or reused when running)
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

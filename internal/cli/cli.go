@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	ucli "github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -50,9 +51,21 @@ func Run(ctx context.Context, streams Streams, args []string) int {
 	case errors.As(err, &ec):
 		return ec.code
 	default:
-		fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+		fmt.Fprintf(streams.ErrOut, "error: %v%s\n", err, errorHint(err))
 		return 2
 	}
+}
+
+// errorHint says how to fix the API server's refusals of the caller's
+// identity, which client-go reports as a bare "Unauthorized" or "forbidden".
+func errorHint(err error) string {
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return " (the API server rejected the credentials: the token or certificate is invalid or expired; refresh them, or choose others with --kubeconfig or --context)"
+	case apierrors.IsForbidden(err) && !errors.Is(err, nodeexec.ErrForbidden) && !strings.Contains(err.Error(), "kubectl"):
+		return " (RBAC: ask a cluster admin for the permission named above; `kubectl auth can-i --list` shows yours)"
+	}
+	return ""
 }
 
 func newApp(streams Streams) *ucli.App {

@@ -157,7 +157,7 @@ func TestRunBadInput(t *testing.T) {
 		{name: "no targets", args: []string{"run", "--", "true"}, want: []string{"exactly one of", "--node", "--selector", "--all"}},
 		{name: "names and all", args: []string{"run", "--node", "n1", "--all", "--", "true"}, want: []string{"exactly one of"}},
 		{name: "selector and all", args: []string{"run", "-l", "a=b", "--all", "--", "true"}, want: []string{"exactly one of"}},
-		{name: "malformed selector", args: []string{"run", "--selector", "a in (b", "--", "true"}, want: []string{"invalid label selector", `"a in (b"`}},
+		{name: "malformed selector", args: []string{"run", "--selector", "a in (b", "--", "true"}, want: []string{`--selector "a in (b"`, "invalid label selector"}},
 		{name: "no command", args: []string{"run", "--node", "n1"}, want: []string{"no command"}},
 		{name: "empty program", args: []string{"run", "--node", "n1", "--", ""}, want: []string{"Command[0]"}},
 		{name: "unreadable script", args: []string{"run", "--node", "n1", "--script", missing}, want: []string{"--script", "missing.sh"}},

@@ -11,6 +11,7 @@ import (
 	"github.com/distribution/reference"
 	ucli "github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -121,6 +122,11 @@ func checkNodeNames(c *ucli.Context, nodes []string) error {
 func checkSelectorFlag(c *ucli.Context) error {
 	if c.IsSet("selector") && strings.TrimSpace(c.String("selector")) == "" {
 		return errors.New("--selector is empty: give a label selector such as pool=gpu, or --all for every node")
+	}
+	if sel := c.String("selector"); sel != "" {
+		if _, err := labels.Parse(sel); err != nil {
+			return fmt.Errorf("--selector %q: invalid label selector: %v (kubectl syntax, e.g. pool=gpu,zone!=a)", sel, err)
+		}
 	}
 	return nil
 }

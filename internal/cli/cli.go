@@ -73,7 +73,7 @@ func newApp(streams Streams) *ucli.App {
 	if strings.HasPrefix(name, "kubectl-") {
 		name = "kubectl " + strings.TrimPrefix(name, "kubectl-")
 	}
-	return &ucli.App{
+	app := &ucli.App{
 		Name:      name,
 		Usage:     "run commands and scripts on Kubernetes nodes",
 		Reader:    streams.In,
@@ -89,7 +89,12 @@ func newApp(streams Streams) *ucli.App {
 			applyCommand(streams), statusCommand(streams), promoteCommand(streams), watchCommand(streams),
 			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...),
 			versionCommand(streams), completionCommand(streams)},
+		// A flag value the flag package cannot parse (--timeout soon) is one
+		// error naming the flag, not the usage on stdout.
+		OnUsageError: onUsageError,
 	}
+	setOnUsageError(app.Commands)
+	return app
 }
 
 // Client flags, as kubectl spells them.
@@ -224,7 +229,14 @@ func permuteArgs(app *ucli.App, args []string) ([]string, error) {
 			}
 		}
 		*dst = append(*dst, tok)
-		if takesValue(f, inline) && j+1 < len(rest) {
+		if takesValue(f, inline) && j+1 == len(rest) {
+			// Moved, it would take the next argument as its value.
+			if ex := valueExample(f); ex != "" {
+				return nil, fmt.Errorf("%s needs a value: give %s", tok, ex)
+			}
+			return nil, fmt.Errorf("%s needs a value: see %s %s --help", tok, app.Name, cmd.Name)
+		}
+		if takesValue(f, inline) {
 			*dst = append(*dst, rest[j+1])
 			j++
 		}

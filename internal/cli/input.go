@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/distribution/reference"
@@ -257,4 +258,133 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// onUsageError replaces urfave/cli's handling of a command line the flag
+// package cannot parse (the message, then the command's help, on stdout)
+// with one error naming the flag and what to give instead, which Run prints
+// on stderr with exit status 2.
+func onUsageError(c *ucli.Context, err error, _ bool) error {
+	var flags []ucli.Flag
+	help := c.App.Name
+	if c.Command != nil {
+		flags = c.Command.Flags
+		if c.Command.HelpName != "" {
+			help = c.Command.HelpName
+		}
+	}
+	return flagParseError(flags, help, err)
+}
+
+// flagParseError rewrites an error of the flag package (which urfave/cli
+// parses with) for the flags of one command; help is that command's name,
+// for "see ... --help". Errors it does not recognise are returned as they
+// are.
+func flagParseError(flags []ucli.Flag, help string, err error) error {
+	msg := err.Error()
+	// dashed spells a flag name the way the help does: -n, --timeout.
+	dashed := func(name string) string {
+		name = strings.TrimLeft(name, "-")
+		if len(name) == 1 {
+			return "-" + name
+		}
+		return "--" + name
+	}
+	find := func(name string) ucli.Flag {
+		name = strings.TrimLeft(name, "-")
+		for _, f := range flags {
+			if slices.Contains(f.Names(), name) {
+				return f
+			}
+		}
+		return nil
+	}
+	// The flag package's messages, as of Go 1.21 to 1.25.
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return fmt.Errorf("unknown flag %s: see %s --help for the flags it takes", dashed(name), help)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		if ex := valueExample(find(name)); ex != "" {
+			return fmt.Errorf("%s needs a value: give %s", dashed(name), ex)
+		}
+		return fmt.Errorf("%s needs a value: see %s --help", dashed(name), help)
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		// invalid boolean value "maybe" for -all: parse error
+		val, name, _ := strings.Cut(rest, " for ")
+		name, _, _ = strings.Cut(name, ":")
+		return fmt.Errorf("%s=%s: want true or false (or %s alone for true)", dashed(name), strings.Trim(val, `"`), dashed(name))
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		// invalid value "soon" for flag -timeout: parse error
+		i := strings.LastIndex(rest, " for flag ")
+		if i < 0 {
+			return err
+		}
+		val := rest[:i]
+		name, reason, _ := strings.Cut(rest[i+len(" for flag "):], ": ")
+		f := find(name)
+		what := "not a valid value"
+		switch {
+		case strings.Contains(reason, "out of range"):
+			what = "out of range"
+		case isDurationFlag(f):
+			what = "not a duration"
+		case isIntFlag(f):
+			what = "not a whole number"
+		case isFloatFlag(f):
+			what = "not a number"
+		case reason != "" && reason != "parse error":
+			what = reason
+		}
+		if ex := valueExample(f); ex != "" {
+			return fmt.Errorf("%s %s: %s: give %s", dashed(name), val, what, ex)
+		}
+		return fmt.Errorf("%s %s: %s: see %s --help", dashed(name), val, what, help)
+	}
+	return err
+}
+
+func isDurationFlag(f ucli.Flag) bool {
+	_, ok := f.(*ucli.DurationFlag)
+	return ok
+}
+
+func isIntFlag(f ucli.Flag) bool {
+	switch f.(type) {
+	case *ucli.IntFlag, *ucli.Int64Flag, *ucli.UintFlag, *ucli.Uint64Flag:
+		return true
+	}
+	return false
+}
+
+func isFloatFlag(f ucli.Flag) bool {
+	_, ok := f.(*ucli.Float64Flag)
+	return ok
+}
+
+// valueExample says what a flag's value looks like, by the flag's type
+// ("" for types whose values have no one shape, such as strings).
+func valueExample(f ucli.Flag) string {
+	switch {
+	case isDurationFlag(f):
+		return "a duration such as 30s, 5m or 1h30m"
+	case isIntFlag(f):
+		return "a whole number such as 10"
+	case isFloatFlag(f):
+		return "a number such as 50 or 0.5"
+	}
+	return ""
+}
+
+// setOnUsageError gives every command (and subcommand) without its own
+// OnUsageError handler onUsageError: urfave/cli does not pass the app's
+// handler down to commands.
+func setOnUsageError(cmds []*ucli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = onUsageError
+		}
+		setOnUsageError(c.Subcommands)
+	}
 }

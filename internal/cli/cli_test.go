@@ -386,6 +386,54 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
+// A missing image with pull policy Never on every node is bad input: one
+// error naming the image flag, the image, the nodes and the fix; on some
+// nodes only, the summary's hint says the same.
+func TestNeverPull(t *testing.T) {
+	never := func(node string) nodeexec.NodeResult {
+		return nodeexec.NodeResult{Result: nodeexec.Result{Node: node, ExitCode: -1}, Err: fmt.Errorf("x: %w",
+			&nodeexec.PodError{Node: node, Namespace: "default", Pod: "p", Reason: "ErrImageNeverPull", Image: "reg.test/missing:1"})}
+	}
+	ok := nodeexec.NodeResult{Result: nodeexec.Result{Node: "ok"}}
+	skipped := nodeexec.NodeResult{Result: nodeexec.Result{Node: "s", ExitCode: -1}, Err: fmt.Errorf("canary failed: %w", nodeexec.ErrSkipped)}
+	pull := nodeexec.NodeResult{Result: nodeexec.Result{Node: "p", ExitCode: -1}, Err: &nodeexec.PodError{Node: "p", Reason: "ErrImagePull", Image: "x:1"}}
+
+	err := neverPullResults([]nodeexec.NodeResult{never("a"), never("b"), skipped}, "debugpod")
+	if err == nil {
+		t.Fatal("every node ErrImageNeverPull: no error")
+	}
+	for _, want := range []string{"--image-pull-policy Never", `--image "reg.test/missing:1"`, `nodes "a", "b"`, "IfNotPresent"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error is more than one line: %v", err)
+	}
+	if err := neverPullResults([]nodeexec.NodeResult{never("a")}, "nsenter"); err == nil || !strings.Contains(err.Error(), `--agent-image "reg.test/missing:1" is not present on node "a"`) {
+		t.Errorf("nsenter: %v, want the --agent-image named", err)
+	}
+	for name, rs := range map[string][]nodeexec.NodeResult{
+		"one node ran":      {never("a"), ok},
+		"another failure":   {never("a"), pull},
+		"nothing":           nil,
+		"all skipped":       {skipped},
+		"an ordinary error": {pull},
+	} {
+		if err := neverPullResults(rs, "debugpod"); err != nil {
+			t.Errorf("%s: %v, want nil (not bad input)", name, err)
+		}
+	}
+	h := pullHint(never("a").Err, "run", "debugpod")
+	if !strings.Contains(h, `"reg.test/missing:1" is not on node "a"`) || !strings.Contains(h, "--image-pull-policy IfNotPresent") || strings.Contains(h, "--image-pull-secret") {
+		t.Errorf("pull hint for ErrImageNeverPull: %q", h)
+	}
+	// shell: bad input, exit status 2 through Run.
+	if err := shellExit(Streams{}, "debugpod", never("a").Err); err == nil || errors.As(err, new(exitCoder)) {
+		t.Errorf("shell: %v, want a bad-input error", err)
+	}
+}
+
 func TestPrintSummary(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var b bytes.Buffer

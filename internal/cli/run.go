@@ -130,6 +130,11 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	// Every node refused the image (pull policy Never, image not there):
+	// bad input, one error and exit status 2, like the checks above.
+	if err := neverPullResults(results, c.String("backend")); err != nil {
+		return err
+	}
 	printResults(c, streams, results)
 	printPullHint(streams.ErrOut, c.String("backend"), results)
 	return exitStatus(results)

@@ -122,26 +122,30 @@ func shellAction(c *ucli.Context, streams Streams) error {
 			fmt.Fprintf(streams.ErrOut, "warning: %v; run `reset`\n", rerr)
 		}
 		var ee *nodeexec.ExitError
-		if err != nil && !errors.As(err, &ee) {
+		if err != nil && !errors.As(err, &ee) && !errors.Is(err, nodeexec.ErrImageNeverPull) {
 			// The session was cut (signal, timeout, broken stream): the
 			// cursor may still be after the remote prompt.
 			fmt.Fprintln(streams.ErrOut)
 		}
-		return shellExit(streams, err)
+		return shellExit(streams, c.String("backend"), err)
 	}
 	_, err = backend.Run(ctx, req)
-	return shellExit(streams, err)
+	return shellExit(streams, c.String("backend"), err)
 }
 
 // shellExit maps the session's end to the exit status: the remote status
-// silently, otherwise the error on stderr and 124 (timeout) or 1.
-func shellExit(streams Streams, err error) error {
+// silently; an image not on the node with pull policy Never as bad input
+// (Run prints it, exit status 2); otherwise the error on stderr and 124
+// (timeout) or 1.
+func shellExit(streams Streams, backend string, err error) error {
 	var ee *nodeexec.ExitError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &ee):
 		return exitCoder{ee.Code}
+	case errors.Is(err, nodeexec.ErrImageNeverPull):
+		return neverPullError([]error{err}, "shell", backend)
 	default:
 		fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 		return exitCoder{nodeexec.ExitCode(err)}

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e bench bench-backends bench-watcher bench-kwok bench-stream generate clean
+.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-watcher bench-kwok bench-stream generate clean
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -18,7 +18,7 @@ demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local
 	echo "+ nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'" >&2; \
 	./bin/nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'
 
-test: lint test-unit test-e2e ## everything CI runs
+test: lint test-unit fuzz test-e2e ## everything CI runs
 
 lint: ## gofmt and go vet, with and without the e2e tag
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -27,6 +27,35 @@ lint: ## gofmt and go vet, with and without the e2e tag
 
 test-unit: ## fast, hermetic
 	$(GO) test -race -count=1 ./...
+
+# Every parser's fuzz test (testing.F), one at a time, $(FUZZTIME) each; their
+# seed corpora also run in test-unit. A failure leaves the input in
+# <pkg>/testdata/fuzz/<Fuzz>/; commit it as a regression case.
+# -fuzz compiles the package and every dependency (client-go included) with
+# coverage instrumentation: minutes on 2 cores with a cold build cache, cached
+# afterwards. So each package's instrumented test binary is built once (go
+# test -c, no vet: lint does that) and runs each of its targets itself, in the
+# package directory and with go test's fuzz cache, instead of one go test
+# -fuzz (a link and a vet) per target; FUZZMINIMIZETIME bounds the shrinking
+# of a failing input (go test's default is 60s).
+FUZZTIME ?= 3s
+FUZZMINIMIZETIME ?= 10s
+FUZZ_TARGETS = \
+	./nodeexec:FuzzParseCountOrPercent ./nodeexec:FuzzTargetsValidate \
+	./internal/cli:FuzzParseEnv ./internal/cli:FuzzParseNamespaces ./internal/cli:FuzzParseQuantity ./internal/cli:FuzzCheckImage \
+	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts
+fuzz: ## run each fuzz test for $(FUZZTIME)
+	@set -eo pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$(for t in $(FUZZ_TARGETS); do echo "$${t%%:*}"; done | uniq); do \
+	  echo "fuzz: building $$pkg"; $(GO) test -c -vet=off -fuzz . -o "$$bin/fuzz.test" "$$pkg"; \
+	  path=$$($(GO) list "$$pkg"); \
+	  for t in $(FUZZ_TARGETS); do [ "$${t%%:*}" = "$$pkg" ] || continue; fn=$${t##*:}; \
+	    echo "fuzz $$pkg $$fn"; start=$$SECONDS; \
+	    (cd "$$pkg" && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $(FUZZTIME) \
+	      -test.fuzzminimizetime $(FUZZMINIMIZETIME) -test.fuzzcachedir "$$cache/$$path" 2>&1) | grep -v '^fuzz: elapsed'; \
+	    echo "ok  $$path $$fn $$((SECONDS - start))s"; \
+	  done; \
+	done
 
 test-e2e: ## on the real local cluster (started, or reused when running)
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

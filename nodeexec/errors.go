@@ -36,6 +36,12 @@ var (
 	// the pod (retried until the API server answers), which stops the
 	// command if it was still running.
 	ErrOutcomeUnknown = errors.New("outcome unknown: the connection to the command broke before its exit status arrived")
+	// ErrImageNeverPull: the image is not on the node and the pull policy
+	// is Never, so the kubelet will not pull it (its waiting reason
+	// ErrImageNeverPull). A mistake in the request rather than an
+	// infrastructure failure: retrying cannot help (the Runner does not
+	// retry it). A *PodError with that Reason matches it, and ErrImagePull.
+	ErrImageNeverPull = errors.New("image is not present on the node and the pull policy is Never")
 )
 
 // Exit statuses of nodeexec's own, besides the command's (see ExitCode).
@@ -107,9 +113,17 @@ func (e *PodError) Error() string {
 	return msg
 }
 
-// Is makes errors.Is(err, ErrImagePull) true for an image pull failure.
+// Is makes errors.Is(err, ErrImagePull) true for an image pull failure, and
+// errors.Is(err, ErrImageNeverPull) for a missing image with pull policy
+// Never.
 func (e *PodError) Is(target error) bool {
-	return target == ErrImagePull && IsImagePullReason(e.Reason)
+	switch target {
+	case ErrImagePull:
+		return IsImagePullReason(e.Reason)
+	case ErrImageNeverPull:
+		return e.Reason == "ErrImageNeverPull"
+	}
+	return false
 }
 
 // ExitCode maps an error from Backend.Run to a process exit status: 0 for nil,

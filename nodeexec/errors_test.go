@@ -37,6 +37,20 @@ func TestExitCode(t *testing.T) {
 	}
 }
 
+// A missing image with pull policy Never is an image pull failure, and the
+// one of them that is the request's mistake.
+func TestImageNeverPull(t *testing.T) {
+	for reason, want := range map[string]bool{"ErrImageNeverPull": true, "ErrImagePull": false, "ImagePullBackOff": false, "Evicted": false} {
+		err := fmt.Errorf("node a: %w", &nodeexec.PodError{Reason: reason})
+		if got := errors.Is(err, nodeexec.ErrImageNeverPull); got != want {
+			t.Errorf("reason %q: errors.Is(err, ErrImageNeverPull) = %v, want %v", reason, got, want)
+		}
+		if want && !errors.Is(err, nodeexec.ErrImagePull) {
+			t.Errorf("reason %q: not ErrImagePull", reason)
+		}
+	}
+}
+
 func TestErrorMessages(t *testing.T) {
 	tests := []struct {
 		name string

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -128,15 +131,32 @@ func checkCountOrPercent(v intstr.IntOrString, zeroOK bool) error {
 	return nil
 }
 
-// ParseCountOrPercent reads "5" or "20%" as command lines give them.
+// ParseCountOrPercent reads "5" or "20%" as command lines give them: a
+// decimal count that fits an int32, or a decimal percentage followed by %.
+// The error says which it is not (or that the count is too large); ranges
+// (at least 1, at most 100%) are CheckCountOrPercent's.
 func ParseCountOrPercent(s string) (intstr.IntOrString, error) {
-	v := intstr.Parse(s)
-	if v.Type == intstr.String {
-		if _, err := intstr.GetScaledValueFromIntOrPercent(&v, 100, false); err != nil {
-			return v, fmt.Errorf("%q is neither a number nor a percentage such as 20%%", s)
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		if _, err := strconv.ParseInt(p, 10, 32); err != nil {
+			return intstr.IntOrString{}, fmt.Errorf("%q is not a percentage such as 20%%", s)
 		}
+		return intstr.FromString(s), nil
 	}
-	return v, nil
+	n, err := strconv.ParseInt(s, 10, 32)
+	if errors.Is(err, strconv.ErrRange) {
+		return intstr.IntOrString{}, fmt.Errorf("%q is too large: give a count up to %d, or a percentage such as 20%%", s, math.MaxInt32)
+	}
+	if err != nil {
+		return intstr.IntOrString{}, fmt.Errorf("%q is neither a number nor a percentage such as 20%%", s)
+	}
+	return intstr.FromInt32(int32(n)), nil
+}
+
+// CheckCountOrPercent accepts a count (>= 1, or >= 0 when zeroOK) or a
+// percentage from 1% (0% when zeroOK) to 100%: the rule for
+// RunnerOptions.Batches (zeroOK false) and MaxErrors (zeroOK true).
+func CheckCountOrPercent(v intstr.IntOrString, zeroOK bool) error {
+	return checkCountOrPercent(v, zeroOK)
 }
 
 // plan splits n target nodes (by index, in target order) into stages: the

@@ -160,6 +160,16 @@ func TestRunRetriesInfrastructureFailuresOnly(t *testing.T) {
 	if len(be2.called()) != 1 || res2[0].Attempts != 1 {
 		t.Errorf("exit 2 was tried %d times, want 1", len(be2.called()))
 	}
+
+	// A missing image with pull policy Never stays missing: never retried.
+	be3 := &fakeBackend{fn: func(_ context.Context, req nodeexec.Request) (nodeexec.Result, error) {
+		return nodeexec.Result{ExitCode: -1}, &nodeexec.PodError{Node: req.Node, Reason: "ErrImageNeverPull", Image: "x:1"}
+	}}
+	r3 := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("c")...), Backend: be3, Retries: 3, Clock: clk})
+	res3, _ := r3.Run(t.Context(), nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"x"}})
+	if len(be3.called()) != 1 || res3[0].Attempts != 1 || !errors.Is(res3[0].Err, nodeexec.ErrImageNeverPull) {
+		t.Errorf("ErrImageNeverPull: tried %d times (err %v), want once", len(be3.called()), res3[0].Err)
+	}
 }
 
 func TestRunOutputSummaries(t *testing.T) {

@@ -96,7 +96,8 @@ type RunnerOptions struct {
 	MaxErrors *intstr.IntOrString
 	// Retries is how often a node is retried after an infrastructure failure
 	// (a *PodError: image pull, kubelet rejection, eviction, ...). A non-zero
-	// exit, a timeout or cancellation is never retried. Defaults to 0.
+	// exit, a timeout, cancellation or ErrImageNeverPull (a retry pulls
+	// nothing either) is never retried. Defaults to 0.
 	Retries int
 	// RetryBackoff is the pause before the first retry; it doubles with each
 	// retry, plus up to 50% jitter. Defaults to DefaultRetryBackoff.
@@ -301,7 +302,7 @@ func (r *Runner) runOne(ctx context.Context, node *corev1.Node, req Request, std
 		req.Stdout, req.Stderr = tee(base.Stdout, outRec), tee(base.Stderr, errRec)
 		res, err = r.o.Backend.Run(logr.NewContext(ctx, log), req)
 		var pe *PodError
-		if err == nil || !errors.As(err, &pe) || attempts > r.o.Retries || ctx.Err() != nil {
+		if err == nil || !errors.As(err, &pe) || errors.Is(err, ErrImageNeverPull) || attempts > r.o.Retries || ctx.Err() != nil {
 			break
 		}
 		wait := backoff(r.o.RetryBackoff, attempts)

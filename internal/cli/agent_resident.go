@@ -42,11 +42,14 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 			"rolls back what it created. `nodeexec agent uninstall` removes what it created, nothing else.",
 		Flags: append(residentFlags(),
 			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the agent pods (e.g. system-node-critical)"},
-			&ucli.StringFlag{Name: "agent-image", Value: nsenter.DefaultAgentImage, EnvVars: []string{"NODEEXEC_AGENT_IMAGE"}, Usage: "the agent image"},
+			&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", nsenter.DefaultAgentImage), Usage: "the agent image (default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
 			&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
 			&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` in the namespace for pulling the image (repeatable)"},
 		),
 		Action: func(c *ucli.Context) error {
+			if err := checkResidentFlags(c, true); err != nil {
+				return err
+			}
 			cs, _, _, err := client(c)
 			if err != nil {
 				return err
@@ -79,6 +82,9 @@ func agentUninstallCommand(streams Streams) *ucli.Command {
 		Usage: "remove the resident agents: the DaemonSet, its pods and the namespace install created",
 		Flags: residentFlags(),
 		Action: func(c *ucli.Context) error {
+			if err := checkResidentFlags(c, false); err != nil {
+				return err
+			}
 			cs, _, _, err := client(c)
 			if err != nil {
 				return err

@@ -34,7 +34,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "host-root", Usage: "where the host's root filesystem is visible (default: /host when it exists, else /proc/1/root)"},
 			&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "namespaces of the container to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all"},
 			&ucli.BoolFlag{Name: "no-proc-fallback", Usage: "do not scan /proc/*/cgroup when no runtime socket answers"},
-			&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment variable `KEY=VALUE` added to the container's (repeatable)"},
+			envFlag("environment variable `KEY=VALUE` added to the container's; repeat -e for several (never split on commas)"),
 			&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "say on stderr which runtime socket (or the /proc scan) found the container"},
 			agentTimeoutFlag(),
 		},
@@ -47,7 +47,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return agentFailure(streams, fmt.Errorf("--namespaces: %w", err))
 			}
-			extra, err := parseEnv(c.StringSlice("env"))
+			extra, err := parseEnv(envValues(c))
 			if err != nil {
 				return agentFailure(streams, err)
 			}

@@ -31,7 +31,7 @@ func TestAgentNsenterFlagValidation(t *testing.T) {
 		{"no target", []string{"--", "true"}, `Required flag "target" not set`},
 		{"zero target", []string{"--target", "0", "--", "true"}, "--target 0: give the PID (> 0)"},
 		{"negative target", []string{"--target", "-3", "--", "true"}, "--target -3"},
-		{"target not a number", []string{"--target", "init", "--", "true"}, "invalid value \"init\" for flag -target"},
+		{"target not a number", []string{"--target", "init", "--", "true"}, `--target "init": not a whole number`},
 		{"unknown namespace", []string{"--target", self, "--namespaces", "mnt,netz", "--", "true"}, `--namespaces: unknown namespace "netz": valid names are mnt, uts, ipc, net, pid, cgroup, user, or all`},
 		{"empty namespaces", []string{"--target", self, "--namespaces", "", "--", "true"}, "--namespaces: no namespace"},
 		{"all in a list", []string{"--target", self, "--namespaces", "all,net", "--", "true"}, `"all" alone`},
@@ -47,7 +47,7 @@ func TestAgentNsenterFlagValidation(t *testing.T) {
 			if !strings.Contains(errOut, tc.want) {
 				t.Errorf("stderr %q, want it to contain %q", errOut, tc.want)
 			}
-			if out != "" && !strings.Contains(out, "USAGE") {
+			if out != "" {
 				t.Errorf("stdout %q", out)
 			}
 		})

@@ -2,11 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -29,7 +30,7 @@ func backendFlags() []ucli.Flag {
 	return append([]ucli.Flag{
 		&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: " + strings.Join(backendNames(), ", ")},
 		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles, ", ")},
-		&ucli.StringFlag{Name: "image", Value: debugpod.DefaultImage, EnvVars: []string{"NODEEXEC_IMAGE"}, Usage: "image of the debugging container"},
+		&ucli.StringFlag{Name: "image", Value: envOr("NODEEXEC_IMAGE", debugpod.DefaultImage), Usage: "image of the debugging container (default: $NODEEXEC_IMAGE when set and not empty)"},
 		&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
 		&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` for pulling the image (repeatable)"},
 		&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the pods"},
@@ -38,27 +39,52 @@ func backendFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "pod", Usage: "ephemeral backend: the running pod `[NAMESPACE/]NAME` to add the ephemeral container to; the run targets its node (no --node, --selector or --all)"},
 		&ucli.StringFlag{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
 		&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
-		&ucli.StringFlag{Name: "agent-image", Value: nsenter.DefaultAgentImage, EnvVars: []string{"NODEEXEC_AGENT_IMAGE"}, Usage: "nsenter backend: the agent image (nodeexec at " + nsenter.AgentPath + ")"},
+		&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", nsenter.DefaultAgentImage), Usage: "nsenter backend: the agent image (nodeexec at " + nsenter.AgentPath + "; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
 	}, runtimeFlags()...)
 }
 
 // checkBackendFlags validates the backend flags without touching the cluster.
 func checkBackendFlags(c *ucli.Context) error {
 	name := c.String("backend")
-	for _, n := range backendNames() {
-		if n == name {
-			if _, err := requests(c); err != nil {
-				return err
-			}
-			if name == nsenter.Name || name == runtimeexec.Name {
-				if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
-					return fmt.Errorf("--namespaces: %w", err)
-				}
-			}
-			return nil
+	if !slices.Contains(backendNames(), name) {
+		return fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	}
+	if _, err := requests(c); err != nil {
+		return err
+	}
+	if name == nsenter.Name || name == runtimeexec.Name {
+		if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
+			return fmt.Errorf("--namespaces: %w", err)
 		}
 	}
-	return fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	if name == debugpod.Name || name == ephemeral.Name {
+		if p := c.String("profile"); !slices.Contains(debugpod.Profiles, p) {
+			return fmt.Errorf("unknown --profile %q: want one of %s", p, strings.Join(debugpod.Profiles, ", "))
+		}
+	}
+	// The image the backend's pod or container runs: --image for debugpod
+	// and ephemeral, --agent-image for nsenter and runtime.
+	image := "image"
+	if name == nsenter.Name || name == runtimeexec.Name {
+		image = "agent-image"
+	}
+	if err := checkImage(image, c.String(image)); err != nil {
+		return err
+	}
+	switch p := corev1.PullPolicy(c.String("image-pull-policy")); p {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", p)
+	}
+	if err := checkDNSNames(c, "image-pull-secret", "priority-class"); err != nil {
+		return err
+	}
+	if c.IsSet("resident-namespace") {
+		if msgs := validation.IsDNS1123Label(c.String("resident-namespace")); len(msgs) > 0 {
+			return fmt.Errorf("--resident-namespace %q: not a namespace name (%s)", c.String("resident-namespace"), strings.Join(msgs, "; "))
+		}
+	}
+	return nil
 }
 
 // newBackend builds the backend --backend names from its flags.
@@ -116,9 +142,9 @@ func requests(c *ucli.Context) (corev1.ResourceList, error) {
 		flag string
 		name corev1.ResourceName
 	}{{"cpu-request", corev1.ResourceCPU}, {"memory-request", corev1.ResourceMemory}} {
-		q, err := resource.ParseQuantity(c.String(f.flag))
+		q, err := parseQuantity(f.flag, c.String(f.flag))
 		if err != nil {
-			return nil, fmt.Errorf("--%s %q: %w", f.flag, c.String(f.flag), err)
+			return nil, err
 		}
 		if !q.IsZero() {
 			out[f.name] = q

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	ucli "github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -39,7 +40,10 @@ func (e exitCoder) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // any failed; 2 for bad usage or a run that could not start.
 func Run(ctx context.Context, streams Streams, args []string) int {
 	app := newApp(streams)
-	err := app.RunContext(ctx, permuteArgs(app, args))
+	args, err := permuteArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
 	var ec exitCoder
 	switch {
 	case err == nil:
@@ -47,9 +51,21 @@ func Run(ctx context.Context, streams Streams, args []string) int {
 	case errors.As(err, &ec):
 		return ec.code
 	default:
-		fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+		fmt.Fprintf(streams.ErrOut, "error: %v%s\n", err, errorHint(err))
 		return 2
 	}
+}
+
+// errorHint says how to fix the API server's refusals of the caller's
+// identity, which client-go reports as a bare "Unauthorized" or "forbidden".
+func errorHint(err error) string {
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return " (the API server rejected the credentials: the token or certificate is invalid or expired; refresh them, or choose others with --kubeconfig or --context)"
+	case apierrors.IsForbidden(err) && !errors.Is(err, nodeexec.ErrForbidden) && !strings.Contains(err.Error(), "kubectl"):
+		return " (RBAC: ask a cluster admin for the permission named above; `kubectl auth can-i --list` shows yours)"
+	}
+	return ""
 }
 
 func newApp(streams Streams) *ucli.App {
@@ -57,7 +73,7 @@ func newApp(streams Streams) *ucli.App {
 	if strings.HasPrefix(name, "kubectl-") {
 		name = "kubectl " + strings.TrimPrefix(name, "kubectl-")
 	}
-	return &ucli.App{
+	app := &ucli.App{
 		Name:      name,
 		Usage:     "run commands and scripts on Kubernetes nodes",
 		Reader:    streams.In,
@@ -73,7 +89,12 @@ func newApp(streams Streams) *ucli.App {
 			applyCommand(streams), statusCommand(streams), promoteCommand(streams), watchCommand(streams),
 			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...),
 			versionCommand(streams), completionCommand(streams)},
+		// A flag value the flag package cannot parse (--timeout soon) is one
+		// error naming the flag, not the usage on stdout.
+		OnUsageError: onUsageError,
 	}
+	setOnUsageError(app.Commands)
+	return app
 }
 
 // Client flags, as kubectl spells them.
@@ -90,6 +111,9 @@ func clientFlags() []ucli.Flag {
 
 // client builds the client from the global flags.
 func client(c *ucli.Context) (kubernetes.Interface, *rest.Config, string, error) {
+	if err := checkClientFlags(c); err != nil {
+		return nil, nil, "", err
+	}
 	o := nodeexec.ClientOptions{
 		Kubeconfig: c.String("kubeconfig"),
 		Context:    c.String("context"),
@@ -120,62 +144,108 @@ func withLogger(ctx context.Context, w io.Writer, v int) context.Context {
 	return logr.NewContext(ctx, log)
 }
 
-// interspersedCommands accept flags after their positional arguments, as
-// kubectl does (`nodeexec promote NAME --to all`); urfave/cli stops at the
-// first argument, so permuteArgs moves their flags first.
-var interspersedCommands = []string{"apply", "status", "promote", "watch", "gc"}
+// positionalBeforeCommand is, for commands whose positional arguments end
+// with a remote command, how many positional arguments precede it: run
+// none, shell one (NODE). A flag after the command's first word is refused
+// (it is ambiguous: `run --all echo -n hi`); the command goes after "--".
+var positionalBeforeCommand = map[string]int{"run": 0, "shell": 1}
 
-// permuteArgs returns args (args[0] the program) with the flags of an
-// interspersedCommands command moved before its positional arguments.
-// A flag's value is kept with it; "--" ends the flags.
-func permuteArgs(app *ucli.App, args []string) []string {
-	takesValue := func(flags []ucli.Flag, tok string) bool {
-		name := strings.TrimLeft(tok, "-")
-		if strings.Contains(name, "=") {
-			return false
-		}
+// permuteArgs returns args (args[0] the program) reordered so that
+// urfave/cli, which stops at the first positional argument, parses flags
+// given anywhere before "--", as kubectl does: the command's flags after its
+// positional arguments move before them (`shell NODE --profile baseline`,
+// `promote NAME --to all`), and global flags after the command (-n,
+// --kubeconfig, ...) move before it. A flag's value stays with it; "--"
+// ends the flags, and is put before the positional arguments so that none
+// of them is read as a flag. The agent's internal subcommands (all but
+// install and uninstall) are left as they are.
+func permuteArgs(app *ucli.App, args []string) ([]string, error) {
+	// lookup returns the flag of flags that tok names, and whether tok
+	// carries its value (--name=value).
+	lookup := func(flags []ucli.Flag, tok string) (ucli.Flag, bool) {
+		name, _, inline := strings.Cut(strings.TrimLeft(tok, "-"), "=")
 		for _, f := range flags {
-			for _, n := range f.Names() {
-				if n == name {
-					_, isBool := f.(*ucli.BoolFlag)
-					return !isBool
-				}
+			if slices.Contains(f.Names(), name) {
+				return f, inline
 			}
 		}
-		return false
+		return nil, inline
 	}
+	takesValue := func(f ucli.Flag, inline bool) bool {
+		_, isBool := f.(*ucli.BoolFlag)
+		return f != nil && !isBool && !inline
+	}
+	isFlag := func(tok string) bool { return strings.HasPrefix(tok, "-") && tok != "-" && tok != "--" }
+
 	i := 1
-	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
-		if takesValue(app.Flags, args[i]) {
+	for i < len(args) && isFlag(args[i]) {
+		if f, inline := lookup(app.Flags, args[i]); takesValue(f, inline) {
 			i++
 		}
 		i++
 	}
 	if i >= len(args) {
-		return args
+		return args, nil
 	}
+	cmdAt := i
 	cmd := app.Command(args[i])
-	if cmd == nil || !slices.Contains(interspersedCommands, cmd.Name) {
-		return args
+	if cmd == nil {
+		return args, nil
 	}
+	if len(cmd.Subcommands) > 0 {
+		if i+1 >= len(args) || !slices.Contains([]string{"install", "uninstall"}, args[i+1]) || cmd.Command(args[i+1]) == nil {
+			return args, nil
+		}
+		i++
+		cmd = cmd.Command(args[i])
+	}
+	// Flags every command has: help, and shell completion.
+	builtin := []ucli.Flag{&ucli.BoolFlag{Name: "help", Aliases: []string{"h"}}, &ucli.BoolFlag{Name: "generate-bash-completion"}}
+	maxPos, remote := positionalBeforeCommand[cmd.Name]
+	global := slices.Clone(args[1:cmdAt])
 	var flags, pos []string
 	rest := args[i+1:]
+	dash := false
 	for j := 0; j < len(rest); j++ {
 		tok := rest[j]
 		if tok == "--" {
-			pos = append(pos, rest[j:]...)
+			dash = true
+			pos = append(pos, rest[j+1:]...)
 			break
 		}
-		if strings.HasPrefix(tok, "-") && tok != "-" {
-			flags = append(flags, tok)
-			if takesValue(cmd.Flags, tok) && j+1 < len(rest) {
-				flags = append(flags, rest[j+1])
-				j++
-			}
+		if !isFlag(tok) {
+			pos = append(pos, tok)
 			continue
 		}
-		pos = append(pos, tok)
+		if remote && len(pos) > maxPos {
+			return nil, fmt.Errorf("flag %s after the command %q: put nodeexec's flags before the command and the command after --, e.g. %s %s [flags] -- %s",
+				tok, pos[maxPos], app.Name, strings.Join(append([]string{cmd.Name}, pos[:maxPos]...), " "), strings.Join(append(pos[maxPos:], rest[j:]...), " "))
+		}
+		dst := &flags
+		f, inline := lookup(append(slices.Clone(cmd.Flags), builtin...), tok)
+		if f == nil {
+			if g, gi := lookup(app.Flags, tok); g != nil {
+				f, inline, dst = g, gi, &global
+			}
+		}
+		*dst = append(*dst, tok)
+		if takesValue(f, inline) && j+1 == len(rest) {
+			// Moved, it would take the next argument as its value.
+			if ex := valueExample(f); ex != "" {
+				return nil, fmt.Errorf("%s needs a value: give %s", tok, ex)
+			}
+			return nil, fmt.Errorf("%s needs a value: see %s %s --help", tok, app.Name, cmd.Name)
+		}
+		if takesValue(f, inline) {
+			*dst = append(*dst, rest[j+1])
+			j++
+		}
 	}
-	out := append(slices.Clone(args[:i+1]), flags...)
-	return append(out, pos...)
+	out := append([]string{args[0]}, global...)
+	out = append(out, args[cmdAt:i+1]...)
+	out = append(out, flags...)
+	if len(pos) > 0 || dash {
+		out = append(out, "--")
+	}
+	return append(out, pos...), nil
 }

@@ -24,6 +24,9 @@ func gcCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "every namespace instead of -n's"},
 		},
 		Action: func(c *ucli.Context) error {
+			if err := noArgs(c, ": it collects every expired nodeexec pod of -n's namespace, or of all with -A"); err != nil {
+				return err
+			}
 			client, _, ns, err := client(c)
 			if err != nil {
 				return err

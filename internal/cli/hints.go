@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
@@ -22,6 +23,9 @@ func pullHint(err error, command, backend string) string {
 	image := "the image"
 	if pe.Image != "" {
 		image = fmt.Sprintf("%q", pe.Image)
+	}
+	if errors.Is(err, nodeexec.ErrImageNeverPull) {
+		return fmt.Sprintf("hint: %s is not on node %q and --image-pull-policy is Never: %s", image, pe.Node, neverPullFix(command, backend))
 	}
 	switch {
 	case command == "agent install":
@@ -47,4 +51,68 @@ func printPullHint(w io.Writer, backend string, results []nodeexec.NodeResult) {
 			return
 		}
 	}
+}
+
+// imageFlag is the flag that sets the image a command's pods (or
+// ephemeral containers) run: --agent-image for agent install and the
+// agent-based backends, --image for the others.
+func imageFlag(command, backend string) string {
+	if command == "agent install" || backend == nsenter.Name || backend == runtimeexec.Name {
+		return "--agent-image"
+	}
+	return "--image"
+}
+
+// neverPullFix is what to do about an image that is not on the node when
+// the pull policy is Never.
+func neverPullFix(command, backend string) string {
+	return "give --image-pull-policy IfNotPresent so that the node pulls it, put the image on the node first, or give an image the node has with " + imageFlag(command, backend)
+}
+
+// neverPullError is the error for a run on which every node's pod failed
+// to start because its image is not on the node and --image-pull-policy is
+// Never (nodeexec.ErrImageNeverPull): bad input, so one error naming the
+// image and the fix (exit status 2) rather than a summary. It is nil when
+// errs is empty or any of them is something else.
+func neverPullError(errs []error, command, backend string) error {
+	var nodes []string
+	image := ""
+	for _, err := range errs {
+		var pe *nodeexec.PodError
+		if !errors.Is(err, nodeexec.ErrImageNeverPull) || !errors.As(err, &pe) {
+			return nil
+		}
+		nodes = append(nodes, fmt.Sprintf("%q", pe.Node))
+		if image == "" {
+			image = pe.Image
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	on := "node " + nodes[0]
+	if len(nodes) > 1 {
+		on = "nodes " + strings.Join(nodes, ", ")
+		if len(nodes) > 3 {
+			on = fmt.Sprintf("nodes %s and %d more", strings.Join(nodes[:3], ", "), len(nodes)-3)
+		}
+	}
+	what := "the image"
+	if image != "" {
+		what = fmt.Sprintf("%s %q", imageFlag(command, backend), image)
+	}
+	return fmt.Errorf("--image-pull-policy Never: %s is not present on %s, so nothing ran (the kubelet's ErrImageNeverPull): %s",
+		what, on, neverPullFix(command, backend))
+}
+
+// neverPullResults is neverPullError for the results of a run; skipped
+// nodes (the run stopped before them) do not count.
+func neverPullResults(results []nodeexec.NodeResult, backend string) error {
+	var errs []error
+	for _, r := range results {
+		if !errors.Is(r.Err, nodeexec.ErrSkipped) {
+			errs = append(errs, r.Err)
+		}
+	}
+	return neverPullError(errs, "run", backend)
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ucli "github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -56,7 +58,7 @@ func applyCommand(streams Streams) *ucli.Command {
 			if f := c.String("filename"); f != "-" {
 				file, err := os.Open(f)
 				if err != nil {
-					return err
+					return fmt.Errorf("--filename: %w", err)
 				}
 				defer file.Close()
 				in = file
@@ -90,6 +92,9 @@ func statusCommand(streams Streams) *ucli.Command {
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
 				return errors.New("status needs one NodeScript NAME")
+			}
+			if err := checkNodeScriptName(c.Args().First()); err != nil {
+				return err
 			}
 			if o := c.String("output"); o != "text" && o != "json" {
 				return fmt.Errorf("--output %q: want text or json", o)
@@ -181,6 +186,18 @@ func promoteCommand(streams Streams) *ucli.Command {
 			if c.NArg() != 1 {
 				return errors.New("promote needs one NodeScript NAME")
 			}
+			if err := checkNodeScriptName(c.Args().First()); err != nil {
+				return err
+			}
+			if to := c.String("to"); to != "all" {
+				_, err := labels.Parse(to)
+				if err == nil && strings.TrimSpace(to) == "" {
+					err = errors.New("empty")
+				}
+				if err != nil {
+					return fmt.Errorf("--to %q: want \"all\" or a label selector such as pool=gpu (%v)", to, err)
+				}
+			}
 			_, dyn, err := watcherClients(c)
 			if err != nil {
 				return err
@@ -219,6 +236,12 @@ func watchCommand(streams Streams) *ucli.Command {
 				if c.Int(f) < 1 {
 					return fmt.Errorf("--%s %d: give 1 or more", f, c.Int(f))
 				}
+			}
+			if n := c.Int("success-log-lines"); n < -1 {
+				return fmt.Errorf("--success-log-lines %d: give -1 (none), 0 or more", n)
+			}
+			if msgs := validation.IsDNS1123Subdomain(c.String("leader-election-id")); len(msgs) > 0 {
+				return fmt.Errorf("--leader-election-id %q: not a Lease name (%s)", c.String("leader-election-id"), strings.Join(msgs, "; "))
 			}
 			if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
 				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + watcher.DefaultNamespace + ")")
@@ -260,4 +283,12 @@ func watchCommand(streams Streams) *ucli.Command {
 			return w.Start(ctx)
 		},
 	}
+}
+
+// checkNodeScriptName: NodeScript names are DNS labels (they label pods).
+func checkNodeScriptName(name string) error {
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return fmt.Errorf("NodeScript NAME %q: %s (see nodeexec status or kubectl get nodescripts)", name, strings.Join(msgs, "; "))
+	}
+	return nil
 }

@@ -41,17 +41,22 @@ func newRunner(c *ucli.Context, streams Streams, o nodeexec.RunnerOptions) (*nod
 	o.Canary = c.Int("canary")
 	o.Retries = c.Int("retries")
 	o.TailBytes = c.Int("tail-bytes")
+	for _, f := range []string{"canary", "retries", "tail-bytes"} {
+		if n := c.Int(f); n < 0 {
+			return nil, fmt.Errorf("--%s %d: give 0 or more", f, n)
+		}
+	}
 	for _, s := range splitCSV(c.StringSlice("batch")) {
-		v, err := nodeexec.ParseCountOrPercent(s)
+		v, err := parseCountOrPercentFlag("batch", s, false)
 		if err != nil {
-			return nil, fmt.Errorf("--batch: %w", err)
+			return nil, err
 		}
 		o.Batches = append(o.Batches, v)
 	}
-	if s := c.String("max-errors"); s != "" {
-		v, err := nodeexec.ParseCountOrPercent(s)
+	if s := c.String("max-errors"); s != "" || c.IsSet("max-errors") {
+		v, err := parseCountOrPercentFlag("max-errors", s, true)
 		if err != nil {
-			return nil, fmt.Errorf("--max-errors: %w", err)
+			return nil, err
 		}
 		o.MaxErrors = &v
 	}

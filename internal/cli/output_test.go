@@ -60,11 +60,11 @@ func TestRolloutFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"batch zero":       {[]string{"--batch", "0"}, `Batches[0] "0": want a number >= 1`},
+		"batch zero":       {[]string{"--batch", "0"}, `--batch "0": want a number >= 1`},
 		"batch word":       {[]string{"--batch", "few"}, `--batch: "few" is neither a number nor a percentage`},
-		"max-errors 150%":  {[]string{"--max-errors", "150%"}, `MaxErrors "150%": want a percentage from 0% to 100%`},
-		"negative canary":  {[]string{"--canary", "-1"}, "Canary -1 is negative"},
-		"negative retries": {[]string{"--retries", "-1"}, "Retries -1 is negative"},
+		"max-errors 150%":  {[]string{"--max-errors", "150%"}, `--max-errors "150%": want a percentage from 0% to 100%`},
+		"negative canary":  {[]string{"--canary", "-1"}, "--canary -1: give 0 or more"},
+		"negative retries": {[]string{"--retries", "-1"}, "--retries -1: give 0 or more"},
 		"bad output":       {[]string{"-o", "yaml"}, `--output "yaml": want text, json or ndjson`},
 	}
 	for name, tc := range tests {

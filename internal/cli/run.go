@@ -31,7 +31,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.IntFlag{Name: "max-concurrency", Value: nodeexec.DefaultMaxConcurrency, Usage: "nodes worked on at once"},
 			&ucli.StringFlag{Name: "script", Usage: "run this script `FILE` with sh on the node (in chroot /host when the profile mounts it)"},
 			&ucli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass standard input to the command (to every node)"},
-			&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment variable `KEY=VALUE` for the command (repeatable)"},
+			envFlag("environment variable `KEY=VALUE` for the command; repeat -e for several (the value is kept whole: commas, '=' and spaces included)"),
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
 			explainFlag(),
@@ -66,7 +66,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if c.Bool("stdin") {
 		req.Stdin = streams.In
 	}
-	env, err := parseEnv(c.StringSlice("env"))
+	env, err := parseEnv(envValues(c))
 	if err != nil {
 		return err
 	}
@@ -78,6 +78,12 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))
 	}
 	// Check the request and targets before touching the cluster.
+	if err := checkNodeNames(c, targets.Nodes); err != nil {
+		return err
+	}
+	if err := checkSelectorFlag(c); err != nil {
+		return err
+	}
 	if err := checkTargets(c, targets); err != nil {
 		return err
 	}
@@ -126,6 +132,11 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	// Every node refused the image (pull policy Never, image not there):
+	// bad input, one error and exit status 2, like the checks above.
+	if err := neverPullResults(results, c.String("backend")); err != nil {
+		return err
+	}
 	printResults(c, streams, results)
 	printPullHint(streams.ErrOut, c.String("backend"), results)
 	return exitStatus(results)
@@ -161,21 +172,6 @@ func exitStatus(results []nodeexec.NodeResult) error {
 		return exitCoder{1}
 	}
 	return nil
-}
-
-func parseEnv(kvs []string) (map[string]string, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	env := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
-		}
-		env[k] = v
-	}
-	return env, nil
 }
 
 func splitCSV(vals []string) []string {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -55,10 +57,16 @@ func shellAction(c *ucli.Context, streams Streams) error {
 		return errors.New("give the node: shell NODE")
 	}
 	node := c.Args().First()
-	if c.Duration("timeout") <= 0 {
-		return fmt.Errorf("--timeout %s: give a positive duration such as 30m or 2h", c.Duration("timeout"))
+	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+		return fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
+	}
+	if err := checkTimeoutFlag(c, "timeout", "30m or 2h"); err != nil {
+		return err
 	}
 	if err := checkBackendFlags(c); err != nil {
+		return err
+	}
+	if err := checkClientFlags(c); err != nil {
 		return err
 	}
 	fd, tty := term.Fd(streams.In)
@@ -115,26 +123,30 @@ func shellAction(c *ucli.Context, streams Streams) error {
 			fmt.Fprintf(streams.ErrOut, "warning: %v; run `reset`\n", rerr)
 		}
 		var ee *nodeexec.ExitError
-		if err != nil && !errors.As(err, &ee) {
+		if err != nil && !errors.As(err, &ee) && !errors.Is(err, nodeexec.ErrImageNeverPull) {
 			// The session was cut (signal, timeout, broken stream): the
 			// cursor may still be after the remote prompt.
 			fmt.Fprintln(streams.ErrOut)
 		}
-		return shellExit(streams, err)
+		return shellExit(streams, c.String("backend"), err)
 	}
 	_, err = backend.Run(ctx, req)
-	return shellExit(streams, err)
+	return shellExit(streams, c.String("backend"), err)
 }
 
 // shellExit maps the session's end to the exit status: the remote status
-// silently, otherwise the error on stderr and 124 (timeout) or 1.
-func shellExit(streams Streams, err error) error {
+// silently; an image not on the node with pull policy Never as bad input
+// (Run prints it, exit status 2); otherwise the error on stderr and 124
+// (timeout) or 1.
+func shellExit(streams Streams, backend string, err error) error {
 	var ee *nodeexec.ExitError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &ee):
 		return exitCoder{ee.Code}
+	case errors.Is(err, nodeexec.ErrImageNeverPull):
+		return neverPullError([]error{err}, "shell", backend)
 	default:
 		fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 		return exitCoder{nodeexec.ExitCode(err)}

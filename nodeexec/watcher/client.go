@@ -51,6 +51,10 @@ func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
+		if fe := v1alpha1.ValidateDurationSyntax(doc); len(fe) > 0 {
+			errs = append(errs, fmt.Errorf("document %d: %w", i, fe.ToAggregate()))
+			continue
+		}
 		ns := &v1alpha1.NodeScript{}
 		if err := yaml.UnmarshalStrict(doc, ns); err != nil {
 			errs = append(errs, fmt.Errorf("document %d: %w", i, err))

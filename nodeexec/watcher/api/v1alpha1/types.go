@@ -47,6 +47,7 @@ type NodeScriptList struct {
 // NodeScriptSpec is what to run, where, and how to roll it out.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.onFailure) || !has(self.onFailure.rollback) || !self.onFailure.rollback || (has(self.rollbackScript) && size(self.rollbackScript) > 0)",message="onFailure.rollback needs rollbackScript"
+// +kubebuilder:validation:XValidation:rule="!has(self.startupTaint) || !has(self.startupTaint.effect) || self.startupTaint.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']",message="startupTaint.effect must be NoSchedule, PreferNoSchedule or NoExecute"
 type NodeScriptSpec struct {
 	// NodeSelector selects the nodes, now and as they join. An empty
 	// selector selects every node.
@@ -58,14 +59,18 @@ type NodeScriptSpec struct {
 
 	// Script is run by `sh -c` on each node (in the node's root filesystem
 	// where the backend allows). Required.
+	// At most 131071 bytes (an exec argument; see MaxScriptBytes).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=131071
 	Script string `json:"script"`
 	// VerifyScript, when set, must exit 0 on a canary node after Script
 	// succeeded and the soak time passed, before automatic promotion.
+	// +kubebuilder:validation:MaxLength=131071
 	// +optional
 	VerifyScript string `json:"verifyScript,omitempty"`
 	// RollbackScript undoes Script; run on a node where Script failed when
 	// OnFailure.Rollback is set.
+	// +kubebuilder:validation:MaxLength=131071
 	// +optional
 	RollbackScript string `json:"rollbackScript,omitempty"`
 
@@ -73,7 +78,9 @@ type NodeScriptSpec struct {
 	// +optional
 	Backend BackendSpec `json:"backend,omitempty"`
 	// Timeout bounds one run of a script on one node, pod start included.
-	// Defaults to 10m.
+	// Defaults to 10m; at most MaxTimeout (about 68 years, the range of
+	// the pod's activeDeadlineSeconds).
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('2147483587s')",message="must be a positive duration (e.g. 10m) of at most 2147483587s"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
@@ -150,6 +157,7 @@ type RolloutSpec struct {
 	Promotion string `json:"promotion,omitempty"`
 	// SoakTime is how long canaries run healthy before automatic promotion.
 	// Defaults to 0.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 30s"
 	// +optional
 	SoakTime *metav1.Duration `json:"soakTime,omitempty"`
 	// PromoteTo is "all" or a label selector: the nodes beyond the canaries
@@ -186,6 +194,7 @@ type FailurePolicy struct {
 	// +optional
 	Drain bool `json:"drain,omitempty"`
 	// DrainTimeout bounds the drain. Defaults to 5m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 30s"
 	// +optional
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 }
@@ -197,9 +206,11 @@ type RetryPolicy struct {
 	// +optional
 	Limit *int32 `json:"limit,omitempty"`
 	// InitialBackoff is the first pause, doubled per retry with jitter. Defaults to 10s.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 30s"
 	// +optional
 	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
 	// MaxBackoff caps the pause. Defaults to 5m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 30s"
 	// +optional
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 }

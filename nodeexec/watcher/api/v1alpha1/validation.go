@@ -5,15 +5,42 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/distribution/reference"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
 )
+
+// Limits of a NodeScript's fields (see Validate).
+const (
+	// MaxScriptBytes is the largest script, verify or rollback script, in
+	// bytes: each runs as one argument of `sh -c`, and Linux refuses to exec
+	// an argument of 128 KiB or more (MAX_ARG_STRLEN; execve fails with E2BIG).
+	MaxScriptBytes = 128<<10 - 1
+	// MaxTimeout is the largest spec.timeout: the run pod's
+	// activeDeadlineSeconds (the timeout plus 30 s) must stay within the
+	// API's limit of 2147483647 seconds (about 68 years).
+	MaxTimeout = (math.MaxInt32 - 60) * time.Second
+)
+
+// Profiles are the values of spec.backend.profile: kubectl debug's profiles.
+func Profiles() []string {
+	return []string{"legacy", "general", "baseline", "restricted", "netadmin", "sysadmin"}
+}
+
+// TaintEffects are the values of spec.startupTaint.effect.
+func TaintEffects() []string {
+	return []string{string(corev1.TaintEffectNoSchedule), string(corev1.TaintEffectPreferNoSchedule), string(corev1.TaintEffectNoExecute)}
+}
 
 // Backends are the values of spec.backend.name: the backends that reach a
 // node (runtime and ephemeral reach a container, and are for one-shot runs).
@@ -37,6 +64,14 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if strings.TrimSpace(s.Script) == "" {
 		errs = append(errs, field.Required(spec.Child("script"), "give the script to run on each node"))
 	}
+	for _, sc := range []struct{ name, text string }{{"script", s.Script}, {"verifyScript", s.VerifyScript}, {"rollbackScript", s.RollbackScript}} {
+		errs = append(errs, validateScript(spec.Child(sc.name), sc.text)...)
+	}
+	for i, n := range s.ExcludeNodes {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(spec.Child("excludeNodes").Index(i), n, "not a node name: "+strings.Join(msgs, "; ")))
+		}
+	}
 	if s.OnFailure.Rollback && strings.TrimSpace(s.RollbackScript) == "" {
 		errs = append(errs, field.Required(spec.Child("rollbackScript"), "onFailure.rollback is set: give the script that undoes spec.script"))
 	}
@@ -53,6 +88,13 @@ func Validate(ns *NodeScript) field.ErrorList {
 	}
 	if p := s.Backend.Profile; p != "" && s.Backend.Name != "" && s.Backend.Name != "debugpod" {
 		errs = append(errs, field.Invalid(spec.Child("backend", "profile"), p, "a profile applies to the debugpod backend only"))
+	} else if p != "" && !slices.Contains(Profiles(), p) {
+		errs = append(errs, field.NotSupported(spec.Child("backend", "profile"), p, Profiles()))
+	}
+	if img := s.Backend.Image; img != "" {
+		if _, err := reference.ParseNormalizedNamed(img); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("backend", "image"), img, "not a valid image reference ("+err.Error()+"): give NAME[:TAG][@DIGEST], such as busybox:1.36"))
+		}
 	}
 	for i, n := range s.Backend.Namespaces {
 		if !slices.Contains([]string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}, n) {
@@ -66,7 +108,22 @@ func Validate(ns *NodeScript) field.ErrorList {
 		}
 	}
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
-		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive"))
+		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m"))
+	} else if s.Timeout != nil && s.Timeout.Duration > MaxTimeout {
+		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), fmt.Sprintf("must be at most %s (the pod's activeDeadlineSeconds limit)", MaxTimeout)))
+	}
+	for _, d := range []struct {
+		path *field.Path
+		d    *metav1.Duration
+	}{
+		{spec.Child("rollout", "soakTime"), s.Rollout.SoakTime},
+		{spec.Child("onFailure", "drainTimeout"), s.OnFailure.DrainTimeout},
+		{spec.Child("retry", "initialBackoff"), s.Retry.InitialBackoff},
+		{spec.Child("retry", "maxBackoff"), s.Retry.MaxBackoff},
+	} {
+		if d.d != nil && d.d.Duration < 0 {
+			errs = append(errs, field.Invalid(d.path, d.d.Duration.String(), "must be 0 or more, e.g. 30s"))
+		}
 	}
 	r := spec.Child("rollout")
 	if s.Rollout.Canary != nil && *s.Rollout.Canary < 0 {
@@ -92,8 +149,34 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if l := s.Retry.Limit; l != nil && *l < 0 {
 		errs = append(errs, field.Invalid(spec.Child("retry", "limit"), *l, "must be 0 or more"))
 	}
-	if t := s.StartupTaint; t != nil && t.Key == "" {
-		errs = append(errs, field.Required(spec.Child("startupTaint", "key"), "name the taint new nodes register with"))
+	if t := s.StartupTaint; t != nil {
+		tp := spec.Child("startupTaint")
+		if t.Key == "" {
+			errs = append(errs, field.Required(tp.Child("key"), "name the taint new nodes register with"))
+		} else if msgs := validation.IsQualifiedName(t.Key); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(tp.Child("key"), t.Key, strings.Join(msgs, "; ")))
+		}
+		if t.Value != "" {
+			if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(tp.Child("value"), t.Value, strings.Join(msgs, "; ")))
+			}
+		}
+		if !slices.Contains(TaintEffects(), string(t.Effect)) {
+			errs = append(errs, field.NotSupported(tp.Child("effect"), t.Effect, TaintEffects()))
+		}
+	}
+	return errs
+}
+
+// validateScript: at most MaxScriptBytes, no NUL byte (an exec argument
+// ends at the first NUL: the script would be cut there).
+func validateScript(p *field.Path, text string) field.ErrorList {
+	var errs field.ErrorList
+	if len(text) > MaxScriptBytes {
+		errs = append(errs, field.Invalid(p, fmt.Sprintf("(%d bytes)", len(text)), fmt.Sprintf("at most %d bytes: Linux refuses to exec a longer argument (E2BIG); ship the rest as a file (an image, or a script that downloads it)", MaxScriptBytes)))
+	}
+	if i := strings.IndexByte(text, 0); i >= 0 {
+		errs = append(errs, field.Invalid(p, fmt.Sprintf("(NUL at byte %d)", i), "contains a NUL byte, which would cut the script there"))
 	}
 	return errs
 }
@@ -155,4 +238,49 @@ func SpecHash(s *NodeScriptSpec) string {
 	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
+}
+
+// durationFields are the spec's duration fields, as paths in a document.
+var durationFields = [][]string{
+	{"spec", "timeout"},
+	{"spec", "rollout", "soakTime"},
+	{"spec", "onFailure", "drainTimeout"},
+	{"spec", "retry", "initialBackoff"},
+	{"spec", "retry", "maxBackoff"},
+}
+
+// ValidateDurationSyntax checks the duration fields of a NodeScript
+// document (YAML or JSON) before it is decoded, so that `timeout: abc` is
+// refused naming spec.timeout (the decoder's own error names no field).
+// Other problems are left to decoding and Validate.
+func ValidateDurationSyntax(doc []byte) field.ErrorList {
+	var m map[string]any
+	if err := yaml.Unmarshal(doc, &m); err != nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, path := range durationFields {
+		var v any = m
+		for _, k := range path {
+			obj, ok := v.(map[string]any)
+			if !ok {
+				v = nil
+				break
+			}
+			v = obj[k]
+		}
+		if v == nil {
+			continue
+		}
+		p := field.NewPath(path[0], path[1:]...)
+		str, ok := v.(string)
+		if !ok {
+			errs = append(errs, field.Invalid(p, v, "want a duration string such as \"30s\", \"5m\" or \"1h\""))
+			continue
+		}
+		if _, err := time.ParseDuration(str); err != nil {
+			errs = append(errs, field.Invalid(p, str, "want a duration such as 30s, 5m or 1h (units ns, us, ms, s, m, h)"))
+		}
+	}
+	return errs
 }

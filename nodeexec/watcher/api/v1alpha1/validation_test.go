@@ -1,11 +1,11 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -43,9 +43,24 @@ func TestValidate(t *testing.T) {
 		"bad batch": {func(n *NodeScript) {
 			n.Spec.Rollout.Batches = []intstr.IntOrString{intstr.FromInt32(1), intstr.FromString("x%")}
 		}, "spec.rollout.batches[1]"},
-		"bad promoteTo":     {func(n *NodeScript) { n.Spec.Rollout.PromoteTo = "a in (" }, "spec.rollout.promoteTo"},
-		"max failures 0 ok": {func(n *NodeScript) { n.Spec.Rollout.MaxFailures = ptr.To(intstr.FromInt32(0)) }, ""},
-		"negative timeout":  {func(n *NodeScript) { n.Spec.Timeout = &metav1.Duration{Duration: -time.Second} }, "spec.timeout"},
+		"bad promoteTo":        {func(n *NodeScript) { n.Spec.Rollout.PromoteTo = "a in (" }, "spec.rollout.promoteTo"},
+		"max failures 0 ok":    {func(n *NodeScript) { n.Spec.Rollout.MaxFailures = ptr.To(intstr.FromInt32(0)) }, ""},
+		"negative timeout":     {func(n *NodeScript) { n.Spec.Timeout = &metav1.Duration{Duration: -time.Second} }, "spec.timeout"},
+		"huge timeout":         {func(n *NodeScript) { n.Spec.Timeout = &metav1.Duration{Duration: 100 * 365 * 24 * time.Hour} }, "spec.timeout: Invalid value: \"876000h0m0s\": must be at most"},
+		"max timeout ok":       {func(n *NodeScript) { n.Spec.Timeout = &metav1.Duration{Duration: MaxTimeout} }, ""},
+		"negative soak":        {func(n *NodeScript) { n.Spec.Rollout.SoakTime = &metav1.Duration{Duration: -time.Second} }, "spec.rollout.soakTime: Invalid value: \"-1s\": must be 0 or more"},
+		"negative drain":       {func(n *NodeScript) { n.Spec.OnFailure.DrainTimeout = &metav1.Duration{Duration: -time.Second} }, "spec.onFailure.drainTimeout"},
+		"negative backoff":     {func(n *NodeScript) { n.Spec.Retry.InitialBackoff = &metav1.Duration{Duration: -time.Second} }, "spec.retry.initialBackoff"},
+		"negative max backoff": {func(n *NodeScript) { n.Spec.Retry.MaxBackoff = &metav1.Duration{Duration: -time.Second} }, "spec.retry.maxBackoff"},
+		"image with space":     {func(n *NodeScript) { n.Spec.Backend.Image = "busy box" }, `spec.backend.image: Invalid value: "busy box": not a valid image reference`},
+		"image ok":             {func(n *NodeScript) { n.Spec.Backend.Image = "registry.local:5000/tools/busybox:1.36" }, ""},
+		"unknown profile":      {func(n *NodeScript) { n.Spec.Backend.Profile = "admin" }, `spec.backend.profile: Unsupported value: "admin"`},
+		"bogus taint":          {func(n *NodeScript) { n.Spec.StartupTaint = &corev1.Taint{Key: "k", Effect: "Sometimes"} }, `spec.startupTaint.effect: Unsupported value: "Sometimes"`},
+		"bad taint key":        {func(n *NodeScript) { n.Spec.StartupTaint = &corev1.Taint{Key: "a b", Effect: "NoSchedule"} }, "spec.startupTaint.key"},
+		"script too long":      {func(n *NodeScript) { n.Spec.Script = strings.Repeat("x", MaxScriptBytes+1) }, "spec.script: Invalid value: \"(131072 bytes)\": at most 131071 bytes"},
+		"script at limit":      {func(n *NodeScript) { n.Spec.Script = strings.Repeat("x", MaxScriptBytes) }, ""},
+		"NUL in rollback":      {func(n *NodeScript) { n.Spec.RollbackScript = "a\x00b" }, "spec.rollbackScript: Invalid value: \"(NUL at byte 1)\""},
+		"bad exclude":          {func(n *NodeScript) { n.Spec.ExcludeNodes = []string{"Node_1"} }, "spec.excludeNodes[0]"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -102,5 +117,18 @@ func TestSpecHash(t *testing.T) {
 	c.Spec.Backend.Profile = "general"
 	if SpecHash(&a.Spec) == SpecHash(&c.Spec) {
 		t.Error("changing backend options must change the hash")
+	}
+}
+
+func TestValidateDurationSyntax(t *testing.T) {
+	doc := []byte("spec:\n  timeout: abc\n  rollout: {soakTime: 5}\n  retry: {maxBackoff: 1m}\n")
+	got := ValidateDurationSyntax(doc).ToAggregate().Error()
+	for _, want := range []string{`spec.timeout: Invalid value: "abc": want a duration such as 30s`, "spec.rollout.soakTime: Invalid value: 5: want a duration string"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "maxBackoff") {
+		t.Errorf("a valid duration refused: %s", got)
 	}
 }

@@ -1,0 +1,390 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/distribution/reference"
+	ucli "github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+// Checks of flag values that need no cluster: each error names the flag and
+// says what to give instead. Commands call them before building a client,
+// so bad input never reaches the API server.
+
+// envList is the value of -e/--env: one KEY=VALUE per use, kept byte for
+// byte. Unlike urfave/cli's string slices it never splits on commas nor
+// trims spaces: -e OPTS=a=1,b=2 is one variable (as kubectl run --env).
+type envList []string
+
+// envListPrefix marks envList's serialised form: urfave/cli copies a flag's
+// value between its names (-e, --env) with String and Set.
+const envListPrefix = "\x00envlist:"
+
+func (e *envList) Set(s string) error {
+	if rest, ok := strings.CutPrefix(s, envListPrefix); ok {
+		return json.Unmarshal([]byte(rest), (*[]string)(e))
+	}
+	*e = append(*e, s)
+	return nil
+}
+
+func (e *envList) String() string {
+	if e == nil || len(*e) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal([]string(*e))
+	return envListPrefix + string(b)
+}
+
+// envFlag is -e/--env KEY=VALUE, repeatable, never split (see envList).
+func envFlag(usage string) ucli.Flag {
+	return &ucli.GenericFlag{Name: "env", Aliases: []string{"e"}, Value: &envList{}, Usage: usage}
+}
+
+// envValues returns the -e values in the order given.
+func envValues(c *ucli.Context) []string {
+	if v, ok := c.Generic("env").(*envList); ok && v != nil {
+		return *v
+	}
+	return nil
+}
+
+// parseEnv reads -e values: KEY=VALUE, split at the first '=' only; the
+// value may hold anything but NUL (commas, '=', spaces, newlines). A later
+// KEY replaces an earlier one.
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "":
+			return nil, fmt.Errorf("--env %q: want KEY=VALUE, e.g. -e DEBUG=1 (repeat -e for several variables)", kv)
+		case strings.ContainsRune(kv, 0):
+			return nil, fmt.Errorf("--env %q: contains a NUL byte, which no environment variable can hold", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// checkImage validates an image reference with the distribution reference
+// grammar (what the kubelet and container runtimes accept), e.g.
+// busybox:1.36, registry.example:5000/team/tool@sha256:<64 hex>.
+func checkImage(flag, ref string) error {
+	if ref == "" {
+		return fmt.Errorf("--%s is empty: give an image reference such as busybox:1.36", flag)
+	}
+	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+		return fmt.Errorf("--%s %q: not a valid image reference (%v): give NAME[:TAG][@DIGEST], such as busybox:1.36", flag, ref, err)
+	}
+	return nil
+}
+
+// checkQPS: a number; negative disables client-side rate limiting; NaN and
+// infinities are refused (client-go would spin or block).
+func checkQPS(qps float64) error {
+	if math.IsNaN(qps) || math.IsInf(qps, 0) {
+		return fmt.Errorf("--qps %v: give a finite number of requests per second (e.g. 50), or a negative one to disable the limit", qps)
+	}
+	return nil
+}
+
+// checkNodeNames validates --node values (already split on commas): node
+// names are DNS subdomains (kubectl get nodes lists them).
+func checkNodeNames(c *ucli.Context, nodes []string) error {
+	if c.IsSet("node") && len(nodes) == 0 {
+		return fmt.Errorf("--node %q: no node name given: name a node (kubectl get nodes), or use --selector or --all", strings.Join(c.StringSlice("node"), ","))
+	}
+	for _, n := range nodes {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			return fmt.Errorf("--node %q: not a node name (%s): see kubectl get nodes", n, strings.Join(msgs, "; "))
+		}
+	}
+	return nil
+}
+
+// checkSelectorFlag refuses an explicitly empty --selector, which would
+// otherwise read as "no target given".
+func checkSelectorFlag(c *ucli.Context) error {
+	if c.IsSet("selector") && strings.TrimSpace(c.String("selector")) == "" {
+		return errors.New("--selector is empty: give a label selector such as pool=gpu, or --all for every node")
+	}
+	if sel := c.String("selector"); sel != "" {
+		if _, err := labels.Parse(sel); err != nil {
+			return fmt.Errorf("--selector %q: invalid label selector: %v (kubectl syntax, e.g. pool=gpu,zone!=a)", sel, err)
+		}
+	}
+	return nil
+}
+
+// parseQuantity reads a resource quantity flag such as --cpu-request 10m:
+// Kubernetes quantity syntax, not negative.
+func parseQuantity(flag, s string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return q, fmt.Errorf("--%s %q: %w (e.g. 100m, 0.5, 64Mi, 1Gi)", flag, s, err)
+	}
+	if q.Sign() < 0 {
+		return q, fmt.Errorf("--%s %q: is negative: give 0 or more (e.g. 100m, 64Mi)", flag, s)
+	}
+	return q, nil
+}
+
+// parseCountOrPercentFlag reads --batch or --max-errors values: a count
+// (>= 1, or >= 0 when zeroOK) or a percentage (1% or 0% to 100%).
+func parseCountOrPercentFlag(flag, s string, zeroOK bool) (intstr.IntOrString, error) {
+	v, err := nodeexec.ParseCountOrPercent(s)
+	if err != nil {
+		return v, fmt.Errorf("--%s: %w", flag, err)
+	}
+	if err := nodeexec.CheckCountOrPercent(v, zeroOK); err != nil {
+		return v, fmt.Errorf("--%s %q: %w", flag, s, err)
+	}
+	return v, nil
+}
+
+// checkDNSNames validates flags that name Kubernetes objects by DNS
+// subdomain (priority classes, secrets).
+func checkDNSNames(c *ucli.Context, flags ...string) error {
+	for _, f := range flags {
+		var vals []string
+		if _, ok := lookupFlag(c, f).(*ucli.StringSliceFlag); ok {
+			vals = c.StringSlice(f)
+		} else if v := c.String(f); v != "" {
+			vals = []string{v}
+		}
+		for _, v := range vals {
+			if msgs := validation.IsDNS1123Subdomain(v); len(msgs) > 0 {
+				return fmt.Errorf("--%s %q: not a valid object name (%s)", f, v, strings.Join(msgs, "; "))
+			}
+		}
+	}
+	return nil
+}
+
+// lookupFlag returns the flag named name of c's command, or nil.
+func lookupFlag(c *ucli.Context, name string) ucli.Flag {
+	if c.Command == nil {
+		return nil
+	}
+	for _, f := range c.Command.Flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+// checkClientFlags validates the global client flags.
+func checkClientFlags(c *ucli.Context) error {
+	if err := checkQPS(c.Float64("qps")); err != nil {
+		return err
+	}
+	if b := c.Int("burst"); b < 0 {
+		return fmt.Errorf("--burst %d: give 0 or more (0 for the default %d)", b, nodeexec.DefaultBurst)
+	}
+	if ns := c.String("namespace"); ns != "" {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			return fmt.Errorf("--namespace %q: not a namespace name (%s)", ns, strings.Join(msgs, "; "))
+		}
+	}
+	return nil
+}
+
+// noArgs refuses positional arguments for commands that take none.
+func noArgs(c *ucli.Context, hint string) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments (got %q)%s", c.Command.Name, c.Args().Slice(), hint)
+	}
+	return nil
+}
+
+// checkTimeoutFlag refuses a zero or negative duration flag.
+func checkTimeoutFlag(c *ucli.Context, flag, example string) error {
+	if d := c.Duration(flag); d <= 0 {
+		return fmt.Errorf("--%s %s: give a positive duration such as %s", flag, d, example)
+	}
+	return nil
+}
+
+// checkResidentFlags validates the flags of agent install (install true)
+// and agent uninstall.
+func checkResidentFlags(c *ucli.Context, install bool) error {
+	if err := noArgs(c, ""); err != nil {
+		return err
+	}
+	if err := checkTimeoutFlag(c, "timeout", "2m"); err != nil {
+		return err
+	}
+	if msgs := validation.IsDNS1123Label(c.String("namespace")); len(msgs) > 0 {
+		return fmt.Errorf("--namespace %q: not a namespace name (%s)", c.String("namespace"), strings.Join(msgs, "; "))
+	}
+	if !install {
+		return nil
+	}
+	if err := checkImage("agent-image", c.String("agent-image")); err != nil {
+		return err
+	}
+	switch p := c.String("image-pull-policy"); p {
+	case "Always", "IfNotPresent", "Never":
+	default:
+		return fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", p)
+	}
+	return checkDNSNames(c, "image-pull-secret", "priority-class")
+}
+
+// envOr is the environment variable name when it is set and not empty,
+// else def: an exported-but-empty NODEEXEC_IMAGE means "not set", while
+// --image ” is refused (checkImage).
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// onUsageError replaces urfave/cli's handling of a command line the flag
+// package cannot parse (the message, then the command's help, on stdout)
+// with one error naming the flag and what to give instead, which Run prints
+// on stderr with exit status 2.
+func onUsageError(c *ucli.Context, err error, _ bool) error {
+	var flags []ucli.Flag
+	help := c.App.Name
+	if c.Command != nil {
+		flags = c.Command.Flags
+		if c.Command.HelpName != "" {
+			help = c.Command.HelpName
+		}
+	}
+	return flagParseError(flags, help, err)
+}
+
+// flagParseError rewrites an error of the flag package (which urfave/cli
+// parses with) for the flags of one command; help is that command's name,
+// for "see ... --help". Errors it does not recognise are returned as they
+// are.
+func flagParseError(flags []ucli.Flag, help string, err error) error {
+	msg := err.Error()
+	// dashed spells a flag name the way the help does: -n, --timeout.
+	dashed := func(name string) string {
+		name = strings.TrimLeft(name, "-")
+		if len(name) == 1 {
+			return "-" + name
+		}
+		return "--" + name
+	}
+	find := func(name string) ucli.Flag {
+		name = strings.TrimLeft(name, "-")
+		for _, f := range flags {
+			if slices.Contains(f.Names(), name) {
+				return f
+			}
+		}
+		return nil
+	}
+	// The flag package's messages, as of Go 1.21 to 1.25.
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return fmt.Errorf("unknown flag %s: see %s --help for the flags it takes", dashed(name), help)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		if ex := valueExample(find(name)); ex != "" {
+			return fmt.Errorf("%s needs a value: give %s", dashed(name), ex)
+		}
+		return fmt.Errorf("%s needs a value: see %s --help", dashed(name), help)
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		// invalid boolean value "maybe" for -all: parse error
+		val, name, _ := strings.Cut(rest, " for ")
+		name, _, _ = strings.Cut(name, ":")
+		return fmt.Errorf("%s=%s: want true or false (or %s alone for true)", dashed(name), strings.Trim(val, `"`), dashed(name))
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		// invalid value "soon" for flag -timeout: parse error
+		i := strings.LastIndex(rest, " for flag ")
+		if i < 0 {
+			return err
+		}
+		val := rest[:i]
+		name, reason, _ := strings.Cut(rest[i+len(" for flag "):], ": ")
+		f := find(name)
+		what := "not a valid value"
+		switch {
+		case strings.Contains(reason, "out of range"):
+			what = "out of range"
+		case isDurationFlag(f):
+			what = "not a duration"
+		case isIntFlag(f):
+			what = "not a whole number"
+		case isFloatFlag(f):
+			what = "not a number"
+		case reason != "" && reason != "parse error":
+			what = reason
+		}
+		if ex := valueExample(f); ex != "" {
+			return fmt.Errorf("%s %s: %s: give %s", dashed(name), val, what, ex)
+		}
+		return fmt.Errorf("%s %s: %s: see %s --help", dashed(name), val, what, help)
+	}
+	return err
+}
+
+func isDurationFlag(f ucli.Flag) bool {
+	_, ok := f.(*ucli.DurationFlag)
+	return ok
+}
+
+func isIntFlag(f ucli.Flag) bool {
+	switch f.(type) {
+	case *ucli.IntFlag, *ucli.Int64Flag, *ucli.UintFlag, *ucli.Uint64Flag:
+		return true
+	}
+	return false
+}
+
+func isFloatFlag(f ucli.Flag) bool {
+	_, ok := f.(*ucli.Float64Flag)
+	return ok
+}
+
+// valueExample says what a flag's value looks like, by the flag's type
+// ("" for types whose values have no one shape, such as strings).
+func valueExample(f ucli.Flag) string {
+	switch {
+	case isDurationFlag(f):
+		return "a duration such as 30s, 5m or 1h30m"
+	case isIntFlag(f):
+		return "a whole number such as 10"
+	case isFloatFlag(f):
+		return "a number such as 50 or 0.5"
+	}
+	return ""
+}
+
+// setOnUsageError gives every command (and subcommand) without its own
+// OnUsageError handler onUsageError: urfave/cli does not pass the app's
+// handler down to commands.
+func setOnUsageError(cmds []*ucli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = onUsageError
+		}
+		setOnUsageError(c.Subcommands)
+	}
+}

@@ -141,7 +141,12 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 			continue
 		}
 		ready, since := nodeReady(n)
-		out := PodOutcome(pod, ready, since, now)
+		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
+		if action == ActionRun {
+			if s, ok := c.w.state(ctx, name, n); ok && s.Pod == pod.Name {
+				out = Rebooted(out, s.BootID, n.Status.NodeInfo.BootID)
+			}
+		}
 		if pod.DeletionTimestamp != nil && !out.Done {
 			out = Outcome{}
 		}
@@ -299,7 +304,7 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	// One Event per run, with its result (see finish); the start is in the
 	// node's state annotation (Running, the pod, the attempt).
 	return c.w.writeState(ctx, ns.Name, n, NodeState{
-		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name,
+		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name, BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
 	})
 }

@@ -142,9 +142,13 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		}
 		ready, since := nodeReady(n)
 		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
-		if action == ActionRun {
+		if action == ActionRun && out.Done {
 			if s, ok := c.w.state(ctx, name, n); ok && s.Pod == pod.Name {
-				out = Rebooted(out, s.BootID, n.Status.NodeInfo.BootID)
+				bootID, err := c.bootID(ctx, n, s, out)
+				if err != nil {
+					return 0, err
+				}
+				out = Rebooted(out, s.BootID, bootID)
 			}
 		}
 		if pod.DeletionTimestamp != nil && !out.Done {
@@ -249,6 +253,27 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		after = 2 * time.Second
 	}
 	return after, nil
+}
+
+// bootID is node n's boot ID to judge the finished run out recorded as s:
+// the cached one, or the API's when the cache still shows the boot the run
+// started on and a reboot may explain the failure. After a reboot the
+// kubelet reports the new boot ID and the dead run pod on separate
+// requests, which reach this process through separate watches: the pod's
+// failure can arrive first, and must not be recorded as the script's.
+func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, out Outcome) (string, error) {
+	cached := n.Status.NodeInfo.BootID
+	if s.Phase != PhaseRunning || s.BootID == "" || cached != s.BootID || !rebootCandidate(out) {
+		return cached, nil
+	}
+	live, err := c.w.o.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return cached, nil // gone: its pods are skipped on the next look
+	}
+	if err != nil {
+		return "", fmt.Errorf("node %s: reading its boot ID: %w", n.Name, err)
+	}
+	return live.Status.NodeInfo.BootID, nil
 }
 
 // parallel runs fns, at most CreateParallelism at once, and joins their errors.

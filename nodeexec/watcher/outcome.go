@@ -106,18 +106,40 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 // Rebooted turns the failure of a run that started on boot startBootID of its
 // node into an infrastructure failure (reason NodeRebooted) when the node now
 // reports another boot ID (status.nodeInfo.bootID): the reboot killed the
-// script (exit code 137, or an unknown container status), not its own exit.
-// Success, infrastructure failures and unknown boot IDs ("") pass unchanged.
+// script (exit code 137 or 255, a timeout, or an unknown container status,
+// ContainerNotRun), not its own exit. Success, other infrastructure failures
+// (image pulls, evictions, NodeNotReady) and unknown boot IDs ("") pass
+// unchanged. The original outcome is kept in the message.
 func Rebooted(out Outcome, startBootID, nodeBootID string) Outcome {
-	if !out.Done || out.Infrastructure || startBootID == "" || nodeBootID == "" || startBootID == nodeBootID ||
-		(out.ExitCode == 0 && out.Reason == "") {
+	if !rebootCandidate(out) || startBootID == "" || nodeBootID == "" || startBootID == nodeBootID {
 		return out
 	}
 	msg := "the node rebooted during the run (boot ID " + startBootID + " -> " + nodeBootID + ")"
-	if out.ExitCode >= 0 {
+	switch {
+	case out.Infrastructure:
+		msg += "; the run's pod said " + out.Reason
+		if out.Message != "" {
+			msg += ": " + out.Message
+		}
+	case out.ExitCode >= 0:
 		msg += "; the script's container ended with exit code " + strconv.Itoa(out.ExitCode)
+	case out.Reason != "":
+		msg += "; the run's pod said " + out.Reason
 	}
 	return Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "NodeRebooted", Message: msg, Tail: out.Tail}
+}
+
+// rebootCandidate reports whether a reboot of the node may explain out: a
+// finished run that failed by its exit, its timeout, or a container the
+// kubelet could not find (ContainerNotRun).
+func rebootCandidate(out Outcome) bool {
+	if !out.Done {
+		return false
+	}
+	if out.Infrastructure {
+		return out.Reason == "ContainerNotRun"
+	}
+	return out.ExitCode != 0 || out.Reason != ""
 }
 
 func disrupted(pod *corev1.Pod) bool {

@@ -234,7 +234,12 @@ func TestRebooted(t *testing.T) {
 		wantUnchanged bool
 	}{
 		{"killed by a reboot", killed, "a", "b", true, false},
-		{"unknown container status after a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}, "a", "b", true, true},
+		{"unknown container status after a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}, "a", "b", true, false},
+		{"unknown container status, no reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}, "a", "a", true, true},
+		{"image pull failure after a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ErrImagePull"}, "a", "b", true, true},
+		{"evicted, then a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "Evicted"}, "a", "b", true, true},
+		{"runtime lost the container (exit 255)", Outcome{Done: true, ExitCode: 255}, "a", "b", true, false},
+		{"boot ID unknown now", killed, "a", "", false, true},
 		{"script failed, no reboot", killed, "a", "a", false, true},
 		{"boot ID not recorded (older watcher)", killed, "", "b", false, true},
 		{"succeeded before the reboot", Outcome{Done: true}, "a", "b", false, true},

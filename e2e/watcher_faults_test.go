@@ -13,6 +13,7 @@ import (
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
@@ -131,11 +132,17 @@ func (f *faultRollout) waitComplete(t *testing.T, succeeded int32, timeout time.
 	})
 }
 
+// nodeRuns is what check expects of one node: runs is the number of run
+// pods seen and of runs the script started on the node; attempt is the
+// attempt its state ends Succeeded on (runs too, unless the Node object
+// was deleted and added back: its state starts again at attempt 1).
+type nodeRuns struct{ runs, attempt int }
+
 // check asserts, per node, the number of run pods and of runs started on the
-// node (both = attempts), the final state (Succeeded, never the script's
-// failure, never cordoned), at most maxLive run pods at once, and that no
-// run pod is left.
-func (f *faultRollout) check(t *testing.T, attempts map[string]int, maxLive int) {
+// node, the final state (Succeeded on the attempt expected, never the
+// script's failure, never cordoned), at most maxLive run pods at once, and
+// that no run pod is left.
+func (f *faultRollout) check(t *testing.T, want map[string]nodeRuns, maxLive int) {
 	t.Helper()
 	ctx := context.Background()
 	ns, err := watcher.Get(ctx, f.dyn, f.name)
@@ -145,17 +152,17 @@ func (f *faultRollout) check(t *testing.T, attempts map[string]int, maxLive int)
 	if ns.Status.Failed != 0 || ns.Status.RolledBack != 0 {
 		t.Errorf("status %+v: a fault counted as the script's failure", ns.Status)
 	}
-	for node, want := range attempts {
-		if got := f.pods.runs(node, watcher.ActionRun); len(got) != want {
-			t.Errorf("node %s: %d run pods %v, want %d", node, len(got), got, want)
+	for node, w := range want {
+		if got := f.pods.runs(node, watcher.ActionRun); len(got) != w.runs {
+			t.Errorf("node %s: %d run pods %v, want %d", node, len(got), got, w.runs)
 		}
-		if got := f.lines(node); got != want {
-			t.Errorf("node %s: the script started %d times, want %d", node, got, want)
+		if got := f.lines(node); got != w.runs {
+			t.Errorf("node %s: the script started %d times, want %d", node, got, w.runs)
 		}
 		s, n := nodeState(ctx, t, node, f.name)
-		if s.Phase != watcher.PhaseSucceeded || s.Attempts != want || s.ExitCode == nil || *s.ExitCode != 0 ||
+		if s.Phase != watcher.PhaseSucceeded || s.Attempts != w.attempt || s.ExitCode == nil || *s.ExitCode != 0 ||
 			s.Cordoned || n.Spec.Unschedulable || !strings.Contains(s.OutputTail, "done on "+node) {
-			t.Errorf("node %s: state %+v, unschedulable %t; want Succeeded on attempt %d, not cordoned", node, s, n.Spec.Unschedulable, want)
+			t.Errorf("node %s: state %+v, unschedulable %t; want Succeeded on attempt %d, not cordoned", node, s, n.Spec.Unschedulable, w.attempt)
 		}
 	}
 	if m := f.pods.max(); m > maxLive {
@@ -228,7 +235,7 @@ func TestWatcherFaultAPIServerRestart(t *testing.T) {
 	}
 	t.Logf("API server killed with a run on %s in progress, back after %s", first, time.Since(t0).Round(time.Millisecond))
 	f.waitComplete(t, 2, 2*time.Minute)
-	f.check(t, map[string]int{env.nodes[0]: 1, env.nodes[1]: 1}, 1)
+	f.check(t, map[string]nodeRuns{env.nodes[0]: {1, 1}, env.nodes[1]: {1, 1}}, 1)
 }
 
 // TestWatcherFaultKubeletStopped: the kubelet of the node running the script
@@ -250,7 +257,13 @@ func TestWatcherFaultKubeletStopped(t *testing.T) {
 		s, _ := nodeState(ctx, t, node, f.name)
 		t.Fatalf("node %s: state %+v; want an infrastructure failure NodeNotReady", node, s)
 	}
-	t.Logf("kubelet stopped: infrastructure failure NodeNotReady after %s", time.Since(t0).Round(time.Second))
+	took := time.Since(t0)
+	t.Logf("kubelet stopped: infrastructure failure NodeNotReady after %s", took.Round(time.Second))
+	// node-monitor-grace-period (20 s) + the watcher's grace (3 s) + a
+	// resync; with the default grace (a minute) it would take over 80 s.
+	if took > 50*time.Second {
+		t.Errorf("NodeNotReady after %s: the watcher's NotReadyGrace of %s was not applied", took.Round(time.Second), faultTestGrace)
+	}
 	// nothing is retried while the node is down
 	time.Sleep(2 * time.Second)
 	if got := f.pods.runs(node, watcher.ActionRun); len(got) != 1 {
@@ -260,7 +273,7 @@ func TestWatcherFaultKubeletStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitComplete(t, 1, 2*time.Minute)
-	f.check(t, map[string]int{node: 2}, 1)
+	f.check(t, map[string]nodeRuns{node: {2, 2}}, 1)
 	f.infraEvent(t, node, "NodeNotReady")
 }
 
@@ -273,8 +286,12 @@ func TestWatcherFaultNodeDeleted(t *testing.T) {
 	f := startFaultRollout(t, "e2e-f-delete-", realNodes, 8*time.Second, "{canary: 0, maxConcurrency: 2}")
 	ctx := context.Background()
 	f.waitRunning(t, second)
+	_, old := nodeState(ctx, t, second, f.name)
+	oldUID := old.UID
 	t.Cleanup(func() {
-		if _, err := env.client.CoreV1().Nodes().Get(context.Background(), second, metav1.GetOptions{}); err != nil {
+		// Whatever happened, the suite needs its two nodes back (AddNode
+		// starts the lowest free index: only when second is really gone).
+		if _, err := env.client.CoreV1().Nodes().Get(context.Background(), second, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			if _, err := env.cluster.AddNode(context.Background()); err != nil {
 				t.Errorf("restoring node %s: %v", second, err)
 			}
@@ -293,7 +310,12 @@ func TestWatcherFaultNodeDeleted(t *testing.T) {
 		t.Fatalf("AddNode = %s, %v; want %s back", added, err, second)
 	}
 	f.waitComplete(t, 2, 2*time.Minute)
-	f.check(t, map[string]int{first: 1, second: 2}, 2)
+	// The script ran twice on the machine (the first run cut short); the
+	// new Node's state is its own: attempt 1, not a retry of the old one's.
+	f.check(t, map[string]nodeRuns{first: {1, 1}, second: {2, 1}}, 2)
+	if n, err := env.client.CoreV1().Nodes().Get(ctx, second, metav1.GetOptions{}); err != nil || n.UID == oldUID {
+		t.Errorf("node %s after AddNode: %v, UID %v; want a new Node (the old UID was %s)", second, err, n.UID, oldUID)
+	}
 }
 
 // TestWatcherFaultPodEvicted: the run pod is evicted through the eviction
@@ -308,7 +330,7 @@ func TestWatcherFaultPodEvicted(t *testing.T) {
 		t.Fatalf("evicting %s: %v", pod, err)
 	}
 	f.waitComplete(t, 1, 2*time.Minute)
-	f.check(t, map[string]int{node: 2}, 1)
+	f.check(t, map[string]nodeRuns{node: {2, 2}}, 1)
 	f.infraEvent(t, node, "Evict", "Disrupted", "PodDeleted", "disappeared")
 }
 
@@ -325,7 +347,7 @@ func TestWatcherFaultNodeRebooted(t *testing.T) {
 	}
 	t.Logf("%s rebooted: boot ID %s", node, id)
 	f.waitComplete(t, 1, 2*time.Minute)
-	f.check(t, map[string]int{node: 2}, 1)
+	f.check(t, map[string]nodeRuns{node: {2, 2}}, 1)
 	f.infraEvent(t, node, "NodeRebooted")
 	if n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil || n.Status.NodeInfo.BootID != id {
 		t.Errorf("node %s after the test: %v (boot ID %v), want boot ID %s", node, err, n.Status.NodeInfo.BootID, id)

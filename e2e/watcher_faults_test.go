@@ -15,6 +15,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
@@ -55,13 +56,6 @@ func startFaultRollout(t *testing.T, prefix, selector string, firstSleep time.Du
 	if env.cluster == nil {
 		t.Skip("needs the local test cluster's fault injection")
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := env.cluster.Restore(ctx); err != nil {
-			t.Errorf("restoring the cluster: %v", err)
-		}
-	})
 	ctx := context.Background()
 	f := &faultRollout{name: uniqueName(prefix), dyn: watcherSetup(t)}
 	f.logFile = "/var/tmp/nodeexec-e2e-" + f.name + "-$NODE_NAME.log"
@@ -72,8 +66,21 @@ func startFaultRollout(t *testing.T, prefix, selector string, firstSleep time.Du
 		}
 	})
 	cleanupNodeScript(t, f.dyn, f.name)
+	// Runs after the watcher stopped, before cleanupNodeScript drops the
+	// states: a test that failed may have let the watcher cordon a node
+	// (onFailure.cordon); the suite and the shared cluster need it back.
+	t.Cleanup(func() { f.uncordon(t) })
 	f.pods = recordPods(t, f.name)
 	startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: f.dyn, Resync: 2 * time.Second, NotReadyGrace: faultTestGrace})
+	// Runs first (cleanups run last in, first out): the cleanups above need
+	// the API server and the nodes.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := env.cluster.Restore(ctx); err != nil {
+			t.Errorf("restoring the cluster: %v", err)
+		}
+	})
 	script := fmt.Sprintf(`f=%s; n=$(cat "$f" 2>/dev/null | wc -l); date +%%s.%%N >> "$f"; if [ "$n" -eq 0 ]; then sleep %d; fi; echo "done on $NODE_NAME"`,
 		f.logFile, int(firstSleep.Seconds()))
 	applyNodeScript(ctx, t, f.dyn, fmt.Sprintf(`
@@ -88,6 +95,30 @@ spec:
   rollout: %s
 `, f.name, selector, script, rollout))
 	return f
+}
+
+// uncordon uncordons the nodes whose state says the watcher cordoned them
+// for this NodeScript.
+func (f *faultRollout) uncordon(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nodes, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("listing nodes to undo the watcher's cordons: %v", err)
+		return
+	}
+	for _, n := range nodes.Items {
+		s, err := watcher.DecodeState(n.Annotations, f.name)
+		if err != nil || !s.CordonedByUs || !n.Spec.Unschedulable {
+			continue
+		}
+		patch := []byte(`{"spec":{"unschedulable":null}}`)
+		if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Errorf("uncordoning %s (cordoned by the watcher for %s): %v", n.Name, f.name, err)
+			continue
+		}
+		t.Logf("uncordoned %s: the watcher had cordoned it for %s", n.Name, f.name)
+	}
 }
 
 // onlyNode selects one real node.

@@ -180,12 +180,15 @@ func nodeState(ctx context.Context, t testing.TB, node, name string) (watcher.No
 
 // podLog records, from a watch, every pod a NodeScript's watcher created:
 // per node and action the pods, their creation as seen here, and the most
-// run pods that existed at once.
+// run pods that existed at once. Pods are told apart by UID: a pod created
+// again under the same name (a node deleted and added back runs attempt 1
+// again) is another pod.
 type podLog struct {
 	mu       sync.Mutex
-	pods     map[string][]string // "node/action" -> pod names
-	created  map[string]time.Time
-	live     map[string]bool
+	pods     map[string][]string  // "node/action" -> pod names, one per pod (UID)
+	created  map[string]time.Time // pod name -> when its latest pod was first seen
+	seen     map[types.UID]bool
+	live     map[types.UID]bool
 	maxLive  int
 	cancel   context.CancelFunc
 	finished chan struct{}
@@ -194,7 +197,8 @@ type podLog struct {
 func recordPods(t testing.TB, name string) *podLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &podLog{pods: map[string][]string{}, created: map[string]time.Time{}, live: map[string]bool{}, cancel: cancel, finished: make(chan struct{})}
+	l := &podLog{pods: map[string][]string{}, created: map[string]time.Time{}, seen: map[types.UID]bool{}, live: map[types.UID]bool{},
+		cancel: cancel, finished: make(chan struct{})}
 	// An informer, not a bare watch: the reflector relists and rewatches
 	// when the API server's watch cache lags ("too large resource version").
 	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(watcher.DefaultNamespace),
@@ -211,15 +215,16 @@ func recordPods(t testing.TB, name string) *podLog {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		key := p.Spec.NodeName + "/" + p.Labels[watcher.LabelAction]
-		if _, seen := l.created[p.Name]; !seen {
+		if !l.seen[p.UID] {
+			l.seen[p.UID] = true
 			l.created[p.Name] = time.Now()
 			l.pods[key] = append(l.pods[key], p.Name)
 		}
 		switch {
 		case deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
-			delete(l.live, p.Name)
+			delete(l.live, p.UID)
 		case p.Labels[watcher.LabelAction] == watcher.ActionRun:
-			l.live[p.Name] = true
+			l.live[p.UID] = true
 		}
 		l.maxLive = max(l.maxLive, len(l.live))
 	}

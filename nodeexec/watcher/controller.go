@@ -141,7 +141,16 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 			continue
 		}
 		ready, since := nodeReady(n)
-		out := PodOutcome(pod, ready, since, now)
+		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
+		if action == ActionRun && out.Done {
+			if s, ok := c.w.state(ctx, name, n); ok && s.Pod == pod.Name {
+				bootID, err := c.bootID(ctx, n, s, out)
+				if err != nil {
+					return 0, err
+				}
+				out = Rebooted(out, s.BootID, bootID)
+			}
+		}
 		if pod.DeletionTimestamp != nil && !out.Done {
 			out = Outcome{}
 		}
@@ -246,6 +255,27 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	return after, nil
 }
 
+// bootID is node n's boot ID to judge the finished run out recorded as s:
+// the cached one, or the API's when the cache still shows the boot the run
+// started on and a reboot may explain the failure. After a reboot the
+// kubelet reports the new boot ID and the dead run pod on separate
+// requests, which reach this process through separate watches: the pod's
+// failure can arrive first, and must not be recorded as the script's.
+func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, out Outcome) (string, error) {
+	cached := n.Status.NodeInfo.BootID
+	if s.Phase != PhaseRunning || s.BootID == "" || cached != s.BootID || !rebootCandidate(out) {
+		return cached, nil
+	}
+	live, err := c.w.o.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return cached, nil // gone: its pods are skipped on the next look
+	}
+	if err != nil {
+		return "", fmt.Errorf("node %s: reading its boot ID: %w", n.Name, err)
+	}
+	return live.Status.NodeInfo.BootID, nil
+}
+
 // parallel runs fns, at most CreateParallelism at once, and joins their errors.
 func (c *controller) parallel(fns []func() error) error {
 	if len(fns) == 1 {
@@ -299,7 +329,7 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	// One Event per run, with its result (see finish); the start is in the
 	// node's state annotation (Running, the pod, the attempt).
 	return c.w.writeState(ctx, ns.Name, n, NodeState{
-		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name,
+		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name, BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
 	})
 }

@@ -11,8 +11,8 @@ import (
 
 // trimNode is the node informer's transform: the cache keeps of a node only
 // what the watcher reads (name, UID, labels, its own annotations,
-// unschedulable, taints, and the Ready condition's status and last
-// transition), so that 5,000 nodes cost little memory and heartbeats do not
+// unschedulable, taints, the Ready condition's status and last transition,
+// and the boot ID), so that 5,000 nodes cost little memory and heartbeats do not
 // look like changes. Objects other than nodes pass unchanged.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -26,6 +26,7 @@ func trimNode(obj any) (any, error) {
 		},
 		Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
 	}
+	out.Status.NodeInfo.BootID = n.Status.NodeInfo.BootID
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
@@ -81,7 +82,8 @@ func sameNode(a, b *corev1.Node) bool {
 		apiequality.Semantic.DeepEqual(a.Annotations, b.Annotations) &&
 		a.Spec.Unschedulable == b.Spec.Unschedulable &&
 		apiequality.Semantic.DeepEqual(a.Spec.Taints, b.Spec.Taints) &&
-		apiequality.Semantic.DeepEqual(a.Status.Conditions, b.Status.Conditions)
+		apiequality.Semantic.DeepEqual(a.Status.Conditions, b.Status.Conditions) &&
+		a.Status.NodeInfo.BootID == b.Status.NodeInfo.BootID
 }
 
 // nodeReady returns the node's Ready status and when it last changed.

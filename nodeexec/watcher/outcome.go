@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,14 +30,16 @@ type Outcome struct {
 	Message, Tail string
 }
 
-// NotReadyGrace is how long a run pod may sit on a node that is not Ready
-// before its run counts as an infrastructure failure.
-const NotReadyGrace = time.Minute
+// DefaultNotReadyGrace is the default of Options.NotReadyGrace: how long a
+// run pod may sit on a node that is not Ready before its run counts as an
+// infrastructure failure.
+const DefaultNotReadyGrace = time.Minute
 
 // PodOutcome classifies a run pod: nodeReady and notReadySince describe
-// its node's Ready condition (notReadySince is when it last changed). It
-// is a pure function.
-func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time) Outcome {
+// its node's Ready condition (notReadySince is when it last changed); a run
+// on a node not Ready for grace is an infrastructure failure (NodeNotReady).
+// It is a pure function.
+func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, grace time.Duration) Outcome {
 	var cs *corev1.ContainerStatus
 	if len(pod.Status.ContainerStatuses) > 0 {
 		cs = &pod.Status.ContainerStatuses[0]
@@ -94,10 +97,49 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time) O
 		}
 		return infra(w.Reason, w.Message)
 	}
-	if !nodeReady && !notReadySince.IsZero() && now.Sub(notReadySince) >= NotReadyGrace {
+	if !nodeReady && !notReadySince.IsZero() && now.Sub(notReadySince) >= grace {
 		return infra("NodeNotReady", "the node has not been Ready for "+now.Sub(notReadySince).Round(time.Second).String())
 	}
 	return Outcome{ExitCode: -1}
+}
+
+// Rebooted turns the failure of a run that started on boot startBootID of its
+// node into an infrastructure failure (reason NodeRebooted) when the node now
+// reports another boot ID (status.nodeInfo.bootID): the reboot killed the
+// script (exit code 137 or 255, a timeout, or an unknown container status,
+// ContainerNotRun), not its own exit. Success, other infrastructure failures
+// (image pulls, evictions, NodeNotReady) and unknown boot IDs ("") pass
+// unchanged. The original outcome is kept in the message.
+func Rebooted(out Outcome, startBootID, nodeBootID string) Outcome {
+	if !rebootCandidate(out) || startBootID == "" || nodeBootID == "" || startBootID == nodeBootID {
+		return out
+	}
+	msg := "the node rebooted during the run (boot ID " + startBootID + " -> " + nodeBootID + ")"
+	switch {
+	case out.Infrastructure:
+		msg += "; the run's pod said " + out.Reason
+		if out.Message != "" {
+			msg += ": " + out.Message
+		}
+	case out.ExitCode >= 0:
+		msg += "; the script's container ended with exit code " + strconv.Itoa(out.ExitCode)
+	case out.Reason != "":
+		msg += "; the run's pod said " + out.Reason
+	}
+	return Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "NodeRebooted", Message: msg, Tail: out.Tail}
+}
+
+// rebootCandidate reports whether a reboot of the node may explain out: a
+// finished run that failed by its exit, its timeout, or a container the
+// kubelet could not find (ContainerNotRun).
+func rebootCandidate(out Outcome) bool {
+	if !out.Done {
+		return false
+	}
+	if out.Infrastructure {
+		return out.Reason == "ContainerNotRun"
+	}
+	return out.ExitCode != 0 || out.Reason != ""
 }
 
 func disrupted(pod *corev1.Pod) bool {

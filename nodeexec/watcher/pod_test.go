@@ -11,6 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
@@ -139,7 +142,7 @@ func TestPodOutcome(t *testing.T) {
 			if c.deleting {
 				pod.DeletionTimestamp = &metav1.Time{Time: now}
 			}
-			if d := cmp.Diff(c.want, PodOutcome(pod, c.ready, c.notReadySince, now)); d != "" {
+			if d := cmp.Diff(c.want, PodOutcome(pod, c.ready, c.notReadySince, now, DefaultNotReadyGrace)); d != "" {
 				t.Errorf("(-want +got):\n%s", d)
 			}
 		})
@@ -205,5 +208,69 @@ func TestParseNodeScripts(t *testing.T) {
 		if _, err := ParseNodeScripts(strings.NewReader(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParseNodeScripts(%q) = %v; want an error naming %q", c.doc, err, c.want)
 		}
+	}
+}
+
+func TestPodOutcomeNotReadyGrace(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if out := PodOutcome(pod, false, now.Add(-10*time.Second), now, 5*time.Second); !out.Done || !out.Infrastructure || out.Reason != "NodeNotReady" {
+		t.Errorf("NotReady 10s with a 5s grace: %+v; want an infrastructure failure", out)
+	}
+	if out := PodOutcome(pod, false, now.Add(-10*time.Second), now, DefaultNotReadyGrace); out.Done {
+		t.Errorf("NotReady 10s with the default grace: %+v; want still running", out)
+	}
+	if _, err := New(Options{Client: fake.NewSimpleClientset(), Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), NotReadyGrace: -time.Second}); err == nil || !strings.Contains(err.Error(), "NotReadyGrace") {
+		t.Errorf("negative NotReadyGrace: %v; want an error naming it", err)
+	}
+}
+
+func TestRebooted(t *testing.T) {
+	killed := Outcome{Done: true, ExitCode: 137, Tail: "half"}
+	for _, c := range []struct {
+		name          string
+		out           Outcome
+		start, now    string
+		wantInfra     bool
+		wantUnchanged bool
+	}{
+		{"killed by a reboot", killed, "a", "b", true, false},
+		{"unknown container status after a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}, "a", "b", true, false},
+		{"unknown container status, no reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}, "a", "a", true, true},
+		{"image pull failure after a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ErrImagePull"}, "a", "b", true, true},
+		{"evicted, then a reboot", Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "Evicted"}, "a", "b", true, true},
+		{"runtime lost the container (exit 255)", Outcome{Done: true, ExitCode: 255}, "a", "b", true, false},
+		{"boot ID unknown now", killed, "a", "", false, true},
+		{"script failed, no reboot", killed, "a", "a", false, true},
+		{"boot ID not recorded (older watcher)", killed, "", "b", false, true},
+		{"succeeded before the reboot", Outcome{Done: true}, "a", "b", false, true},
+		{"still running", Outcome{ExitCode: -1}, "a", "b", false, true},
+		{"timeout across a reboot", Outcome{Done: true, ExitCode: -1, Reason: "Timeout"}, "a", "b", true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Rebooted(c.out, c.start, c.now)
+			if c.wantUnchanged {
+				if d := cmp.Diff(c.out, got); d != "" {
+					t.Errorf("changed (-want +got):\n%s", d)
+				}
+				return
+			}
+			if got.Infrastructure != c.wantInfra || got.Reason != "NodeRebooted" || !got.Done || got.ExitCode != -1 || !strings.Contains(got.Message, c.start+" -> "+c.now) {
+				t.Errorf("got %+v; want an infrastructure failure NodeRebooted", got)
+			}
+		})
+	}
+}
+
+func TestTrimNodeBootID(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "b1", KernelVersion: "6"}}}
+	a, _ := trimNode(n)
+	if got := a.(*corev1.Node).Status.NodeInfo; got.BootID != "b1" || got.KernelVersion != "" {
+		t.Errorf("trimmed nodeInfo %+v; want only the boot ID", got)
+	}
+	n.Status.NodeInfo.BootID = "b2"
+	b, _ := trimNode(n)
+	if sameNode(a.(*corev1.Node), b.(*corev1.Node)) {
+		t.Error("a reboot (new boot ID) is not seen as a change")
 	}
 }

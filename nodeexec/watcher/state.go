@@ -51,12 +51,16 @@ type NodeState struct {
 	CordonedByUs bool `json:"cordonedByUs,omitempty"`
 	// OutputTail is the end of the script's output (at most 1 KiB).
 	OutputTail string `json:"outputTail,omitempty"`
+	// BootID is the node's status.nodeInfo.bootID when the run started: a
+	// run that fails on a node that rebooted since is an infrastructure
+	// failure (NodeRebooted), retried.
+	BootID string `json:"bootID,omitempty"`
 	// Pod is the run's pod while Phase is Running: the record that the run
 	// was started, which a restarted watcher adopts instead of starting another.
 	Pod string `json:"pod,omitempty"`
 	// Reason says why the phase was entered when it is not the script's own
 	// exit: Timeout, VerifyFailed, or an infrastructure reason (ErrImagePull,
-	// Evicted, NodeNotReady, PodDisappeared, ...).
+	// Evicted, NodeNotReady, NodeRebooted, PodDisappeared, ...).
 	Reason string `json:"reason,omitempty"`
 	// Message is the detail of an infrastructure failure, with its fix when
 	// one is known: for an image that cannot be pulled, the image, the

@@ -94,6 +94,12 @@ type Options struct {
 	// cluster-wide; without them the collector logs the refusal and the
 	// rollouts are unaffected.
 	CollectInterval time.Duration
+	// NotReadyGrace is how long a run pod may sit on a node whose Ready
+	// condition is not True (kubelet stopped, node unreachable, runtime down)
+	// before the run counts as an infrastructure failure (NodeNotReady): the
+	// pod is deleted and the run retried, with backoff, once the node is Ready
+	// and the pod gone. Defaults to DefaultNotReadyGrace (1 minute).
+	NotReadyGrace time.Duration
 	// Clock drives timestamps, soak times and backoffs. Defaults to the real clock.
 	Clock clock.WithTicker
 }
@@ -142,6 +148,9 @@ func New(o Options) (*Watcher, error) {
 	if o.Resync == 0 {
 		o.Resync = 30 * time.Second
 	}
+	if o.NotReadyGrace == 0 {
+		o.NotReadyGrace = DefaultNotReadyGrace
+	}
 	if o.SuccessLogLines == 0 {
 		o.SuccessLogLines = 20
 	}
@@ -153,6 +162,8 @@ func New(o Options) (*Watcher, error) {
 		return nil, fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
 	case o.CreateParallelism < 0:
 		return nil, fmt.Errorf("watcher: Options.CreateParallelism is %d: give a positive number, or 0 for the default 16", o.CreateParallelism)
+	case o.NotReadyGrace < 0:
+		return nil, fmt.Errorf("watcher: Options.NotReadyGrace is %s: give a positive duration, or 0 for the default %s", o.NotReadyGrace, DefaultNotReadyGrace)
 	case o.Resync < 0:
 		return nil, fmt.Errorf("watcher: Options.Resync is %s: give a positive duration, or 0 for the default 30s", o.Resync)
 	}

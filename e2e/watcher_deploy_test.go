@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -27,9 +28,21 @@ import (
 // holds the Lease, and that the in-cluster watcher, with only its RBAC,
 // applies a NodeScript to the real nodes. The Deployment and RBAC are
 // removed afterwards (the CRD and namespace stay for the other tests).
+//
+// With it, the install orders of the watcher and the resident agents: agents
+// installed before deploy/ keep running through it and after deploy/'s
+// Deployment and RBAC are removed; agents installed after it, in their own
+// namespace or in the watcher's nodeexec-system, are uninstalled without
+// touching the watcher or its namespace.
 func TestDeployedWatcher(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
+	// Agents first (their default namespace), then deploy/.
+	agentsFirst := "nodeexec-e2e-agents-" + randomSuffix()
+	t.Cleanup(func() { _, _, _ = cli(context.Background(), "", "agent", "uninstall", "--namespace", agentsFirst) })
+	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", agentsFirst, "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
+		t.Fatalf("agent install before deploy/: exit %d\n%s", code, stderr)
+	}
 	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../deploy")
 	if err != nil {
 		t.Fatalf("kustomize build deploy/: %v", err)
@@ -61,7 +74,7 @@ func TestDeployedWatcher(t *testing.T) {
 			applied = append(applied, u)
 		}
 	}
-	t.Cleanup(func() {
+	removeDeploy := func() {
 		for _, u := range applied {
 			gvk := u.GroupVersionKind()
 			mapping, _ := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -77,6 +90,11 @@ func TestDeployedWatcher(t *testing.T) {
 			l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeexec-watcher"})
 			return err == nil && len(l.Items) == 0
 		})
+	}
+	t.Cleanup(func() {
+		if applied != nil {
+			removeDeploy()
+		}
 	})
 
 	var dep *appsv1.Deployment
@@ -118,5 +136,45 @@ spec:
 		if s, _ := nodeState(ctx, t, n, name); s.OutputTail != "deployed watcher on "+n+"\n" {
 			t.Errorf("node %s: state %+v", n, s)
 		}
+	}
+
+	watcherUp := func(after string) {
+		t.Helper()
+		d, err := env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		if err != nil || d.DeletionTimestamp != nil || d.Status.AvailableReplicas != 2 {
+			t.Errorf("after %s: the watcher's Deployment: %v %+v", after, err, d.Status)
+		}
+		n, err := env.client.CoreV1().Namespaces().Get(ctx, watcher.DefaultNamespace, metav1.GetOptions{})
+		if err != nil || n.DeletionTimestamp != nil {
+			t.Errorf("after %s: namespace %s: %v (deleting: %v)", after, watcher.DefaultNamespace, err, err == nil && n.DeletionTimestamp != nil)
+		}
+	}
+	agentsUp := func(ns, when string) {
+		t.Helper()
+		ds, err := env.client.AppsV1().DaemonSets(ns).Get(ctx, resident.DaemonSetName, metav1.GetOptions{})
+		if err != nil || ds.DeletionTimestamp != nil || ds.Status.DesiredNumberScheduled == 0 || ds.Status.NumberAvailable != ds.Status.DesiredNumberScheduled {
+			t.Errorf("%s: agents in %s: %v", when, ns, err)
+		}
+	}
+	agentsUp(agentsFirst, "after deploy/ was applied")
+	// Agents after deploy/: in their own namespace, and in the watcher's.
+	for _, ns := range []string{"nodeexec-e2e-agents-" + randomSuffix(), watcher.DefaultNamespace} {
+		t.Cleanup(func() { _, _, _ = cli(context.Background(), "", "agent", "uninstall", "--namespace", ns) })
+		if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", ns, "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
+			t.Fatalf("agent install in %s after deploy/: exit %d\n%s", ns, code, stderr)
+		}
+		agentsUp(ns, "after install")
+		watcherUp("agent install in " + ns)
+		if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", ns); code != 0 {
+			t.Fatalf("agent uninstall in %s: exit %d\n%s", ns, code, stderr)
+		}
+		watcherUp("agent uninstall in " + ns)
+	}
+	// Removing deploy/ leaves the agents installed before it running.
+	removeDeploy()
+	applied = nil
+	agentsUp(agentsFirst, "after deploy/ was removed")
+	if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", agentsFirst); code != 0 {
+		t.Fatalf("agent uninstall in %s: exit %d\n%s", agentsFirst, code, stderr)
 	}
 }

@@ -71,9 +71,20 @@ func run(m *testing.M) int {
 		env.cluster = c
 		// nodeexec's one image (the agent of the nsenter and runtime
 		// backends and resident agents, and the watcher's controller in
-		// deploy/), built from this tree with go-containerregistry.
-		if err := agentimage.BuildAndImport(ctx, c, "..", nsenter.DefaultAgentImage); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		// deploy/), built from this tree with go-containerregistry. It is
+		// pushed to the cluster's registry, as on a real cluster, and also
+		// imported into every node: on a reused cluster the nodes may hold
+		// an older build under the same tag, which imagePullPolicy
+		// IfNotPresent would run.
+		img, err := agentimage.Build(ctx, "..")
+		if err == nil {
+			_, err = c.PushImage(ctx, nsenter.DefaultAgentImage, img)
+		}
+		if err == nil {
+			err = agentimage.Import(ctx, c, img, nsenter.DefaultAgentImage)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: nodeexec's image: %v\n", err)
 			return 1
 		}
 	}

@@ -173,3 +173,50 @@ func TestGarbageCollection(t *testing.T) {
 		t.Error("the killed run's pod is still there after gc")
 	}
 }
+
+// TestCLIInterruptTwice: a second Ctrl-C while the first one's cleanup runs
+// exits at once (130) saying how the rest is collected; whatever is left is
+// collected, by `nodeexec gc` here, once the run's Lease expired.
+func TestCLIInterruptTwice(t *testing.T) {
+	ctx := t.Context()
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-int2-", nil)
+	cmd := exec.CommandContext(ctx, env.cli, "--kubeconfig", env.kubeconfig, "-n", ns, "run", "--all", "--image", env.image, "--", "sh", "-c", "echo started; sleep 600")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(30*time.Second, func() bool { return strings.Count(out.String(), "started") == len(env.nodes) }) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("command did not start everywhere; stdout %q stderr %q", out.String(), errOut.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit = %v, want 130; stderr:\n%s", err, errOut.String())
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("exit took %s after the second SIGINT, want at once", time.Since(start))
+	}
+	if !strings.Contains(errOut.String(), "interrupted again") || !strings.Contains(errOut.String(), "Lease") {
+		t.Errorf("stderr does not say how what is left is collected:\n%s", errOut.String())
+	}
+	if waitFor(10*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 }) {
+		return // the first Ctrl-C's deletes were made before the exit
+	}
+	time.Sleep(35 * time.Second) // the run's Lease (30 s) expires
+	if stdout, stderr, code := cli(ctx, "", "-n", ns, "gc"); code != 0 {
+		t.Fatalf("gc: exit %d: %s %s", code, stdout, stderr)
+	}
+	if !waitFor(20*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 }) {
+		t.Errorf("%d pods left after gc", len(managedPods(ctx, t, ns)))
+	}
+}

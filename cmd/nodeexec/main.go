@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,14 +15,28 @@ import (
 	"github.com/nodeexec/nodeexec/internal/cli"
 )
 
+// exitInterrupted is the exit status after a second SIGINT or SIGTERM, as a
+// shell reports a process killed by SIGINT (128+2).
+const exitInterrupted = 130
+
 func main() {
 	// client-go's remaining global klog calls (such as a cancelled stream's
 	// "use of closed network connection") are not for the user; -v shows the
 	// library's own logs through the context.
 	klog.SetLogger(logr.Discard())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() { <-ctx.Done(); stop() }() // a second signal kills at once
+	// The first SIGINT/SIGTERM cancels the run, which deletes what it
+	// created; a second one exits at once, saying what becomes of the rest.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		cancel()
+		<-sigs
+		fmt.Fprintln(os.Stderr, cli.InterruptedAgainMessage)
+		os.Exit(exitInterrupted)
+	}()
 	code := cli.Run(ctx, cli.Streams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, os.Args)
-	stop()
+	cancel()
 	os.Exit(code)
 }

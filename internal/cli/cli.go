@@ -29,6 +29,12 @@ type Streams struct {
 	ErrOut io.Writer
 }
 
+// InterruptedAgainMessage is printed when a second SIGINT or SIGTERM stops
+// nodeexec before its cleanup finished.
+const InterruptedAgainMessage = "nodeexec: interrupted again: exiting before cleanup finished. Pods of this run not yet deleted " +
+	"are deleted by the next `nodeexec run`, `shell` or `gc` in their namespace, or by the watcher, once the run's Lease " +
+	"(nodeexec-run-<run ID>) has gone 30s without renewal; `kubectl get pods -A -l app.kubernetes.io/managed-by=nodeexec` lists them"
+
 // exitCoder carries a process exit code out of an Action without printing.
 type exitCoder struct{ code int }
 

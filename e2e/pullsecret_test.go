@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +27,8 @@ import (
 // secret. Every way nodeexec creates pods — the debugpod and nsenter backends,
 // the resident agents and the watcher's NodeScripts — refuses clearly without
 // the secret (naming the image, the registry's 401 and the fix) and works with
-// it. Each image has a tag new to this run, so no node has it cached.
+// it. Each image is new to this run (a new tag; nodeexec's image pushed with
+// `nodeexec image push` and pulled by its digest), so no node has it cached.
 func TestImagePullSecret(t *testing.T) {
 	if env.cluster == nil {
 		t.Skip("needs the local test cluster's authenticated registry (NODEEXEC_E2E_KUBECONFIG is set)")
@@ -51,14 +55,27 @@ func TestImagePullSecret(t *testing.T) {
 	if _, err := env.cluster.PushImage(ctx, busyRef, busy); err != nil {
 		t.Fatal(err)
 	}
-	agent, err := agentimage.Build(ctx, "..")
+	// nodeexec's image, pushed as a user of an air-gapped cluster would: the
+	// static binary's `image push`, with the registry's credentials in a
+	// docker config (DOCKER_CONFIG) and its CA trusted (SSL_CERT_FILE).
+	static, err := agentimage.BuildBinary(ctx, "..", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentRef := reg.NodeHost + "/e2e/agent:" + tag
-	if _, err := env.cluster.PushImage(ctx, agentRef, agent); err != nil {
-		t.Fatal(err)
+	push := exec.CommandContext(ctx, static, "image", "push", reg.Host+"/e2e/agent:"+tag)
+	push.Env = append(os.Environ(), "DOCKER_CONFIG="+reg.DockerConfigDir, "SSL_CERT_FILE="+reg.CAFile)
+	var pushOut, pushErr bytes.Buffer
+	push.Stdout, push.Stderr = &pushOut, &pushErr
+	if err := push.Run(); err != nil {
+		t.Fatalf("nodeexec image push: %v\n%s", err, pushErr.String())
 	}
+	pushed := strings.TrimSpace(pushOut.String())
+	if !strings.HasPrefix(pushed, reg.Host+"/e2e/agent@sha256:") {
+		t.Fatalf("image push printed %q, want %s/e2e/agent@sha256:...; stderr:\n%s", pushed, reg.Host, pushErr.String())
+	}
+	t.Logf("nodeexec image push: %s\n%s", pushed, pushErr.String())
+	// The nodes reach the same registry at NodeHost; pull by the digest printed.
+	agentRef := reg.NodeHost + strings.TrimPrefix(pushed, reg.Host)
 
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-secret-", map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
 	if _, err := env.client.CoreV1().Secrets(ns).Create(ctx, reg.PullSecret(ns, "regcred"), metav1.CreateOptions{}); err != nil {

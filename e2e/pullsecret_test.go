@@ -199,7 +199,7 @@ spec:
 			t.Fatalf("node state without the secret: %+v; want an infrastructure failure naming spec.backend.imagePullSecrets", s)
 		}
 		t.Logf("without the secret: %+v", s)
-		if s.Phase == watcher.PhaseSucceeded || !strings.Contains(s.Message, agentRef) || !strings.Contains(s.Message, "401") {
+		if s.Phase == watcher.PhaseSucceeded || !strings.Contains(s.Message, fmt.Sprintf("image %q", agentRef)) || !strings.Contains(s.Message, "401") {
 			t.Errorf("state %+v: want not succeeded, naming %s and the registry's 401", s, agentRef)
 		}
 		hash := s.Hash

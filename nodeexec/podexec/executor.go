@@ -357,7 +357,9 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 }
 
 // ContainerImage returns the image of pod's container (or ephemeral
-// container) named container: the spec's reference, as the user gave it.
+// container) named container: the spec's reference, as the user gave it, or,
+// for a pod without its spec (an informer's trimmed copy), the image its
+// container status reports (the same reference until the image is pulled).
 func ContainerImage(pod *corev1.Pod, container string) string {
 	for _, c := range pod.Spec.Containers {
 		if c.Name == container {
@@ -372,6 +374,13 @@ func ContainerImage(pod *corev1.Pod, container string) string {
 	for _, c := range pod.Spec.EphemeralContainers {
 		if c.Name == container {
 			return c.Image
+		}
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.Name == container {
+				return cs.Image
+			}
 		}
 	}
 	return ""

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-watcher bench-kwok bench-stream generate clean
+.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-watcher bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -102,8 +102,19 @@ generate: ## deepcopy and the NodeScript CRD (deploy/crd) from nodeexec/watcher/
 	$(CONTROLLER_GEN) object paths=./nodeexec/watcher/api/...
 	$(CONTROLLER_GEN) crd paths=./nodeexec/watcher/api/... output:crd:dir=deploy/crd
 
+# Release archives and the krew manifest (internal/release). Reproducible: the
+# same source, Go toolchain and VERSION give the same archives byte for byte
+# (CGO_ENABLED=0, -trimpath, no build ID or VCS stamp, fixed tar/gzip metadata),
+# so the manifest's sha256s can be checked by rebuilding.
+VERSION ?= v0.1.0
+dist: ## release archives dist/kubectl-nodeexec_<os>_<arch>.tar.gz (linux, darwin; amd64, arm64) for $(VERSION)
+	$(GO) run ./internal/release/cmd/dist -version $(VERSION) -out dist
+
+krew-manifest: ## make dist, then write plugins/nodeexec.yaml (krew) with $(VERSION) and the archives' sha256s
+	$(GO) run ./internal/release/cmd/dist -version $(VERSION) -out dist -manifest plugins/nodeexec.yaml
+
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 # ---------------------------------------------------------------------------
 # Test cluster (internal/testcluster): a real local Kubernetes cluster (etcd,

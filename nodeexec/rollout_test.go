@@ -116,6 +116,36 @@ func TestRunMaxErrors(t *testing.T) {
 	}
 }
 
+func TestRunOnStartOnResult(t *testing.T) {
+	// OnStart comes before the backend runs and before OnResult, once per
+	// node that runs; a skipped node gets only OnResult.
+	one := intstr.FromInt32(0)
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	add := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	be := &fakeBackend{fn: func(_ context.Context, req nodeexec.Request) (nodeexec.Result, error) {
+		add("run " + req.Node)
+		if req.Node == "a" {
+			return nodeexec.Result{ExitCode: 1}, &nodeexec.ExitError{Node: "a", Code: 1}
+		}
+		return nodeexec.Result{}, nil
+	}}
+	r := newRunner(t, nodeexec.RunnerOptions{
+		Client: fake.NewClientset(readyNodes("a", "b")...), Backend: be,
+		MaxConcurrency: 1, MaxErrors: &one,
+		OnStart:  func(node string) { add("start " + node) },
+		OnResult: func(res nodeexec.NodeResult) { add("result " + res.Node) },
+	})
+	if _, err := r.Run(t.Context(), nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"start a", "run a", "result a", "result b"}, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
 func TestRunRetriesInfrastructureFailuresOnly(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	var tries atomic.Int32

@@ -105,6 +105,12 @@ type RunnerOptions struct {
 	// TailBytes is how much of the end of each node's stdout and stderr its
 	// NodeResult keeps. Defaults to DefaultTailBytes.
 	TailBytes int
+	// OnStart, when set, is called with a node's name when work on it starts
+	// (it has one of the MaxConcurrency slots), before its first attempt, from
+	// the goroutine that runs it; calls may be concurrent. Nodes skipped
+	// (ErrSkipped) never start: they only get OnResult. With OnResult it lets
+	// a caller show progress: started and not yet done is running.
+	OnStart func(node string)
 	// OnResult, when set, is called with each node's result as soon as the
 	// node is done (from the goroutine that ran it; calls may be concurrent).
 	OnResult func(NodeResult)
@@ -239,6 +245,9 @@ func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
+				if r.o.OnStart != nil {
+					r.o.OnStart(nodes[i].Name)
+				}
 				nreq := req
 				nreq.Node = nodes[i].Name
 				if stdin != nil {

@@ -11,6 +11,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -34,6 +35,7 @@ func runCommand(streams Streams) *ucli.Command {
 			envFlag("environment variable `KEY=VALUE` for the command; repeat -e for several (the value is kept whole: commas, '=' and spaces included)"),
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
+			progressFlag(),
 			explainFlag(),
 		}, append(backendFlags(), rolloutFlags()...)...),
 		Action: func(c *ucli.Context) error {
@@ -44,10 +46,16 @@ func runCommand(streams Streams) *ucli.Command {
 
 func runAction(c *ucli.Context, streams Streams) error {
 	targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
+	// The progress line (several nodes, -o text, stderr a terminal) is
+	// erased before each line of output or log reaches the terminal: stderr,
+	// and stdout when it is a terminal too (the same screen, presumably).
+	prog := runProgress(c, streams)
+	_, outOnTerm := term.Fd(streams.Out)
+	errOut := prog.writer(streams.ErrOut, true)
 	req := nodeexec.Request{
 		Command: c.Args().Slice(),
-		Stdout:  streams.Out,
-		Stderr:  streams.ErrOut,
+		Stdout:  prog.writer(streams.Out, outOnTerm),
+		Stderr:  errOut,
 		Timeout: c.Duration("timeout"),
 	}
 	if f := c.String("script"); f != "" {
@@ -104,7 +112,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if targets, err = podTargets(c, backend, targets); err != nil {
 		return err
 	}
-	runner, err := newRunner(c, streams, nodeexec.RunnerOptions{
+	opts := nodeexec.RunnerOptions{
 		Client:          client,
 		Backend:         backend,
 		MaxConcurrency:  c.Int("max-concurrency"),
@@ -112,11 +120,13 @@ func runAction(c *ucli.Context, streams Streams) error {
 		IncludeNotReady: c.Bool("include-not-ready"),
 		// runPreflight below makes the same dry-run, with the full report.
 		NoPreflight: true,
-	})
+	}
+	prog.hooks(&opts)
+	runner, err := newRunner(c, streams, opts)
 	if err != nil {
 		return err
 	}
-	ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
+	ctx := withLogger(c.Context, errOut, c.Int("v"))
 	// Refusals (Pod Security, RBAC, admission) are reported before anything is created.
 	nodes, err := runner.Resolve(ctx, targets)
 	if err != nil {
@@ -128,7 +138,9 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return err
 	}
 	collectExpired(ctx, client, ns)
+	prog.start(len(nodes))
 	results, err := runner.RunNodes(ctx, nodes, outputRequest(c, req))
+	prog.stop()
 	if err != nil {
 		return err
 	}

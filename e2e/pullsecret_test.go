@@ -24,7 +24,7 @@ import (
 
 // TestImagePullSecret: images under the test registry's own address, which the
 // nodes have no credentials for, as on a cluster whose registry needs a pull
-// secret. Every way nodeexec creates pods — the debugpod and nsenter backends,
+// secret. Every way nodeexec creates pods — the debugpod, nsenter and runtime backends,
 // the resident agents and the watcher's NodeScripts — refuses clearly without
 // the secret (naming the image, the registry's 401 and the fix) and works with
 // it. Each image is new to this run (a new tag; nodeexec's image pushed with
@@ -105,16 +105,20 @@ func TestImagePullSecret(t *testing.T) {
 		}
 	}
 
+	// The runtime backend's target: a container on node, in another namespace
+	// (its agent pod, which pulls the image, goes in -n's).
+	target := rtTargetPod(ctx, t, node, "exec sleep 3600", true)
 	for _, c := range []struct {
 		backend, flag, image string
-		cmd                  []string
+		targetArgs, cmd      []string
 		want                 string
 	}{
-		{"debugpod", "--image", busyRef, []string{"cat", "/marker"}, marker + "\n"},
-		{"nsenter", "--agent-image", agentRef, []string{"cat", "/etc/hostname"}, ""},
+		{"debugpod", "--image", busyRef, []string{"--node", node}, []string{"cat", "/marker"}, marker + "\n"},
+		{"nsenter", "--agent-image", agentRef, []string{"--node", node}, []string{"cat", "/etc/hostname"}, ""},
+		{"runtime", "--agent-image", agentRef, []string{"--pod", target.Namespace + "/" + target.Name}, []string{"cat", "/etc/hostname"}, target.Name + "\n"},
 	} {
 		t.Run(c.backend, func(t *testing.T) {
-			args := []string{"-n", ns, "run", "--node", node, "--backend", c.backend, c.flag, c.image, "--timeout", "2m", "--no-prefix"}
+			args := append([]string{"-n", ns, "run", "--backend", c.backend, c.flag, c.image, "--timeout", "2m", "--no-prefix"}, c.targetArgs...)
 			start := time.Now()
 			_, stderr, code := cli(ctx, "", append(append(args, "--"), c.cmd...)...)
 			refused(t, c.image, stderr, code, time.Since(start))

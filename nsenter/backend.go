@@ -287,7 +287,8 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 	if err != nil {
 		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: Name}, err
 	}
-	return b.exec.Run(ctx, pod, AgentContainerName, b.Argv(req), req)
+	argv, resume := SpoolFor(b.Argv(req), pod.Name, req)
+	return b.exec.RunResumable(ctx, pod, AgentContainerName, argv, req, resume)
 }
 
 // Preflight asks the API server to admit the pod for node without creating

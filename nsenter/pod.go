@@ -2,6 +2,7 @@ package nsenter
 
 import (
 	"math"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // AgentContainerName is the name of the container in the backend's pods.
@@ -109,10 +112,79 @@ func AgentArgv(namespaces []Namespace, argv []string) []string {
 // group after d, and exits 124. ok is false, and argv returned as is, when
 // argv is not such a command line.
 func WithAgentTimeout(argv []string, d time.Duration) (out []string, ok bool) {
-	if len(argv) < 3 || argv[0] != AgentPath || argv[1] != "agent" || strings.HasPrefix(argv[2], "-") {
+	if !isAgentArgv(argv) {
 		return argv, false
 	}
 	secs := int64(math.Ceil(d.Seconds()))
 	out = append(slices.Clone(argv[:3]), "--timeout", strconv.FormatInt(secs, 10)+"s")
 	return append(out, argv[3:]...), true
+}
+
+// SpoolMissingExitCode is the exit status of CheckSpoolArgv's command when
+// the spool does not exist.
+const SpoolMissingExitCode = 3
+
+// WithSpool returns a copy of the agent command line argv (as for
+// WithAgentTimeout) with `--spool DIR` inserted after the subcommand: the
+// agent then keeps the command's output and exit status in dir, in the agent
+// container, so that a client whose stream was cut gets them with
+// AttachArgv (see package nodeexec/spool). ok is false, and argv returned as
+// is, when argv is not an agent command line.
+func WithSpool(argv []string, dir string) (out []string, ok bool) {
+	if !isAgentArgv(argv) {
+		return argv, false
+	}
+	out = append(slices.Clone(argv[:3]), "--spool", dir)
+	return append(out, argv[3:]...), true
+}
+
+// AttachArgv is the command line that streams the spool in dir from the
+// offsets (bytes of stdout and stderr the client already received) and
+// exits with the command's status:
+//
+//	/usr/local/bin/nodeexec agent attach --spool DIR --stdout-offset N --stderr-offset M
+func AttachArgv(dir string, stdoutOffset, stderrOffset int64) []string {
+	return []string{AgentPath, "agent", "attach", "--spool", dir,
+		"--stdout-offset", strconv.FormatInt(stdoutOffset, 10), "--stderr-offset", strconv.FormatInt(stderrOffset, 10)}
+}
+
+// CheckSpoolArgv is the command line that exits 0 when dir is a spool and
+// SpoolMissingExitCode when it is not.
+//
+//	/usr/local/bin/nodeexec agent attach --spool DIR --check
+func CheckSpoolArgv(dir string) []string {
+	return []string{AgentPath, "agent", "attach", "--spool", dir, "--check"}
+}
+
+// isAgentArgv reports whether argv is `AgentPath agent SUBCOMMAND ...`.
+func isAgentArgv(argv []string) bool {
+	return len(argv) >= 3 && argv[0] == AgentPath && argv[1] == "agent" && !strings.HasPrefix(argv[2], "-")
+}
+
+// Spooled returns the agent command line argv run under a spool in dir
+// (WithSpool), and the podexec.Resume that reads that spool after a cut
+// stream. For a command line that is not the agent's, it returns argv and
+// nil.
+func Spooled(argv []string, dir string) ([]string, *podexec.Resume) {
+	out, ok := WithSpool(argv, dir)
+	if !ok {
+		return argv, nil
+	}
+	return out, &podexec.Resume{
+		Check:        CheckSpoolArgv(dir),
+		CheckMissing: SpoolMissingExitCode,
+		Attach:       func(stdoutOffset, stderrOffset int64) []string { return AttachArgv(dir, stdoutOffset, stderrOffset) },
+	}
+}
+
+// SpoolFor returns the command line that runs the agent command line argv
+// for req, and how to resume it (nil for none): argv under a spool named
+// name in the agent container (spool.DefaultParent/name), or, for a request
+// with a TTY (an interactive session, which cannot be resumed), argv as it
+// is.
+func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
+	if req.TTY {
+		return argv, nil
+	}
+	return Spooled(argv, path.Join(spool.DefaultParent, name))
 }

@@ -68,51 +68,54 @@ func agentNsenterCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "namespaces", Value: joinNamespaceNames(nsenter.DefaultNamespaces()),
 				Usage: "namespaces to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all (user only when the target shares ours)"},
 			agentTimeoutFlag(),
+			agentSpoolFlag(),
 		},
 		Action: func(c *ucli.Context) error {
-			target := c.Int("target")
-			if target <= 0 {
-				return fmt.Errorf("--target %d: give the PID (> 0) of the process whose namespaces to enter", target)
-			}
-			nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
-			if err != nil {
-				return fmt.Errorf("--namespaces: %w", err)
-			}
-			argv := c.Args().Slice()
-			if len(argv) == 0 || argv[0] == "" {
-				return errors.New("no command: give it after --, as in `nsenter --target 1 -- hostname`")
-			}
-			cmd := nsenter.Cmd{
-				Target:     target,
-				Namespaces: nss,
-				Args:       argv,
-				Stdin:      streams.In,
-				Stdout:     streams.Out,
-				Stderr:     streams.ErrOut,
-			}
-			ctx, cancel, err := agentTimeout(c, &cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			code, err := cmd.Run(ctx)
-			if err != nil {
-				if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
-					return exit
+			return spooled(c, streams, func(streams Streams) error {
+				target := c.Int("target")
+				if target <= 0 {
+					return fmt.Errorf("--target %d: give the PID (> 0) of the process whose namespaces to enter", target)
 				}
-				fmt.Fprintf(streams.ErrOut, "nodeexec agent nsenter: %v\n", err)
-				switch {
-				case errors.Is(err, exec.ErrNotFound):
-					return exitCoder{code: agentNsenterNotFound}
-				case errors.Is(err, nsenter.ErrNotExecutable):
-					return exitCoder{code: agentNsenterNotExecable}
+				nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
+				if err != nil {
+					return fmt.Errorf("--namespaces: %w", err)
 				}
-				return exitCoder{code: agentNsenterFailed}
-			}
-			if code != 0 {
-				return exitCoder{code: code}
-			}
-			return nil
+				argv := c.Args().Slice()
+				if len(argv) == 0 || argv[0] == "" {
+					return errors.New("no command: give it after --, as in `nsenter --target 1 -- hostname`")
+				}
+				cmd := nsenter.Cmd{
+					Target:     target,
+					Namespaces: nss,
+					Args:       argv,
+					Stdin:      streams.In,
+					Stdout:     streams.Out,
+					Stderr:     streams.ErrOut,
+				}
+				ctx, cancel, err := agentTimeout(c, &cmd)
+				if err != nil {
+					return err
+				}
+				defer cancel()
+				code, err := cmd.Run(ctx)
+				if err != nil {
+					if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+						return exit
+					}
+					fmt.Fprintf(streams.ErrOut, "nodeexec agent nsenter: %v\n", err)
+					switch {
+					case errors.Is(err, exec.ErrNotFound):
+						return exitCoder{code: agentNsenterNotFound}
+					case errors.Is(err, nsenter.ErrNotExecutable):
+						return exitCoder{code: agentNsenterNotExecable}
+					}
+					return exitCoder{code: agentNsenterFailed}
+				}
+				if code != 0 {
+					return exitCoder{code: code}
+				}
+				return nil
+			})
 		},
 	}
 }

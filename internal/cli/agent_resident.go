@@ -13,7 +13,7 @@ import (
 )
 
 // agentExtraCommands are the `nodeexec agent` subcommands of the runtime
-// backend and the resident agents: container-exec, install, uninstall, hold
+// backend and the resident agents: container-exec, install, uninstall, hold, attach
 // (registered in cli.go as agentCommand(streams, agentExtraCommands(streams)...)).
 func agentExtraCommands(streams Streams) []*ucli.Command {
 	return []*ucli.Command{
@@ -21,6 +21,7 @@ func agentExtraCommands(streams Streams) []*ucli.Command {
 		agentInstallCommand(streams),
 		agentUninstallCommand(streams),
 		agentHoldCommand(),
+		agentAttachCommand(streams),
 	}
 }
 

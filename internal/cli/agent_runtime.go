@@ -37,65 +37,68 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			envFlag("environment variable `KEY=VALUE` added to the container's; repeat -e for several (never split on commas)"),
 			&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "say on stderr which runtime socket (or the /proc scan) found the container"},
 			agentTimeoutFlag(),
+			agentSpoolFlag(),
 		},
 		Action: func(c *ucli.Context) error {
-			argv := c.Args().Slice()
-			if len(argv) == 0 || argv[0] == "" {
-				return agentFailure(streams, errors.New("no command: give it after --"))
-			}
-			nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
-			if err != nil {
-				return agentFailure(streams, fmt.Errorf("--namespaces: %w", err))
-			}
-			extra, err := parseEnv(envValues(c))
-			if err != nil {
-				return agentFailure(streams, err)
-			}
-			root := c.String("host-root")
-			if root == "" {
-				root = defaultHostRoot()
-			}
-			res, err := cri.Lookup(c.Context, cri.Options{
-				ContainerID:    c.String("container-id"),
-				Endpoints:      c.StringSlice("runtime-endpoint"),
-				HostRoot:       root,
-				NoProcFallback: c.Bool("no-proc-fallback"),
+			return spooled(c, streams, func(streams Streams) error {
+				argv := c.Args().Slice()
+				if len(argv) == 0 || argv[0] == "" {
+					return agentFailure(streams, errors.New("no command: give it after --"))
+				}
+				nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
+				if err != nil {
+					return agentFailure(streams, fmt.Errorf("--namespaces: %w", err))
+				}
+				extra, err := parseEnv(envValues(c))
+				if err != nil {
+					return agentFailure(streams, err)
+				}
+				root := c.String("host-root")
+				if root == "" {
+					root = defaultHostRoot()
+				}
+				res, err := cri.Lookup(c.Context, cri.Options{
+					ContainerID:    c.String("container-id"),
+					Endpoints:      c.StringSlice("runtime-endpoint"),
+					HostRoot:       root,
+					NoProcFallback: c.Bool("no-proc-fallback"),
+				})
+				if err != nil {
+					return agentFailure(streams, err)
+				}
+				if c.Bool("verbose") {
+					if res.Method == cri.MethodCRI {
+						fmt.Fprintf(streams.ErrOut, "container %s: PID %d from %s at %s\n", res.ID, res.PID, res.Runtime, res.Endpoint)
+					} else {
+						fmt.Fprintf(streams.ErrOut, "container %s: PID %d from the /proc/*/cgroup scan (no runtime socket answered)\n", res.ID, res.PID)
+					}
+				}
+				cmd := nsenter.Cmd{
+					Target:     res.PID,
+					Namespaces: nss,
+					Args:       argv,
+					Env:        mergeEnv(containerEnv(res.PID), extra),
+					Stdin:      streams.In,
+					Stdout:     streams.Out,
+					Stderr:     streams.ErrOut,
+				}
+				ctx, cancel, err := agentTimeout(c, &cmd)
+				if err != nil {
+					return agentFailure(streams, err)
+				}
+				defer cancel()
+				code, err := cmd.Run(ctx)
+				if err != nil {
+					if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+						return exit
+					}
+					return agentFailure(streams, fmt.Errorf("container %s (PID %d): %w", res.ID, res.PID, err))
+				}
+				if code != 0 {
+					return exitCoder{code: code}
+				}
+				return nil
 			})
-			if err != nil {
-				return agentFailure(streams, err)
-			}
-			if c.Bool("verbose") {
-				if res.Method == cri.MethodCRI {
-					fmt.Fprintf(streams.ErrOut, "container %s: PID %d from %s at %s\n", res.ID, res.PID, res.Runtime, res.Endpoint)
-				} else {
-					fmt.Fprintf(streams.ErrOut, "container %s: PID %d from the /proc/*/cgroup scan (no runtime socket answered)\n", res.ID, res.PID)
-				}
-			}
-			cmd := nsenter.Cmd{
-				Target:     res.PID,
-				Namespaces: nss,
-				Args:       argv,
-				Env:        mergeEnv(containerEnv(res.PID), extra),
-				Stdin:      streams.In,
-				Stdout:     streams.Out,
-				Stderr:     streams.ErrOut,
-			}
-			ctx, cancel, err := agentTimeout(c, &cmd)
-			if err != nil {
-				return agentFailure(streams, err)
-			}
-			defer cancel()
-			code, err := cmd.Run(ctx)
-			if err != nil {
-				if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
-					return exit
-				}
-				return agentFailure(streams, fmt.Errorf("container %s (PID %d): %w", res.ID, res.PID, err))
-			}
-			if code != 0 {
-				return exitCoder{code: code}
-			}
-			return nil
 		},
 	}
 }

@@ -146,3 +146,58 @@ func TestAgentTimeout(t *testing.T) {
 		t.Errorf("a command within its --timeout: code %d, want its own 3 (stderr %q)", r.code, r.errOut)
 	}
 }
+
+// cutWriter takes n bytes, then fails as a cut exec stream does.
+type cutWriter struct {
+	bytes.Buffer
+	n int
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n-w.Len() {
+		k, _ := w.Buffer.Write(p[:w.n-w.Len()])
+		return k, os.ErrClosed
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestAgentSpoolAndAttach: with --spool, a stream cut after the first line
+// does not stop the command; `agent attach` from the bytes received gives
+// the rest of stdout and stderr, once, and the command's exit status.
+func TestAgentSpoolAndAttach(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test enters namespaces and needs root (CI runs as root)")
+	}
+	dir := filepath.Join(t.TempDir(), "spools", "run1")
+	out := &cutWriter{n: len("one\n")}
+	var errOut bytes.Buffer
+	code := Run(t.Context(), Streams{In: strings.NewReader(""), Out: out, ErrOut: &errOut},
+		[]string{"nodeexec", "agent", "nsenter", "--spool", dir, "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--",
+			"sh", "-c", "echo one; echo warn >&2; sleep 0.2; echo two; echo three; exit 5"})
+	if code != 5 || out.String() != "one\n" {
+		t.Fatalf("spooled run: exit %d, stdout %q (stderr %q); want 5 and the first line only", code, out.String(), errOut.String())
+	}
+	r := run(t, "", "agent", "attach", "--spool", dir, "--stdout-offset", strconv.Itoa(out.Len()), "--stderr-offset", strconv.Itoa(errOut.Len()))
+	if r.code != 5 || out.String()+r.out != "one\ntwo\nthree\n" || errOut.String()+r.errOut != "warn\n" {
+		t.Errorf("attach: exit %d, stdout %q, stderr %q; want 5 and the rest", r.code, r.out, r.errOut)
+	}
+	if r := run(t, "", "agent", "attach", "--spool", dir, "--check"); r.code != 0 {
+		t.Errorf("check of an existing spool: exit %d %q", r.code, r.errOut)
+	}
+	if r := run(t, "", "agent", "attach", "--spool", dir+"-none", "--check"); r.code != agentAttachCheckMissing || !strings.Contains(r.errOut, "no spool") {
+		t.Errorf("check of a missing spool: exit %d %q", r.code, r.errOut)
+	}
+	if r := run(t, "", "agent", "attach", "--spool", dir, "--stdout-offset", "999"); r.code != agentAttachFailed || !strings.Contains(r.errOut, "outcome is unknown") {
+		t.Errorf("offset past the end: exit %d %q", r.code, r.errOut)
+	}
+	// A run starts once: the same spool again refuses without running.
+	r = run(t, "", "agent", "nsenter", "--spool", dir, "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--", "sh", "-c", "echo ran")
+	if r.code != agentNsenterFailed || strings.Contains(r.out, "ran") || !strings.Contains(r.errOut, "spool exists") {
+		t.Errorf("second start: exit %d, stdout %q, stderr %q", r.code, r.out, r.errOut)
+	}
+	// Usage errors are spooled too, with exit 2.
+	dir2 := filepath.Join(filepath.Dir(dir), "run2")
+	if r := run(t, "", "agent", "nsenter", "--spool", dir2, "--target", "0", "--", "true"); r.code != 2 || !strings.Contains(r.errOut, "--target 0") {
+		t.Errorf("bad --target under --spool: exit %d, stderr %q", r.code, r.errOut)
+	}
+}

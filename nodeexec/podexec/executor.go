@@ -119,7 +119,15 @@ func New(o Options) (*Executor, error) {
 // labels), runs argv in its container over exec with req's streams, and
 // deletes the pod, also when ctx is cancelled or req.Timeout expires. It
 // returns the errors described on nodeexec.Backend.
-func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {
+func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request) (nodeexec.Result, error) {
+	return e.RunResumable(ctx, pod, container, argv, req, nil)
+}
+
+// RunResumable is Run for a command line that keeps its outcome in the
+// container (resume says how to read it; nil: as Run): a stream cut after
+// the command started is reconnected (ExecResuming) instead of ending the
+// run with nodeexec.ErrOutcomeUnknown.
+func (e *Executor) RunResumable(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request, resume *Resume) (res nodeexec.Result, err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: e.o.Clock.Now(), Backend: e.o.Backend, Namespace: pod.Namespace, Pod: pod.Name}
 	req, firstOutput := nodeexec.RecordFirstOutput(req, e.o.Clock.Now)
@@ -230,7 +238,7 @@ func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, a
 			attemptNow = false
 			attempts++
 			log.V(2).Info("exec attempt", "attempt", attempts, "sinceCreate", e.o.Clock.Since(res.Started).String(), "startedEvent", e.o.Tracker.Started(pod.Name))
-			xerr := e.o.Streamer.Exec(ctx, pod.Namespace, pod.Name, execOpts, streams)
+			xerr := ExecResuming(ctx, e.o.Streamer, e.o.Clock, pod.Namespace, pod.Name, execOpts, streams, resume)
 			if !IsContainerNotReady(xerr) || ctxErr(ctx) != nil {
 				log.V(1).Info("exec finished", "attempts", attempts, "err", xerr)
 				return e.finish(ctx, res, created, container, req.Node, xerr)

@@ -205,7 +205,7 @@ func TestWrap(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inner := &fakeInner{name: tt.inner}
 			s := &fakeStreamer{err: tt.streamErr, stderr: tt.stderr}
-			b, err := Wrap(inner, WrapOptions{Client: client, Streamer: s, Commander: tt.cmd})
+			b, err := Wrap(inner, WrapOptions{Client: client, Streamer: s, Commander: tt.cmd, SpoolName: func() string { return "s1" }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,7 +223,7 @@ func TestWrap(t *testing.T) {
 				t.Errorf("exit code %d (err %v), want %d", res.ExitCode, err, tt.wantCode)
 			}
 			if tt.wantCode >= 0 {
-				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != nsenter.AgentPath+" agent nsenter --timeout 15s -- id" || s.got.Container != "agent" {
+				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != nsenter.AgentPath+" agent nsenter --spool /tmp/nodeexec/spool/s1 --timeout 15s -- id" || s.got.Container != "agent" {
 					t.Errorf("exec in %q: %+v", s.pod, s.got)
 				}
 				if res.Pod != "a-1" || res.Namespace != DefaultNamespace || res.Backend != tt.inner || res.FirstOutput.IsZero() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
@@ -62,6 +63,10 @@ type WrapOptions struct {
 	// Streamer overrides how commands are run (tests). Defaults to
 	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
 	Streamer podexec.Streamer
+	// SpoolName names each run's spool in the agent container (see
+	// nsenter.SpoolFor), which must be unique among the agent's runs.
+	// Defaults to 16 random lowercase letters and digits.
+	SpoolName func() string
 }
 
 // Backend runs requests in the node's resident agent when there is one, and
@@ -104,6 +109,9 @@ func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	}
 	if o.Streamer == nil {
 		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
+	}
+	if o.SpoolName == nil {
+		o.SpoolName = func() string { return utilrand.String(16) }
 	}
 	return &Backend{inner: inner, o: o}, nil
 }
@@ -184,6 +192,7 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	if !ok {
 		return res, fmt.Errorf("resident: the Commander's command line %q %w (%s agent SUBCOMMAND ...): cannot bound it with the agent's --timeout", argv, errNotAgent, nsenter.AgentPath)
 	}
+	bounded, resume := nsenter.SpoolFor(bounded, b.o.SpoolName(), req)
 	opts := &corev1.PodExecOptions{
 		Container: nsenter.AgentContainerName,
 		Command:   bounded,
@@ -192,7 +201,11 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 		Stderr:    !req.TTY,
 		TTY:       req.TTY,
 	}
-	xerr := b.o.Streamer.Exec(ctx, b.o.Namespace, pod, opts, streams)
+	clk, ok := b.o.Clock.(clock.WithTicker)
+	if !ok {
+		clk = clock.RealClock{}
+	}
+	xerr := podexec.ExecResuming(ctx, b.o.Streamer, clk, b.o.Namespace, pod, opts, streams, resume)
 	if xerr == nil {
 		res.ExitCode = 0
 		return res, nil

@@ -353,10 +353,10 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 	if err != nil {
 		return fail(err)
 	}
-	argv := b.agentArgv(id, req)
+	argv, resume := nsenter.SpoolFor(b.agentArgv(id, req), pod.Name, req)
 	tail := &TailWriter{W: req.Stderr}
 	req.Stderr = tail
-	res, err := b.exec.Run(ctx, pod, nsenter.AgentContainerName, argv, req)
+	res, err := b.exec.RunResumable(ctx, pod, nsenter.AgentContainerName, argv, req, resume)
 	return res, AgentError(err, tail)
 }
 

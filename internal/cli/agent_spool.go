@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// agentSpoolFlag is --spool of the agent's subcommands that run a command
+// (nsenter, container-exec): the pod backends and the resident agents give
+// it so that a run survives its exec stream being cut (nsenter.WithSpool).
+func agentSpoolFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "spool", Usage: "keep the command's output and exit status in `DIR` (which must not exist) until `agent attach` has them: a cut stream loses nothing"}
+}
+
+// spooled runs action, with --spool: the command's output goes to the spool
+// and is streamed from there to streams (spool.Spool.Serve), and its exit
+// status is recorded, so that `agent attach` can deliver the rest after
+// the stream was cut. A stream that breaks (EPIPE) ends the streaming, not
+// the command. Without --spool it is action(streams).
+func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error {
+	dir := c.String("spool")
+	if dir == "" {
+		return action(streams)
+	}
+	// A write to a stdout whose reader went away fails with EPIPE instead of
+	// killing the agent (and with it the command's output pipe).
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+
+	spool.Sweep(filepath.Dir(dir), time.Now(), spool.DefaultRetention, spool.DefaultAbandoned)
+	s, err := spool.Create(dir)
+	if err != nil {
+		fmt.Fprintf(streams.ErrOut, "nodeexec agent: --spool: %v\n", err)
+		return exitCoder{code: agentNsenterFailed}
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_, _ = s.Serve(c.Context, streams.Out, streams.ErrOut)
+	}()
+	err = action(Streams{In: streams.In, Out: s.Stdout(), ErrOut: s.Stderr()})
+	code := 0
+	var ec exitCoder
+	switch {
+	case err == nil:
+	case errors.As(err, &ec):
+		code = ec.code
+	default:
+		fmt.Fprintf(s.Stderr(), "nodeexec agent: %v\n", err)
+		code = 2
+	}
+	if ferr := s.Finish(code); ferr != nil {
+		fmt.Fprintf(streams.ErrOut, "nodeexec agent: %v\n", ferr)
+	}
+	<-served // until everything was streamed, the stream broke, or the agent was signalled
+	if code == 0 {
+		return nil
+	}
+	return exitCoder{code: code}
+}
+
+// Exit codes of `nodeexec agent attach`: the command's own status when it
+// ended; these when the spool cannot give it.
+const (
+	// agentAttachCheckMissing is --check's answer for a missing spool.
+	agentAttachCheckMissing = nsenter.SpoolMissingExitCode
+	// agentAttachFailed: the spool could not be streamed (the reason on
+	// stderr); the client reports the outcome as unknown.
+	agentAttachFailed = 125
+)
+
+// agentAttachCommand is `nodeexec agent attach --spool DIR`: what a client
+// runs, over a new exec, after its stream was cut.
+func agentAttachCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "attach",
+		Usage:     "stream a spooled command's output from the given offsets and exit with its status (what a client runs after its stream was cut)",
+		UsageText: "attach --spool DIR [--stdout-offset BYTES] [--stderr-offset BYTES] | attach --spool DIR --check",
+		Description: "Streams DIR/stdout and DIR/stderr (of `agent nsenter|container-exec --spool DIR`) from the offsets, following\n" +
+			"them until the command ended and both were read to their end, and exits with the command's status.\n" +
+			"With --check: exits 0 when DIR is a spool, 3 when it is not (the command never started there, or its\n" +
+			"agent container was restarted). Exit status 125 when the spool cannot be streamed (the reason on stderr).",
+		HideHelpCommand: true,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "spool", Required: true, Usage: "the spool `DIR` given to the command's --spool"},
+			&ucli.Int64Flag{Name: "stdout-offset", Usage: "`BYTES` of stdout the client already has"},
+			&ucli.Int64Flag{Name: "stderr-offset", Usage: "`BYTES` of stderr the client already has"},
+			&ucli.BoolFlag{Name: "check", Usage: "only say, by the exit status, whether the spool exists"},
+		},
+		Action: func(c *ucli.Context) error {
+			dir := c.String("spool")
+			if c.Bool("check") {
+				if spool.Exists(dir) {
+					return nil
+				}
+				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %s: %v\n", dir, spool.ErrNotFound)
+				return exitCoder{code: agentAttachCheckMissing}
+			}
+			code, err := spool.Attach(c.Context, dir, c.Int64("stdout-offset"), c.Int64("stderr-offset"), streams.Out, streams.ErrOut, 0)
+			if err != nil {
+				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %v: the command's outcome is unknown\n", err)
+				return exitCoder{code: agentAttachFailed}
+			}
+			if code != 0 {
+				return exitCoder{code: code}
+			}
+			return nil
+		},
+	}
+}

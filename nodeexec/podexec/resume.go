@@ -1,0 +1,149 @@
+package podexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+)
+
+// Resume is how a run whose exec stream was cut gets the rest of its output
+// and its exit status: its command line ran under a spool in the container
+// (package nodeexec/spool; nsenter.Spooled builds both), which these command
+// lines read over new execs.
+type Resume struct {
+	// Check is the command line that exits 0 when the spool exists and
+	// CheckMissing when it does not.
+	Check        []string
+	CheckMissing int
+	// Attach returns the command line that streams the spool from the
+	// offsets (bytes of stdout and stderr received so far) and exits with the
+	// command's status.
+	Attach func(stdoutOffset, stderrOffset int64) []string
+}
+
+// Backoff between reconnection attempts after a cut stream: it starts at
+// ResumeInitialBackoff and doubles up to ResumeMaxBackoff, until the run's
+// context ends.
+const (
+	ResumeInitialBackoff = 250 * time.Millisecond
+	ResumeMaxBackoff     = 4 * time.Second
+)
+
+// ExecResuming runs opts in pod over s, as s.Exec does; when r is set and
+// the run has no TTY, a stream cut after the command started (StreamBroke:
+// the API server restarted, the connection to the kubelet dropped) is not
+// the end: it reconnects with backoff until ctx ends, checks that the spool
+// is still there (r.Check) and streams the rest of the output from the
+// bytes already written to streams.Stdout and streams.Stderr (r.Attach):
+// nothing lost, nothing doubled, and the command's real exit status (nil or
+// a utilexec.CodeExitError). The command's stdin is not resumed: it sees the
+// end of its input when the first stream is cut. When the outcome cannot be
+// had any more — the pod is gone, or its container restarted and lost the
+// spool — the error wraps nodeexec.ErrOutcomeUnknown. When ctx ends, the
+// error is its cause.
+func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions, r *Resume) error {
+	if r == nil || opts.TTY {
+		return s.Exec(ctx, namespace, pod, opts, streams)
+	}
+	stdout := &countingWriter{w: orDiscard(streams.Stdout)}
+	stderr := &countingWriter{w: orDiscard(streams.Stderr)}
+	streams.Stdout, streams.Stderr = stdout, stderr
+	err := s.Exec(ctx, namespace, pod, opts, streams)
+	if err == nil || isExit(err) || IsContainerNotReady(err) || !StreamBroke(err) || ctx.Err() != nil {
+		return err
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	attachStreams := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
+	backoff := ResumeInitialBackoff
+	for attempt := 1; ; attempt++ {
+		log.V(1).Info("exec stream cut: reconnecting", "pod", pod, "attempt", attempt, "stdoutBytes", stdout.n, "stderrBytes", stderr.n, "err", err)
+		t := clk.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C():
+		}
+		backoff = min(backoff*2, ResumeMaxBackoff)
+
+		cerr := s.Exec(ctx, namespace, pod, resumeOpts(opts, r.Check), remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+		var ce utilexec.CodeExitError
+		switch {
+		case cerr == nil:
+		case errors.As(cerr, &ce):
+			return fmt.Errorf("%w: pod %s/%s no longer holds the command's output and exit status (exit status %d of %q: its container restarted, or the command never started)",
+				nodeexec.ErrOutcomeUnknown, namespace, pod, ce.Code, strings.Join(r.Check, " "))
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case gone(cerr):
+			return fmt.Errorf("%w: pod %s/%s is gone with the command's output and exit status: %w", nodeexec.ErrOutcomeUnknown, namespace, pod, cerr)
+		default:
+			err = cerr // the API server or the kubelet is not back yet
+			continue
+		}
+
+		aerr := s.Exec(ctx, namespace, pod, resumeOpts(opts, r.Attach(stdout.n, stderr.n)), attachStreams)
+		switch {
+		case aerr == nil || isExit(aerr):
+			log.V(1).Info("reattached: the run's outcome is in", "pod", pod, "attempts", attempt, "err", aerr)
+			return aerr
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case gone(aerr):
+			return fmt.Errorf("%w: pod %s/%s is gone with the command's output and exit status: %w", nodeexec.ErrOutcomeUnknown, namespace, pod, aerr)
+		}
+		err = aerr
+	}
+}
+
+// resumeOpts is opts with argv in place of its command, and no stdin.
+func resumeOpts(opts *corev1.PodExecOptions, argv []string) *corev1.PodExecOptions {
+	o := opts.DeepCopy()
+	o.Command = argv
+	o.Stdin = false
+	return o
+}
+
+func isExit(err error) bool {
+	var ce utilexec.CodeExitError
+	return errors.As(err, &ce)
+}
+
+// gone reports an exec refused because the pod or its container no longer
+// exists: not worth another attempt. Other refusals are retried until the
+// run's context ends: right after a restart the API server may answer 403
+// or 5xx while its caches fill.
+func gone(err error) bool {
+	if apierrors.IsNotFound(err) || apierrors.IsGone(err) || apierrors.IsBadRequest(err) || IsContainerNotReady(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return false
+	}
+	return strings.Contains(err.Error(), "not found")
+}
+
+// countingWriter counts the bytes its writer took.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

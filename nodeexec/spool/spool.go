@@ -1,0 +1,318 @@
+// Package spool keeps a command's output and exit status on the node side of
+// a run, so that a client whose exec stream was cut (the API server
+// restarted, a connection between the API server and the kubelet dropped)
+// can attach again and receive the rest: no byte lost, none doubled, stdout
+// and stderr still apart, and the command's real exit status.
+//
+// The agent (`nodeexec agent nsenter|container-exec --spool DIR`) runs the
+// command with its standard output and error written to DIR/stdout and
+// DIR/stderr, and streams those files to its own standard output and error
+// as they grow (Spool.Serve); when the command ends it writes its exit
+// status to DIR/exit. A command written to a file never waits for the
+// client: when the stream is cut, the command runs on and its output is kept.
+// `nodeexec agent attach --spool DIR --stdout-offset N --stderr-offset M`
+// (Attach) streams the files again from the offsets the client had received,
+// until the exit status is there and both files are read to their end, and
+// exits with that status.
+//
+// The files live in the agent container's own filesystem: they go with the
+// agent pod (the pod backends delete theirs after the run), or, for the
+// resident agents, are removed by Sweep once their run ended more than
+// DefaultRetention ago. Output is kept whole on the node until then: a run
+// that prints a gigabyte uses a gigabyte of the node's disk while it lasts.
+//
+// The package uses the standard library only and never prints.
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Names of the files in a spool directory.
+const (
+	StdoutFile = "stdout"
+	StderrFile = "stderr"
+	// ExitFile holds the exit status in decimal, written (atomically, by
+	// rename) once the command ended and all its output was written.
+	ExitFile = "exit"
+)
+
+// Defaults.
+const (
+	// DefaultParent is the directory, in the agent container's filesystem,
+	// under which the agents keep their spools.
+	DefaultParent = "/tmp/nodeexec/spool"
+	// DefaultRetention is how long after its run ended a spool is kept by a
+	// resident agent before Sweep removes it; a spool whose run never wrote
+	// its exit status is removed after DefaultAbandoned.
+	DefaultRetention = 10 * time.Minute
+	DefaultAbandoned = 24 * time.Hour
+	// DefaultPollInterval is how often Attach looks for new output.
+	DefaultPollInterval = 50 * time.Millisecond
+)
+
+// ErrNotFound is returned by Attach (wrapped) when dir is not a spool: the
+// command never started there, or its agent container was restarted.
+var ErrNotFound = errors.New("no spool")
+
+// ErrExists is returned by Create (wrapped) when dir already exists: each run
+// has its own spool, and a second start of the same run must not run the
+// command again.
+var ErrExists = errors.New("spool exists")
+
+// Spool is the node side of one run: see the package documentation.
+type Spool struct {
+	dir      string
+	out, err *os.File // written by the command (through the writers)
+	wake     chan struct{}
+
+	mu       sync.Mutex
+	finished bool
+	code     int
+}
+
+// Create makes the spool directory dir (its parents too, mode 0700), which
+// must not exist yet (else an error wrapping ErrExists), and its empty
+// stdout and stderr files.
+func Create(dir string) (*Spool, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("spool: directory %q: give an absolute path", dir)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("spool: %s: %w (a run starts once)", dir, ErrExists)
+		}
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s := &Spool{dir: dir, wake: make(chan struct{}, 1)}
+	var err error
+	if s.out, err = os.OpenFile(filepath.Join(dir, StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	if s.err, err = os.OpenFile(filepath.Join(dir, StderrFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600); err != nil {
+		s.out.Close()
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	return s, nil
+}
+
+// Dir is the spool's directory.
+func (s *Spool) Dir() string { return s.dir }
+
+// Stdout and Stderr are the command's standard output and error: they write
+// to the spool's files and never wait for a reader.
+func (s *Spool) Stdout() io.Writer { return &writer{f: s.out, wake: s.wake} }
+func (s *Spool) Stderr() io.Writer { return &writer{f: s.err, wake: s.wake} }
+
+type writer struct {
+	f    *os.File
+	wake chan struct{}
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if n > 0 {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// Finish records the command's exit status: it closes the output files and
+// writes ExitFile (to a temporary name, then renamed). Call it once, after
+// the command ended and nothing writes to Stdout or Stderr any more.
+func (s *Spool) Finish(code int) error {
+	errs := errors.Join(s.out.Close(), s.err.Close())
+	tmp := filepath.Join(s.dir, ExitFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(code)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("spool: %w", errors.Join(errs, err))
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, ExitFile)); err != nil {
+		return fmt.Errorf("spool: %w", errors.Join(errs, err))
+	}
+	s.mu.Lock()
+	s.finished, s.code = true, code
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	if errs != nil {
+		return fmt.Errorf("spool: %w", errs)
+	}
+	return nil
+}
+
+func (s *Spool) exit() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.code, s.finished
+}
+
+// Serve copies the spool's output files to stdout and stderr as they grow,
+// from their start, until Finish was called and both were copied to their
+// end; it returns the exit status given to Finish. It returns early with an
+// error when ctx ends or a write fails (the client's stream is gone: the
+// command runs on, and its output stays in the files for Attach).
+func (s *Spool) Serve(ctx context.Context, stdout, stderr io.Writer) (int, error) {
+	return follow(ctx, s.dir, 0, 0, stdout, stderr, s.wake, 0, s.exit)
+}
+
+// Attach streams the spool in dir to stdout and stderr, from the offsets
+// (bytes already received of each), until its command ended and both files
+// were copied to their end, looking for new output every poll (default
+// DefaultPollInterval); it returns the command's exit status. Errors: dir
+// is not a spool (wrapping ErrNotFound), an offset beyond what the file
+// holds, ctx's end, a failed read or write.
+func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, stdout, stderr io.Writer, poll time.Duration) (int, error) {
+	if _, err := os.Stat(filepath.Join(dir, StdoutFile)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return -1, fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
+		}
+		return -1, fmt.Errorf("spool: %w", err)
+	}
+	if poll <= 0 {
+		poll = DefaultPollInterval
+	}
+	return follow(ctx, dir, stdoutOffset, stderrOffset, stdout, stderr, nil, poll, func() (int, bool) {
+		return ReadExit(dir)
+	})
+}
+
+// Exists reports whether dir is a spool.
+func Exists(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, StdoutFile))
+	return err == nil
+}
+
+// ReadExit returns the exit status recorded in dir, and whether there is one.
+func ReadExit(dir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, ExitFile))
+	if err != nil {
+		return 0, false
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, false
+	}
+	return code, true
+}
+
+// follow copies dir's files from the offsets to the writers whenever wake
+// fires or every poll, until exit reports the command ended and a copy pass
+// made after that found nothing more.
+func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stderr io.Writer, wake <-chan struct{}, poll time.Duration, exit func() (int, bool)) (int, error) {
+	files := [2]struct {
+		name string
+		off  int64
+		w    io.Writer
+		f    *os.File
+	}{{StdoutFile, outOff, stdout, nil}, {StderrFile, errOff, stderr, nil}}
+	for i := range files {
+		f, err := os.Open(filepath.Join(dir, files[i].name))
+		if err != nil {
+			return -1, fmt.Errorf("spool: %w", err)
+		}
+		defer f.Close()
+		if files[i].off < 0 {
+			return -1, fmt.Errorf("spool: %s offset %d: give a non-negative offset", files[i].name, files[i].off)
+		}
+		if st, err := f.Stat(); err == nil && files[i].off > st.Size() {
+			return -1, fmt.Errorf("spool: %s offset %d is beyond the %d bytes the command wrote", files[i].name, files[i].off, st.Size())
+		}
+		if _, err := f.Seek(files[i].off, io.SeekStart); err != nil {
+			return -1, fmt.Errorf("spool: %w", err)
+		}
+		files[i].f = f
+	}
+	var tick <-chan time.Time
+	if poll > 0 {
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		tick = t.C
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		code, ended := exit() // before the pass: whatever was written before the end is copied by it
+		for i := range files {
+			if err := copyAvailable(files[i].w, files[i].f, buf); err != nil {
+				return -1, err
+			}
+		}
+		if ended {
+			return code, nil
+		}
+		select {
+		case <-wake:
+		case <-tick:
+		case <-ctx.Done():
+			return -1, context.Cause(ctx)
+		}
+	}
+}
+
+// copyAvailable copies what f holds from its offset to its current end.
+func copyAvailable(w io.Writer, f *os.File, buf []byte) error {
+	if w == nil {
+		w = io.Discard
+	}
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				// Keep the offset where the client stopped receiving: only
+				// what the writer took counts, and Attach resends the rest.
+				return fmt.Errorf("spool: writing output: %w", werr)
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+	}
+}
+
+// Sweep removes, under parent, the spools whose run ended (ExitFile
+// written) more than retention before now, and those without an exit status
+// older than abandoned; it ignores what it cannot remove and returns how
+// many it removed. A missing parent is no error.
+func Sweep(parent string, now time.Time, retention, abandoned time.Duration) int {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		var old bool
+		if st, err := os.Stat(filepath.Join(dir, ExitFile)); err == nil {
+			old = now.Sub(st.ModTime()) > retention
+		} else if info, err := e.Info(); err == nil {
+			old = now.Sub(info.ModTime()) > abandoned
+		}
+		if old && os.RemoveAll(dir) == nil {
+			removed++
+		}
+	}
+	return removed
+}

@@ -26,7 +26,9 @@ func agentSpoolFlag() ucli.Flag {
 // and is streamed from there to streams (spool.Spool.Serve), and its exit
 // status is recorded, so that `agent attach` can deliver the rest after
 // the stream was cut. A stream that breaks (EPIPE) ends the streaming, not
-// the command. Without --spool it is action(streams).
+// the command. When everything was streamed, the agent writes the spool's
+// Trailer last on stderr: a client that does not read it knows the stream
+// was cut. Without --spool it is action(streams).
 func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error {
 	dir := c.String("spool")
 	if dir == "" {
@@ -47,7 +49,10 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_, _ = s.Serve(c.Context, streams.Out, streams.ErrOut)
+		if end, err := s.Serve(c.Context, streams.Out, streams.ErrOut); err == nil {
+			// Last: the mark by which the client knows it has everything.
+			_, _ = streams.ErrOut.Write(end.Trailer())
+		}
 	}()
 	err = action(Streams{In: streams.In, Out: s.Stdout(), ErrOut: s.Stderr()})
 	code := 0
@@ -107,13 +112,14 @@ func agentAttachCommand(streams Streams) *ucli.Command {
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %s: %v\n", dir, spool.ErrNotFound)
 				return exitCoder{code: agentAttachCheckMissing}
 			}
-			code, err := spool.Attach(c.Context, dir, c.Int64("stdout-offset"), c.Int64("stderr-offset"), streams.Out, streams.ErrOut, 0)
+			end, err := spool.Attach(c.Context, dir, c.Int64("stdout-offset"), c.Int64("stderr-offset"), streams.Out, streams.ErrOut, 0)
 			if err != nil {
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %v: the command's outcome is unknown\n", err)
 				return exitCoder{code: agentAttachFailed}
 			}
-			if code != 0 {
-				return exitCoder{code: code}
+			_, _ = streams.ErrOut.Write(end.Trailer())
+			if end.Code != 0 {
+				return exitCoder{code: end.Code}
 			}
 			return nil
 		},

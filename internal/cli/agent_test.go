@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // runAgent runs `nodeexec agent nsenter ARGS...` and returns the exit code,
@@ -178,7 +180,8 @@ func TestAgentSpoolAndAttach(t *testing.T) {
 		t.Fatalf("spooled run: exit %d, stdout %q (stderr %q); want 5 and the first line only", code, out.String(), errOut.String())
 	}
 	r := run(t, "", "agent", "attach", "--spool", dir, "--stdout-offset", strconv.Itoa(out.Len()), "--stderr-offset", strconv.Itoa(errOut.Len()))
-	if r.code != 5 || out.String()+r.out != "one\ntwo\nthree\n" || errOut.String()+r.errOut != "warn\n" {
+	trailer := string(spool.End{Code: 5, Stdout: 14, Stderr: 5}.Trailer())
+	if r.code != 5 || out.String()+r.out != "one\ntwo\nthree\n" || errOut.String()+r.errOut != "warn\n"+trailer {
 		t.Errorf("attach: exit %d, stdout %q, stderr %q; want 5 and the rest", r.code, r.out, r.errOut)
 	}
 	if r := run(t, "", "agent", "attach", "--spool", dir, "--check"); r.code != 0 {

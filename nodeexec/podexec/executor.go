@@ -300,6 +300,9 @@ func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.
 			return res, errors.Join(perr, xerr)
 		}
 	}
+	if errors.Is(xerr, nodeexec.ErrOutcomeUnknown) {
+		return res, fmt.Errorf("exec in pod %s/%s on node %q: %w", pod.Namespace, pod.Name, node, xerr)
+	}
 	if StreamBroke(xerr) {
 		return res, fmt.Errorf("exec in pod %s/%s on node %q: %w: %w", pod.Namespace, pod.Name, node, nodeexec.ErrOutcomeUnknown, xerr)
 	}

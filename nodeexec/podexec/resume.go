@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // Resume is how a run whose exec stream was cut gets the rest of its output
@@ -59,13 +60,21 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 	}
 	stdout := &countingWriter{w: orDiscard(streams.Stdout)}
 	stderr := &countingWriter{w: orDiscard(streams.Stderr)}
-	streams.Stdout, streams.Stderr = stdout, stderr
+	trailer := &spool.TrailerWriter{W: stderr}
+	streams.Stdout, streams.Stderr = stdout, trailer
 	err := s.Exec(ctx, namespace, pod, opts, streams)
-	if err == nil || isExit(err) || IsContainerNotReady(err) || !StreamBroke(err) || ctx.Err() != nil {
+	if xerr, ok := whole(err, trailer, stdout, stderr); ok {
+		return xerr
+	}
+	if (err != nil && !isExit(err) && (IsContainerNotReady(err) || !StreamBroke(err))) || ctx.Err() != nil {
 		return err
 	}
+	if err == nil || isExit(err) {
+		err = fmt.Errorf("the stream ended (%v) before the agent's end mark: it was cut", err)
+	}
 	log := logr.FromContextOrDiscard(ctx)
-	attachStreams := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
+	trailer = &spool.TrailerWriter{W: stderr}
+	attachStreams := remotecommand.StreamOptions{Stdout: stdout, Stderr: trailer}
 	backoff := ResumeInitialBackoff
 	for attempt := 1; ; attempt++ {
 		log.V(1).Info("exec stream cut: reconnecting", "pod", pod, "attempt", attempt, "stdoutBytes", stdout.n, "stderrBytes", stderr.n, "err", err)
@@ -95,17 +104,54 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 		}
 
 		aerr := s.Exec(ctx, namespace, pod, resumeOpts(opts, r.Attach(stdout.n, stderr.n)), attachStreams)
+		if xerr, ok := whole(aerr, trailer, stdout, stderr); ok {
+			log.V(1).Info("reattached: the run's outcome is in", "pod", pod, "attempts", attempt, "err", xerr)
+			return xerr
+		}
 		switch {
-		case aerr == nil || isExit(aerr):
-			log.V(1).Info("reattached: the run's outcome is in", "pod", pod, "attempts", attempt, "err", aerr)
-			return aerr
+		case nodeexecExitCode(aerr) == AttachFailedExitCode:
+			return fmt.Errorf("%w: pod %s/%s: the agent could not stream the command's spool: %w", nodeexec.ErrOutcomeUnknown, namespace, pod, aerr)
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
+		case aerr == nil || isExit(aerr):
+			err = fmt.Errorf("the stream ended (%v) before the agent's end mark: it was cut", aerr)
 		case gone(aerr):
 			return fmt.Errorf("%w: pod %s/%s is gone with the command's output and exit status: %w", nodeexec.ErrOutcomeUnknown, namespace, pod, aerr)
+		default:
+			err = aerr
 		}
-		err = aerr
 	}
+}
+
+// AttachFailedExitCode is the exit status of the agent's attach when it
+// cannot stream the spool (the reason on stderr).
+const AttachFailedExitCode = 125
+
+// whole reports whether the exec that ended with err delivered the whole
+// output: the agent's end mark (spool.Trailer) was read last and the byte
+// counts match. Then xerr is the command's outcome: nil for exit 0, else a
+// utilexec.CodeExitError.
+func whole(err error, trailer *spool.TrailerWriter, stdout, stderr *countingWriter) (xerr error, ok bool) {
+	end, ok := trailer.End()
+	if !ok || end.Stdout != stdout.n || end.Stderr != stderr.n {
+		return nil, false
+	}
+	if end.Code == 0 {
+		return nil, true
+	}
+	var ce utilexec.CodeExitError
+	if errors.As(err, &ce) && ce.Code == end.Code {
+		return err, true
+	}
+	return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", end.Code), Code: end.Code}, true
+}
+
+func nodeexecExitCode(err error) int {
+	var ce utilexec.CodeExitError
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return -1
 }
 
 // resumeOpts is opts with argv in place of its command, and no stdin.

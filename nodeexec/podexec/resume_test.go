@@ -35,6 +35,7 @@ type spoolStreamer struct {
 	down     int
 	execs    []string
 	gone     bool
+	cleanCut bool
 }
 
 const (
@@ -58,9 +59,13 @@ func (s *spoolStreamer) Exec(ctx context.Context, _, _ string, opts *corev1.PodE
 			}
 		}
 		sp.Finish(7)
-		_, err = sp.Serve(ctx, &limitWriter{w: streams.Stdout, n: s.cutAfter}, streams.Stderr)
+		end, err := sp.Serve(ctx, &limitWriter{w: streams.Stdout, n: s.cutAfter}, streams.Stderr)
 		if err == nil {
+			streams.Stderr.Write(end.Trailer())
 			return utilexec.CodeExitError{Err: errors.New("exit 7"), Code: 7}
+		}
+		if s.cleanCut {
+			return nil // the API server reports a cut as a success when the runtime stops
 		}
 		return io.ErrUnexpectedEOF // the stream was cut
 	}
@@ -83,12 +88,13 @@ func (s *spoolStreamer) Exec(ctx context.Context, _, _ string, opts *corev1.PodE
 	case attachCmd:
 		o, _ := strconv.ParseInt(opts.Command[1], 10, 64)
 		e, _ := strconv.ParseInt(opts.Command[2], 10, 64)
-		code, err := spool.Attach(ctx, s.dir, o, e, streams.Stdout, streams.Stderr, time.Millisecond)
+		end, err := spool.Attach(ctx, s.dir, o, e, streams.Stdout, streams.Stderr, time.Millisecond)
 		if err != nil {
 			return err
 		}
-		if code != 0 {
-			return utilexec.CodeExitError{Err: fmt.Errorf("exit %d", code), Code: code}
+		streams.Stderr.Write(end.Trailer())
+		if end.Code != 0 {
+			return utilexec.CodeExitError{Err: fmt.Errorf("exit %d", end.Code), Code: end.Code}
 		}
 		return nil
 	}
@@ -138,6 +144,7 @@ func TestExecResuming(t *testing.T) {
 	for name, tt := range map[string]struct {
 		cutAfter, down int
 		gone, missing  bool
+		cleanCut       bool
 		wantCode       int
 		wantUnknown    bool
 		wantExecs      string
@@ -145,12 +152,13 @@ func TestExecResuming(t *testing.T) {
 		"no cut":                  {cutAfter: 1 << 20, wantCode: 7, wantExecs: "run"},
 		"cut, reattached":         {cutAfter: 1000, wantCode: 7, wantExecs: "run check attach"},
 		"cut at 0 bytes":          {cutAfter: 0, wantCode: 7, wantExecs: "run check attach"},
+		"cut reported as success": {cutAfter: 700, cleanCut: true, wantCode: 7, wantExecs: "run check attach"},
 		"API server down 3 tries": {cutAfter: 500, down: 3, wantCode: 7, wantExecs: "run check check check check attach"},
 		"pod gone":                {cutAfter: 500, gone: true, wantUnknown: true, wantExecs: "run check"},
 		"spool lost":              {cutAfter: 500, missing: true, wantUnknown: true, wantExecs: "run check"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := &spoolStreamer{dir: filepath.Join(t.TempDir(), "spool"), cutAfter: tt.cutAfter, down: tt.down, gone: tt.gone}
+			s := &spoolStreamer{dir: filepath.Join(t.TempDir(), "spool"), cutAfter: tt.cutAfter, down: tt.down, gone: tt.gone, cleanCut: tt.cleanCut}
 			var out, errs bytes.Buffer
 			opts := &corev1.PodExecOptions{Command: []string{"run"}, Stdin: true, Stdout: true, Stderr: true}
 			r := resume()

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -179,6 +181,15 @@ func (s *fakeStreamer) Exec(_ context.Context, _, pod string, opts *corev1.PodEx
 	s.got, s.pod = opts, pod
 	_, _ = streams.Stdout.Write([]byte("out\n"))
 	_, _ = streams.Stderr.Write([]byte(s.stderr))
+	if slices.Contains(opts.Command, "--spool") {
+		// The agent's end mark, as a spooled agent writes it.
+		end := spool.End{Stdout: 4, Stderr: int64(len(s.stderr))}
+		var ce utilexec.CodeExitError
+		if errors.As(s.err, &ce) {
+			end.Code = ce.Code
+		}
+		_, _ = streams.Stderr.Write(end.Trailer())
+	}
 	return s.err
 }
 

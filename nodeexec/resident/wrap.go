@@ -222,6 +222,9 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	if ctx.Err() != nil {
 		return res, context.Cause(ctx)
 	}
+	if errors.Is(xerr, nodeexec.ErrOutcomeUnknown) {
+		return res, fmt.Errorf("exec in resident agent %s/%s on node %q: %w", b.o.Namespace, pod, req.Node, xerr)
+	}
 	if podexec.StreamBroke(xerr) {
 		// The agent pod stays: the command goes on until it ends or the
 		// agent's --timeout (the request's timeout plus agentTimeoutSlack) ends it.

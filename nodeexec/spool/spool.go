@@ -166,25 +166,27 @@ func (s *Spool) exit() (int, bool) {
 
 // Serve copies the spool's output files to stdout and stderr as they grow,
 // from their start, until Finish was called and both were copied to their
-// end; it returns the exit status given to Finish. It returns early with an
+// end; it returns the exit status given to Finish and the sizes of the
+// files, for the Trailer that the agent writes last. It returns early with an
 // error when ctx ends or a write fails (the client's stream is gone: the
 // command runs on, and its output stays in the files for Attach).
-func (s *Spool) Serve(ctx context.Context, stdout, stderr io.Writer) (int, error) {
+func (s *Spool) Serve(ctx context.Context, stdout, stderr io.Writer) (End, error) {
 	return follow(ctx, s.dir, 0, 0, stdout, stderr, s.wake, 0, s.exit)
 }
 
 // Attach streams the spool in dir to stdout and stderr, from the offsets
 // (bytes already received of each), until its command ended and both files
 // were copied to their end, looking for new output every poll (default
-// DefaultPollInterval); it returns the command's exit status. Errors: dir
+// DefaultPollInterval); it returns the command's exit status and the
+// files' sizes. Errors: dir
 // is not a spool (wrapping ErrNotFound), an offset beyond what the file
 // holds, ctx's end, a failed read or write.
-func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, stdout, stderr io.Writer, poll time.Duration) (int, error) {
+func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, stdout, stderr io.Writer, poll time.Duration) (End, error) {
 	if _, err := os.Stat(filepath.Join(dir, StdoutFile)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return -1, fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
+			return End{}, fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
 		}
-		return -1, fmt.Errorf("spool: %w", err)
+		return End{}, fmt.Errorf("spool: %w", err)
 	}
 	if poll <= 0 {
 		poll = DefaultPollInterval
@@ -216,7 +218,7 @@ func ReadExit(dir string) (int, bool) {
 // follow copies dir's files from the offsets to the writers whenever wake
 // fires or every poll, until exit reports the command ended and a copy pass
 // made after that found nothing more.
-func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stderr io.Writer, wake <-chan struct{}, poll time.Duration, exit func() (int, bool)) (int, error) {
+func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stderr io.Writer, wake <-chan struct{}, poll time.Duration, exit func() (int, bool)) (End, error) {
 	files := [2]struct {
 		name string
 		off  int64
@@ -226,17 +228,17 @@ func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stder
 	for i := range files {
 		f, err := os.Open(filepath.Join(dir, files[i].name))
 		if err != nil {
-			return -1, fmt.Errorf("spool: %w", err)
+			return End{}, fmt.Errorf("spool: %w", err)
 		}
 		defer f.Close()
 		if files[i].off < 0 {
-			return -1, fmt.Errorf("spool: %s offset %d: give a non-negative offset", files[i].name, files[i].off)
+			return End{}, fmt.Errorf("spool: %s offset %d: give a non-negative offset", files[i].name, files[i].off)
 		}
 		if st, err := f.Stat(); err == nil && files[i].off > st.Size() {
-			return -1, fmt.Errorf("spool: %s offset %d is beyond the %d bytes the command wrote", files[i].name, files[i].off, st.Size())
+			return End{}, fmt.Errorf("spool: %s offset %d is beyond the %d bytes the command wrote", files[i].name, files[i].off, st.Size())
 		}
 		if _, err := f.Seek(files[i].off, io.SeekStart); err != nil {
-			return -1, fmt.Errorf("spool: %w", err)
+			return End{}, fmt.Errorf("spool: %w", err)
 		}
 		files[i].f = f
 	}
@@ -250,41 +252,45 @@ func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stder
 	for {
 		code, ended := exit() // before the pass: whatever was written before the end is copied by it
 		for i := range files {
-			if err := copyAvailable(files[i].w, files[i].f, buf); err != nil {
-				return -1, err
+			n, err := copyAvailable(files[i].w, files[i].f, buf)
+			files[i].off += n
+			if err != nil {
+				return End{}, err
 			}
 		}
 		if ended {
-			return code, nil
+			return End{Code: code, Stdout: files[0].off, Stderr: files[1].off}, nil
 		}
 		select {
 		case <-wake:
 		case <-tick:
 		case <-ctx.Done():
-			return -1, context.Cause(ctx)
+			return End{}, context.Cause(ctx)
 		}
 	}
 }
 
-// copyAvailable copies what f holds from its offset to its current end.
-func copyAvailable(w io.Writer, f *os.File, buf []byte) error {
+// copyAvailable copies what f holds from its offset to its current end and
+// returns how many bytes w took.
+func copyAvailable(w io.Writer, f *os.File, buf []byte) (int64, error) {
 	if w == nil {
 		w = io.Discard
 	}
+	var total int64
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				// Keep the offset where the client stopped receiving: only
-				// what the writer took counts, and Attach resends the rest.
-				return fmt.Errorf("spool: writing output: %w", werr)
+			k, werr := w.Write(buf[:n])
+			total += int64(k)
+			if werr != nil {
+				return total, fmt.Errorf("spool: writing output: %w", werr)
 			}
 		}
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
-			return nil
+			return total, nil
 		}
 		if err != nil {
-			return fmt.Errorf("spool: %w", err)
+			return total, fmt.Errorf("spool: %w", err)
 		}
 	}
 }

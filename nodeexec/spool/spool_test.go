@@ -65,12 +65,12 @@ func TestServeThenAttachResumes(t *testing.T) {
 
 	// The client attaches again from what it received.
 	var out, errs bytes.Buffer
-	code, err := spool.Attach(ctx, dir, int64(cut.buf.Len()), int64(errOut.Len()), &out, &errs, time.Millisecond)
+	end, err := spool.Attach(ctx, dir, int64(cut.buf.Len()), int64(errOut.Len()), &out, &errs, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code != 3 {
-		t.Errorf("exit %d, want 3", code)
+	if end != (spool.End{Code: 3, Stdout: int64(wantOut.Len()), Stderr: int64(wantErr.Len())}) {
+		t.Errorf("end %+v, want exit 3 and the whole output's sizes", end)
 	}
 	if got := cut.buf.String() + out.String(); got != wantOut.String() {
 		t.Errorf("stdout resumed wrong: %d bytes, want %d", len(got), wantOut.Len())
@@ -88,13 +88,13 @@ func TestServeFollowsUntilFinish(t *testing.T) {
 	}
 	var out, errs bytes.Buffer
 	type result struct {
-		code int
-		err  error
+		end spool.End
+		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, err := s.Serve(context.Background(), &out, &errs)
-		done <- result{code, err}
+		end, err := s.Serve(context.Background(), &out, &errs)
+		done <- result{end, err}
 	}()
 	s.Stdout().Write([]byte("a\n"))
 	s.Stderr().Write([]byte("b\n"))
@@ -108,8 +108,8 @@ func TestServeFollowsUntilFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-done
-	if r.err != nil || r.code != 0 || out.String() != "a\nc\n" || errs.String() != "b\n" {
-		t.Fatalf("got code %d err %v stdout %q stderr %q", r.code, r.err, out.String(), errs.String())
+	if r.err != nil || r.end != (spool.End{Stdout: 4, Stderr: 2}) || out.String() != "a\nc\n" || errs.String() != "b\n" {
+		t.Fatalf("got %+v err %v stdout %q stderr %q", r.end, r.err, out.String(), errs.String())
 	}
 }
 
@@ -126,9 +126,9 @@ func TestAttachWaitsForTheEnd(t *testing.T) {
 		s.Finish(42)
 	}()
 	var out bytes.Buffer
-	code, err := spool.Attach(context.Background(), dir, 0, 0, &out, nil, time.Millisecond)
-	if err != nil || code != 42 || out.String() != "early\nlate\n" {
-		t.Fatalf("got code %d err %v stdout %q", code, err, out.String())
+	end, err := spool.Attach(context.Background(), dir, 0, 0, &out, nil, time.Millisecond)
+	if err != nil || end.Code != 42 || out.String() != "early\nlate\n" {
+		t.Fatalf("got %+v err %v stdout %q", end, err, out.String())
 	}
 }
 

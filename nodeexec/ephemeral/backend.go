@@ -342,7 +342,12 @@ func (b *Backend) check(ctx context.Context) (*corev1.Pod, string, error) {
 // nodeexec.ErrForbidden (RBAC or Pod Security on the
 // pods/ephemeralcontainers patch), *nodeexec.ExitError, an error wrapping
 // nodeexec.ErrTimeout, *nodeexec.PodError (the container could not start:
-// image pull, runAsNonRoot with a root image, ...), or a stream error.
+// image pull, runAsNonRoot with a root image, ...), or a stream error. When
+// the attach broke after the command started, the exit code still comes from
+// the container's status, and the error wraps nodeexec.ErrOutcomeUnknown
+// (output after the break is lost) and, for a non-zero code, a
+// *nodeexec.ExitError with it: nodeexec.ExitCode gives the command's code,
+// or ExitOutcomeUnknown for 0.
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (res nodeexec.Result, err error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pod", b.o.Namespace+"/"+b.o.Pod)
 	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: b.o.Clock.Now(), Backend: Name, Namespace: b.o.Namespace, Pod: b.o.Pod}
@@ -379,6 +384,16 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (res nodeexec.R
 	code, err := b.attachAndWait(ctx, w, name, node, req)
 	if cerr := ctxErr(ctx); cerr != nil {
 		return res, errors.Join(cerr, b.stop(ctx, w, name))
+	}
+	if errors.Is(err, nodeexec.ErrOutcomeUnknown) && code >= 0 {
+		// The exit code is known (the container's status), the output
+		// after the break is not: the command's own failure when it failed,
+		// else outcome unknown — never a success.
+		res.ExitCode = code
+		if code != 0 {
+			err = errors.Join(&nodeexec.ExitError{Node: node, Code: code}, err)
+		}
+		return res, err
 	}
 	if err != nil {
 		// The attach was refused or the container failed: make sure the
@@ -497,8 +512,8 @@ func (b *Backend) attachAndWait(ctx context.Context, w *podWatch, name, node str
 			switch s := st.State; {
 			case s.Terminated != nil && attached:
 				if aerr != nil {
-					return int(s.Terminated.ExitCode), fmt.Errorf("attach to ephemeral container %q of pod %s/%s broke, output may be incomplete (the command exited with code %d): %w",
-						name, b.o.Namespace, b.o.Pod, s.Terminated.ExitCode, aerr)
+					return int(s.Terminated.ExitCode), fmt.Errorf("%w: the attach to ephemeral container %q of pod %s/%s broke, so output after the break is lost; the command exited with code %d (from the container's status): %w",
+						nodeexec.ErrOutcomeUnknown, name, b.o.Namespace, b.o.Pod, s.Terminated.ExitCode, aerr)
 				}
 				return int(s.Terminated.ExitCode), nil
 			case s.Terminated != nil:

@@ -3,6 +3,7 @@ package ephemeral
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ type fakeAttacher struct {
 	client kubernetes.Interface
 	code   int32
 	stdin  chan string
+	cut    error // returned after the container ended: the stream broke
 }
 
 func (a *fakeAttacher) Attach(ctx context.Context, ns, pod string, opts *corev1.PodAttachOptions, s remotecommand.StreamOptions) error {
@@ -38,7 +40,10 @@ func (a *fakeAttacher) Attach(ctx context.Context, ns, pod string, opts *corev1.
 	}
 	a.stdin <- string(in)
 	_, _ = io.WriteString(s.Stdout, "out\n")
-	return setState(ctx, a.client, ns, pod, opts.Container, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: a.code, Reason: "Error"}})
+	if err := setState(ctx, a.client, ns, pod, opts.Container, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: a.code, Reason: "Error"}}); err != nil {
+		return err
+	}
+	return a.cut
 }
 
 type nopStreamer struct{}
@@ -316,5 +321,41 @@ func TestPreflight(t *testing.T) {
 	}
 	if err := b.Preflight(context.Background(), "node-b"); !errors.Is(err, ErrWrongNode) {
 		t.Errorf("Preflight on another node = %v, want ErrWrongNode", err)
+	}
+}
+
+// TestRunAttachBroke: the attach breaks after the command started; the exit
+// code comes from the container's status, and the error says the output
+// after the break is lost: the command's own code when it failed, outcome
+// unknown (never a success) when it exited 0.
+func TestRunAttachBroke(t *testing.T) {
+	for _, tc := range []struct {
+		code     int32
+		wantExit int
+	}{{3, 3}, {0, nodeexec.ExitOutcomeUnknown}} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			client := fake.NewClientset(targetPod())
+			att := &fakeAttacher{client: client, code: tc.code, stdin: make(chan string, 1), cut: errors.New("websocket: close 1006 (abnormal closure): unexpected EOF")}
+			client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "ephemeralcontainers" {
+					go func() {
+						time.Sleep(50 * time.Millisecond)
+						_ = setState(context.Background(), client, "shop", "web-1", "nodeexec-abc", corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+					}()
+				}
+				return false, nil, nil
+			})
+			b := newTestBackend(t, client, func(o *Options) {
+				o.Attacher = att
+				o.NameSuffix = func() string { return "abc" }
+			})
+			res, err := b.Run(context.Background(), nodeexec.Request{Command: []string{"true"}, Timeout: 10 * time.Second})
+			if !errors.Is(err, nodeexec.ErrOutcomeUnknown) || nodeexec.ExitCode(err) != tc.wantExit || res.ExitCode != int(tc.code) {
+				t.Fatalf("Run = %+v, %v (exit %d); want ErrOutcomeUnknown, exit %d", res, err, nodeexec.ExitCode(err), tc.wantExit)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("exited with code %d", tc.code)) {
+				t.Errorf("error %q does not give the code", err)
+			}
+		})
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/kubectl/pkg/cmd/debug"
+
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // Profiles are kubectl debug's profiles. For an ephemeral container they
@@ -122,7 +124,7 @@ func BuildContainer(s ContainerSpec) (*corev1.Pod, *corev1.EphemeralContainer, e
 	secs := int64(math.Ceil(s.Deadline.Sub(s.Now).Seconds()))
 	command := []string{"timeout", "-s", "KILL", strconv.FormatInt(secs, 10), "sh", "-c", gateScript, GateArg0}
 	for _, a := range s.Command {
-		command = append(command, escape(a))
+		command = append(command, podexec.EscapeExpansion(a))
 	}
 	env := []corev1.EnvVar{
 		{Name: EnvRunID, Value: s.RunID},
@@ -132,7 +134,7 @@ func BuildContainer(s ContainerSpec) (*corev1.Pod, *corev1.EphemeralContainer, e
 		if k == EnvRunID || k == EnvDeadline {
 			continue
 		}
-		env = append(env, corev1.EnvVar{Name: k, Value: escape(s.Env[k])})
+		env = append(env, corev1.EnvVar{Name: k, Value: podexec.EscapeExpansion(s.Env[k])})
 	}
 	ec := corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
@@ -187,9 +189,6 @@ func validateSpec(s ContainerSpec) error {
 	return errors.Join(errs...)
 }
 
-// escape doubles every `$`, so that the kubelet's $(VAR) expansion of
-// container commands and environment values gives back s.
-func escape(s string) string { return strings.ReplaceAll(s, "$", "$$") }
 
 // HasContainer reports whether the pod has a container, init container or
 // ephemeral container of that name (they share one name space).

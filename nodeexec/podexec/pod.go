@@ -37,7 +37,8 @@ type HolderPodSpec struct {
 	ImagePullSecrets  []string
 	PriorityClassName string
 	Requests          corev1.ResourceList
-	// Env is set on the container, and so seen by commands run in it.
+	// Env is set on the container, and so seen by commands run in it; the
+	// values as given (EscapeExpansion keeps the kubelet from expanding them).
 	Env map[string]string
 	// Deadline is when the pod must be gone: it sets activeDeadlineSeconds
 	// (counted from Now, rounded up), the holder's sleep and the
@@ -152,7 +153,7 @@ func RandomSuffix(n int) string {
 func envVars(env map[string]string) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, corev1.EnvVar{Name: k, Value: env[k]})
+		out = append(out, corev1.EnvVar{Name: k, Value: EscapeExpansion(env[k])})
 	}
 	return out
 }

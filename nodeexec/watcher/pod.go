@@ -168,7 +168,8 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("spec.backend: %w", err)
 	}
 	c := &pod.Spec.Containers[0]
-	c.Command, c.Args = argv, nil
+	// The script runs as written: the kubelet would expand $(VAR) and $$.
+	c.Command, c.Args = podexec.EscapeExpansionAll(argv), nil
 	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	if ns.UID != "" {
 		// Deleting the NodeScript deletes its run pods (the garbage

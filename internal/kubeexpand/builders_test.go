@@ -1,0 +1,121 @@
+package kubeexpand_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeexec/nodeexec/internal/kubeexpand"
+	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// nasty are strings the kubelet's expansion would change if a builder put
+// them in a container's command or environment unescaped.
+var nasty = []string{
+	"kill -0 $$", "awk '{print $1}'", "pa$$word", "$(HOME)", "$(NODEEXEC_NODE)", "$$(X)", "$", "a$", "$(unclosed",
+	"`date`", `"quoted" 'single'`, "line1\nline2", "", "$$$", "tab\there", "$(", "x$(Y)z$$",
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"HOME": "/root", "Y": "y"}
+	for in, want := range map[string]string{
+		"$$": "$", "$(HOME)": "/root", "$(NOPE)": "$(NOPE)", "a$b": "a$b", "$": "$", "$(unclosed": "$(unclosed",
+		"x$(Y)z$$": "xyz$", "$$$$": "$$", "$$(HOME)": "$(HOME)",
+	} {
+		if got := kubeexpand.Expand(in, vars); got != want {
+			t.Errorf("Expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// envOf returns a container's environment as the kubelet gives it to the
+// process: each value expanded with the variables defined before it.
+func envOf(env []corev1.EnvVar) map[string]string {
+	out := map[string]string{}
+	for _, e := range env {
+		out[e.Name] = kubeexpand.Expand(e.Value, out)
+	}
+	return out
+}
+
+// TestBuildersSurviveExpansion: what every pod builder puts in a container's
+// command and environment reaches the process byte for byte after the
+// kubelet's expansion.
+func TestBuildersSurviveExpansion(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	env := map[string]string{}
+	for i, s := range nasty {
+		env["V"+string(rune('A'+i))] = s
+	}
+	env["HOME"] = "/root"
+	checkEnv := func(t *testing.T, c corev1.Container) {
+		t.Helper()
+		got := envOf(c.Env)
+		for k, v := range env {
+			if got[k] != v {
+				t.Errorf("env %s = %q after expansion, want %q", k, got[k], v)
+			}
+		}
+	}
+
+	t.Run("debugpod", func(t *testing.T) {
+		pod, err := debugpod.BuildPod(debugpod.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Profile: debugpod.DefaultProfile,
+			Image: "busybox", Env: env, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEnv(t, pod.Spec.Containers[0])
+	})
+	t.Run("nsenter", func(t *testing.T) {
+		pod, err := nsenter.BuildPod(nsenter.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Image: "agent",
+			Env: env, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEnv(t, pod.Spec.Containers[0])
+	})
+	t.Run("ephemeral", func(t *testing.T) {
+		target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+		_, ec, err := ephemeral.BuildContainer(ephemeral.ContainerSpec{Pod: target, Target: "app", Name: ephemeral.NamePrefix + "x", Profile: "general",
+			Image: "busybox", RunID: "r", Env: env, Now: now, Deadline: now.Add(time.Minute), Command: nasty})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := corev1.Container(ec.EphemeralContainerCommon)
+		checkEnv(t, c)
+		cmd := kubeexpand.All(c.Command, envOf(c.Env))
+		if diff := cmp.Diff(nasty, cmd[len(cmd)-len(nasty):]); diff != "" {
+			t.Errorf("command after expansion (-want +got):\n%s", diff)
+		}
+	})
+	for _, backend := range []string{debugpod.Name, nsenter.Name} {
+		t.Run("watcher/"+backend, func(t *testing.T) {
+			for _, script := range nasty[:len(nasty)-1] {
+				if script == "" {
+					continue
+				}
+				ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"},
+					Spec: v1alpha1.NodeScriptSpec{Script: script, Backend: v1alpha1.BackendSpec{Name: backend}}}
+				pod, err := watcher.RunPod(watcher.RunPodSpec{NodeScript: ns, Node: "n", Action: watcher.ActionRun, Attempt: 1, Now: now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := pod.Spec.Containers[0]
+				cmd := kubeexpand.All(c.Command, envOf(c.Env))
+				if got := cmd[len(cmd)-1]; got != script {
+					t.Errorf("script %q reaches the container as %q", script, got)
+				}
+			}
+		})
+	}
+}

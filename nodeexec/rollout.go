@@ -200,9 +200,20 @@ func errorBudget(maxErrors *intstr.IntOrString, n int) int {
 	return k
 }
 
+// MaxRetryBackoff caps the pause between two retries of a node
+// (RunnerOptions.RetryBackoff doubled per retry), before jitter.
+const MaxRetryBackoff = 5 * time.Minute
+
 // backoff is the pause before retry number attempt (1-based): base doubled
-// per retry, plus up to 50% jitter.
+// per retry up to MaxRetryBackoff (never overflowing), plus up to 50% jitter.
 func backoff(base time.Duration, attempt int) time.Duration {
-	d := base << (attempt - 1)
+	d := min(base, MaxRetryBackoff)
+	for i := 1; i < attempt && d < MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, MaxRetryBackoff)
+	if d <= 0 {
+		return 0
+	}
 	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }

@@ -115,6 +115,15 @@ func TestRecorder(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
+	// Capped at MaxRetryBackoff, whatever the attempt (35 used to panic: overflow).
+	for _, attempt := range []int{20, 35, 64, 1000} {
+		if d := backoff(time.Second, attempt); d < MaxRetryBackoff || d > MaxRetryBackoff*3/2 {
+			t.Errorf("backoff(1s, %d) = %s, want within [%s, %s]", attempt, d, MaxRetryBackoff, MaxRetryBackoff*3/2)
+		}
+	}
+	if d := backoff(100*time.Hour, 1); d > MaxRetryBackoff*3/2 {
+		t.Errorf("a huge base is not capped: %s", d)
+	}
 	for attempt, base := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second} {
 		for range 20 {
 			d := backoff(time.Second, attempt)

@@ -100,7 +100,8 @@ type RunnerOptions struct {
 	// nothing either) is never retried. Defaults to 0.
 	Retries int
 	// RetryBackoff is the pause before the first retry; it doubles with each
-	// retry, plus up to 50% jitter. Defaults to DefaultRetryBackoff.
+	// retry up to MaxRetryBackoff, plus up to 50% jitter. Defaults to
+	// DefaultRetryBackoff.
 	RetryBackoff time.Duration
 	// TailBytes is how much of the end of each node's stdout and stderr its
 	// NodeResult keeps. Defaults to DefaultTailBytes.
@@ -234,12 +235,23 @@ func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request
 	for si, stage := range stages {
 		var wg sync.WaitGroup
 		for _, i := range stage {
-			sem <- struct{}{}
+			acquired := false
+			select {
+			case sem <- struct{}{}:
+				acquired = true
+			case <-ctx.Done():
+			}
 			mu.Lock()
 			why := halted
 			mu.Unlock()
+			if why == nil && ctx.Err() != nil {
+				// Cancelled (Ctrl-C): no node starts any more.
+				why = fmt.Errorf("the run was cancelled before it started: %w", context.Cause(ctx))
+			}
 			if why != nil {
-				<-sem
+				if acquired {
+					<-sem
+				}
 				skip(i, why)
 				continue
 			}

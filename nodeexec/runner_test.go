@@ -906,3 +906,45 @@ func TestIsNodeReady(t *testing.T) {
 		t.Error("node without conditions reported ready")
 	}
 }
+
+// TestRunCancelStartsNoMoreNodes: after the caller cancels (Ctrl-C), the
+// nodes waiting for a slot never start: they are reported skipped.
+func TestRunCancelStartsNoMoreNodes(t *testing.T) {
+	var names []string
+	for i := range 6 {
+		names = append(names, fmt.Sprintf("node-%d", i))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan struct{}, len(names))
+	be := &fakeBackend{fn: func(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return nodeexec.Result{ExitCode: -1}, ctx.Err()
+	}}
+	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes(names...)...), Backend: be, MaxConcurrency: 2})
+	go func() {
+		<-started
+		<-started
+		cancel()
+	}()
+	results, err := r.Run(ctx, nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := be.called(); len(got) != 2 {
+		t.Errorf("%d nodes started (%q), want the 2 running when cancelled", len(got), got)
+	}
+	skipped := 0
+	for _, res := range results {
+		if errors.Is(res.Err, nodeexec.ErrSkipped) {
+			skipped++
+			if !errors.Is(res.Err, context.Canceled) {
+				t.Errorf("%s: %v, want the cancellation as the reason", res.Node, res.Err)
+			}
+		}
+	}
+	if skipped != 4 {
+		t.Errorf("%d skipped, want 4", skipped)
+	}
+}

@@ -188,3 +188,28 @@ func TestPreflightLimitedUser(t *testing.T) {
 		t.Errorf("%d events in %s (something was created): %v", len(events.Items), ns, events.Items[0].Message)
 	}
 }
+
+// TestPreflightResidentWrapper: with --use-resident the backend is wrapped;
+// preflight still sees the wrapped backend's pod, so a namespace enforcing
+// "baseline" refuses the nsenter backend (its fallback pod is privileged)
+// before anything is created, and --explain shows the resident path, then
+// the fallback pod.
+func TestPreflightResidentWrapper(t *testing.T) {
+	ctx := t.Context()
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-resident-baseline-", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
+	node := env.nodes[0]
+	base := []string{"run", "-n", ns, "--backend", "nsenter", "--use-resident", "--agent-image", agentImage(), "--node", node}
+	_, stderr, code := cli(ctx, "", append(base, "--", "true")...)
+	if code != 2 || !strings.Contains(stderr, `enforces Pod Security level "baseline"`) || !strings.Contains(stderr, "privileged") {
+		t.Errorf("--use-resident in a baseline namespace: exit %d, stderr:\n%s\nwant exit 2 naming the level", code, stderr)
+	}
+	stdout, stderr, code := cli(ctx, "", append(base, "--explain", "--", "true")...)
+	for _, want := range []string{"# resident agents (namespace nodeexec-agents): on node " + node, "agent nsenter", "pod security level needed: privileged", "kind: Pod"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("--explain with --use-resident lacks %q: exit %d\n%s\n%s", want, code, stdout, stderr)
+		}
+	}
+	if pods := managedPods(ctx, t, ns); len(pods) != 0 {
+		t.Errorf("%d pods created", len(pods))
+	}
+}

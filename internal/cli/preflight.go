@@ -15,6 +15,7 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -34,6 +35,9 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 	if p, ok := b.(nodeexec.Preflighter); ok {
 		o.DryRun = func(ctx context.Context) error { return p.Preflight(ctx, node) }
 	}
+	// A wrapper (the resident agents) falls back to the backend it wraps,
+	// whose pod, namespace and Pod Security level are what may be created.
+	b = unwrap(b)
 	if e, ok := b.(*ephemeral.Backend); ok {
 		// Its permissions apply in the target pod's namespace (--pod NS/NAME), not -n's.
 		o.Namespace = e.Namespace()
@@ -69,12 +73,24 @@ func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client k
 	if !explain {
 		return report.Err()
 	}
-	return printExplain(w, b, req, report)
+	return printExplain(ctx, w, b, req, report)
+}
+
+// unwrap returns the backend that b wraps (through any number of
+// wrappers), or b.
+func unwrap(b nodeexec.Backend) nodeexec.Backend {
+	for {
+		u, ok := b.(interface{ Unwrap() nodeexec.Backend })
+		if !ok {
+			return b
+		}
+		b = u.Unwrap()
+	}
 }
 
 // printExplain writes, as YAML comments, the backend, what its variant grants
 // and needs and the preflight result, then the pod it would create.
-func printExplain(w io.Writer, b nodeexec.Backend, req nodeexec.Request, report *preflight.Report) error {
+func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req nodeexec.Request, report *preflight.Report) error {
 	comment := func(format string, args ...any) {
 		for _, line := range strings.Split(strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "\n") {
 			fmt.Fprintln(w, strings.TrimRight("# "+line, " "))
@@ -82,6 +98,17 @@ func printExplain(w io.Writer, b nodeexec.Backend, req nodeexec.Request, report 
 	}
 	comment("nodeexec --explain: nothing was created.")
 	comment("backend: %s", b.Name())
+	if r, ok := b.(*resident.Backend); ok {
+		node, argv, err := r.AgentCommand(ctx, req)
+		if err != nil {
+			comment("resident agents (namespace %s): not used for this request (%v): the pod below is created", r.Namespace(), err)
+		} else {
+			comment("resident agents (namespace %s): on node %s, when a ready agent runs there, the command runs over exec in it, no pod created:", r.Namespace(), node)
+			comment("  %q", argv)
+			comment("a node without a ready agent gets the wrapped backend's pod, below")
+		}
+	}
+	b = unwrap(b)
 	var perms []string
 	for _, p := range report.Permissions {
 		perms = append(perms, p.Permission.String())

@@ -119,6 +119,16 @@ func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 // Unwrap returns the wrapped backend.
 func (b *Backend) Unwrap() nodeexec.Backend { return b.inner }
 
+// Namespace is the namespace of the resident agents.
+func (b *Backend) Namespace() string { return b.o.Namespace }
+
+// AgentCommand is the command line a resident agent on the node would run
+// for req (the Commander's), with the node; an error wrapping ErrUnsupported
+// when req goes to the wrapped backend.
+func (b *Backend) AgentCommand(ctx context.Context, req nodeexec.Request) (string, []string, error) {
+	return b.o.Commander.AgentCommand(ctx, req)
+}
+
 // Name is the wrapped backend's name.
 func (b *Backend) Name() string { return b.inner.Name() }
 

@@ -22,8 +22,10 @@ const resumeScript = `i=1; while [ $i -le 30 ]; do echo "line$i"; if [ $((i % 5)
 // runs on in the node's agent, which keeps its output and exit status (its
 // spool); the client reconnects and receives the rest: every stdout line
 // exactly once and in order, stderr apart, and the command's own exit
-// status 3, not 125. debugpod's API server restart (exit 125, outcome
-// unknown) is TestAPIServerRestartPodDeleted. Nothing is left behind.
+// status 3, not 125. The ephemeral backend keeps the exit status (the
+// container's status) but not the output after the cut, and says so.
+// debugpod's API server restart (exit 125, outcome unknown) is
+// TestAPIServerRestartPodDeleted. Nothing is left behind.
 func TestAPIServerRestartResumes(t *testing.T) {
 	if env.cluster == nil {
 		t.Skip("needs the local test cluster's fault injection (NODEEXEC_E2E_KUBECONFIG is set)")
@@ -65,15 +67,17 @@ func TestAPIServerRestartResumes(t *testing.T) {
 		args    []string
 		fault   func(context.Context) error
 		resumed bool // the stream is cut, so the client must have reconnected
+		partial bool // ephemeral: the exit status survives (the container's status), output after the cut does not
 	}{
-		{"API server restart/nsenter", nsenterArgs, restartAPI, true},
+		{"API server restart/nsenter", nsenterArgs, restartAPI, true, false},
 		{"API server restart/runtime", []string{"--backend", "runtime", "--pod", "default/" + target.Name, "--container", "app",
-			"--runtime-endpoint", "/run/nodeexec-testcluster/containerd-" + node + ".sock"}, restartAPI, true},
-		{"API server restart/resident", []string{"--backend", "nsenter", "--node", node, "--use-resident", "--resident-namespace", agentNS}, restartAPI, true},
-		{"kubelet stopped 4s/nsenter", nsenterArgs, pause(onNode(env.cluster.StopKubelet), onNode(env.cluster.StartKubelet), 4*time.Second), true},
-		{"containerd stopped 4s/nsenter", nsenterArgs, pause(onNode(env.cluster.StopContainerd), onNode(env.cluster.StartContainerd), 4*time.Second), true},
+			"--runtime-endpoint", "/run/nodeexec-testcluster/containerd-" + node + ".sock"}, restartAPI, true, false},
+		{"API server restart/resident", []string{"--backend", "nsenter", "--node", node, "--use-resident", "--resident-namespace", agentNS}, restartAPI, true, false},
+		{"API server restart/ephemeral", []string{"--backend", "ephemeral", "--pod", "default/" + target.Name, "--container", "app", "--image", env.image}, restartAPI, false, true},
+		{"kubelet stopped 4s/nsenter", nsenterArgs, pause(onNode(env.cluster.StopKubelet), onNode(env.cluster.StartKubelet), 4*time.Second), true, false},
+		{"containerd stopped 4s/nsenter", nsenterArgs, pause(onNode(env.cluster.StopContainerd), onNode(env.cluster.StartContainerd), 4*time.Second), true, false},
 		// A frozen API server keeps its connections: the stream stalls, then goes on.
-		{"API server frozen 6s/debugpod", []string{"--node", node, "--image", env.image}, pause(env.cluster.FreezeAPIServer, env.cluster.ThawAPIServer, 6*time.Second), false},
+		{"API server frozen 6s/debugpod", []string{"--node", node, "--image", env.image}, pause(env.cluster.FreezeAPIServer, env.cluster.ThawAPIServer, 6*time.Second), false, false},
 	}
 	var want strings.Builder
 	for i := 1; i <= 30; i++ {
@@ -105,10 +109,21 @@ func TestAPIServerRestartResumes(t *testing.T) {
 			if code != 3 {
 				t.Errorf("exit %d, want the command's own 3 (0 would be a silent success, 125 a lost outcome)", code)
 			}
+			stderr := errOut.String()
+			if tc.partial {
+				// The exit status is the command's; what was received is in
+				// order and once, and the loss is said.
+				if got := out.String(); !strings.HasPrefix(want.String(), got) || !strings.Contains(got, "line4\n") {
+					t.Errorf("stdout is not the start of the lines, once each:\n%s", got)
+				}
+				if !strings.Contains(stderr, "output after the break is lost") || !strings.Contains(stderr, "exited with code 3") {
+					t.Errorf("stderr does not say that output was lost and the command's code")
+				}
+				return
+			}
 			if got := out.String(); got != want.String() {
 				t.Errorf("stdout is not every line once, in order:\n%s", got)
 			}
-			stderr := errOut.String()
 			for i := 5; i <= 30; i += 5 {
 				if n := strings.Count(stderr, fmt.Sprintf("err%d\n", i)); n != 1 {
 					t.Errorf("stderr has err%d %d times, want once", i, n)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -43,61 +44,24 @@ func TestDeployedWatcher(t *testing.T) {
 	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", agentsFirst, "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
 		t.Fatalf("agent install before deploy/: exit %d\n%s", code, stderr)
 	}
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../deploy")
-	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.client.Discovery()))
-	var applied []*unstructured.Unstructured
-	for _, r := range resources.Resources() {
-		m, err := r.Map()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{Object: m}
-		gvk := u.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s: %v", gvk, err)
-		}
-		ri := dyn.Resource(mapping.Resource)
-		var client interface {
-			Apply(context.Context, string, *unstructured.Unstructured, metav1.ApplyOptions, ...string) (*unstructured.Unstructured, error)
-		} = ri
-		if u.GetNamespace() != "" {
-			client = ri.Namespace(u.GetNamespace())
-		}
-		if _, err := client.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec-e2e", Force: true}); err != nil {
-			t.Fatalf("applying %s %s: %v", gvk.Kind, u.GetName(), err)
-		}
-		if k := gvk.Kind; k != "CustomResourceDefinition" && k != "Namespace" {
-			applied = append(applied, u)
-		}
-	}
-	removeDeploy := func() {
-		for _, u := range applied {
-			gvk := u.GroupVersionKind()
-			mapping, _ := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			ri := dyn.Resource(mapping.Resource)
-			if u.GetNamespace() != "" {
-				_ = ri.Namespace(u.GetNamespace()).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
-			} else {
-				_ = ri.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
-			}
-		}
+	removeDeploy := applyKustomization(ctx, t, dyn, "../deploy", func() {
 		_ = env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Delete(context.Background(), "nodeexec-watcher", metav1.DeleteOptions{})
 		waitFor(60*time.Second, func() bool {
 			l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeexec-watcher"})
 			return err == nil && len(l.Items) == 0
 		})
-	}
+	})
+	applied := true
 	t.Cleanup(func() {
-		if applied != nil {
+		if applied {
 			removeDeploy()
 		}
 	})
 
-	var dep *appsv1.Deployment
+	var (
+		dep *appsv1.Deployment
+		err error
+	)
 	if !waitFor(90*time.Second, func() bool {
 		dep, err = env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
 		return err == nil && dep.Status.AvailableReplicas == 2
@@ -172,9 +136,62 @@ spec:
 	}
 	// Removing deploy/ leaves the agents installed before it running.
 	removeDeploy()
-	applied = nil
+	applied = false
 	agentsUp(agentsFirst, "after deploy/ was removed")
 	if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", agentsFirst); code != 0 {
 		t.Fatalf("agent uninstall in %s: exit %d\n%s", agentsFirst, code, stderr)
+	}
+}
+
+// applyKustomization builds the kustomization in dir and applies each object
+// (server-side apply), and returns a function that deletes what it applied
+// (not CRDs and Namespaces), then calls after (may be nil).
+func applyKustomization(ctx context.Context, t *testing.T, dyn dynamic.Interface, dir string, after func()) (remove func()) {
+	t.Helper()
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.client.Discovery()))
+	var applied []*unstructured.Unstructured
+	for _, r := range resources.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		gvk := u.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s: %v", gvk, err)
+		}
+		ri := dyn.Resource(mapping.Resource)
+		var client interface {
+			Apply(context.Context, string, *unstructured.Unstructured, metav1.ApplyOptions, ...string) (*unstructured.Unstructured, error)
+		} = ri
+		if u.GetNamespace() != "" {
+			client = ri.Namespace(u.GetNamespace())
+		}
+		if _, err := client.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec-e2e", Force: true}); err != nil {
+			t.Fatalf("applying %s %s: %v", gvk.Kind, u.GetName(), err)
+		}
+		if k := gvk.Kind; k != "CustomResourceDefinition" && k != "Namespace" {
+			applied = append(applied, u)
+		}
+	}
+	return func() {
+		for _, u := range applied {
+			gvk := u.GroupVersionKind()
+			mapping, _ := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			ri := dyn.Resource(mapping.Resource)
+			if u.GetNamespace() != "" {
+				_ = ri.Namespace(u.GetNamespace()).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+			} else {
+				_ = ri.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+			}
+		}
+		if after != nil {
+			after()
+		}
 	}
 }

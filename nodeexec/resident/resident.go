@@ -27,6 +27,12 @@
 // All traffic goes through the API server (pods/exec): no agent listens on
 // any port.
 //
+// # Trust boundary
+//
+// Whoever may create pods, pods/exec or pods/ephemeralcontainers in the
+// agents' namespace is root on every node: bind those rights there to
+// nobody but the people who may run nodeexec with --use-resident.
+//
 // # Permissions
 //
 // Install and Uninstall: create, get, delete on namespaces; create, get,

@@ -17,6 +17,13 @@ var Resource = GroupVersion.WithResource("nodescripts")
 // NodeScript applies Spec.Script to every node Spec.NodeSelector matches,
 // now and to each node that joins later, as a controlled rollout.
 //
+// Trust boundary: the script runs as root on every selected node, with the
+// image spec.backend.image names, through the watcher's account. The right
+// to create or update NodeScripts is the right to be root on the nodes:
+// grant it like cluster-admin (ClusterRole nodeexec-nodescript-author), and
+// restrict images and run namespaces with deploy/policy's admission policy.
+// Anyone who can read NodeScripts reads the scripts.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=nscript,categories=nodeexec
 // +kubebuilder:subresource:status

@@ -5,8 +5,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
@@ -82,5 +86,53 @@ spec:
 				t.Errorf("state %+v\noutput %q\nwant   %q", s, s.OutputTail, want)
 			}
 		})
+	}
+}
+
+// TestSecretEnv: --env-from-secret NAME:KEY and NAME put a Secret's values
+// in the command's environment through the debugpod, nsenter and ephemeral
+// backends; the value is in no pod spec, annotation or --explain output; a
+// missing Secret fails the run naming it.
+func TestSecretEnv(t *testing.T) {
+	ctx := t.Context()
+	node := env.nodes[0]
+	name := "nodeexec-e2e-secret-" + randomSuffix()
+	const value = "s3cr3t $$(X) `y`"
+	secrets := env.client.CoreV1().Secrets("default")
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
+		StringData: map[string]string{"TOKEN": value, "OTHER": "o"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
+	target := rtTargetPod(ctx, t, node, "exec sleep 3600", true)
+	want := value + "|o\n"
+	script := `printf '%s|%s\n' "$TOKEN" "$OTHER"`
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"debugpod", []string{"--node", node, "--image", env.image}},
+		{"nsenter", []string{"--backend", "nsenter", "--node", node, "--agent-image", agentImage()}},
+		{"ephemeral", []string{"--backend", "ephemeral", "--pod", "default/" + target.Name, "--container", "app", "--image", env.image}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"run", "--no-prefix", "--env-from-secret", name + ":TOKEN", "--env-from-secret", name}, tc.args...), "--", "sh", "-c", script)
+			stdout, stderr, code := cli(ctx, "", args...)
+			if code != 0 || stdout != want {
+				t.Errorf("exit %d\nstdout %q\nwant   %q\nstderr:\n%s", code, stdout, want, stderr)
+			}
+			if tc.name == "ephemeral" {
+				return
+			}
+			explain := append(append([]string{"run", "--explain", "--env-from-secret", name + ":TOKEN"}, tc.args...), "--", "true")
+			stdout, stderr, _ = cli(ctx, "", explain...)
+			if !strings.Contains(stdout, "secretKeyRef") || strings.Contains(stdout, "s3cr3t") {
+				t.Errorf("--explain: want the secretKeyRef and no value:\n%s\n%s", stdout, stderr)
+			}
+		})
+	}
+	_, stderr, code := cli(ctx, "", "run", "--node", node, "--image", env.image, "--env-from-secret", "nodeexec-e2e-absent:X", "--", "true")
+	if code == 0 || !strings.Contains(stderr, "nodeexec-e2e-absent") {
+		t.Errorf("a missing Secret: exit %d, want a failure naming it:\n%s", code, stderr)
 	}
 }

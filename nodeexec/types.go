@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/remotecommand"
 )
 
@@ -48,6 +50,14 @@ type Request struct {
 
 	// Env sets environment variables for the command.
 	Env map[string]string
+	// SecretEnv sets environment variables from Secrets, which the kubelet
+	// reads into the pod's container: the values are never in the request,
+	// the pod spec, annotations, Events or logs. The Secrets must be in the
+	// namespace of the pod the backend creates (the target pod's, for the
+	// ephemeral backend); a missing Secret or key fails the run with a
+	// PodError (CreateContainerConfigError). Backends that create no pod for
+	// the command (runtime, resident agents) do not support it.
+	SecretEnv []SecretEnv
 
 	// Stdin, when non-nil, is streamed to the command's standard input; the
 	// command sees EOF when it is exhausted. Nil means no standard input.
@@ -88,7 +98,44 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("Env has an invalid variable name %q: names must be non-empty and contain no '=' or NUL", k)
 		}
 	}
+	for i, e := range r.SecretEnv {
+		if msgs := validation.IsDNS1123Subdomain(e.Secret); len(msgs) > 0 {
+			return fmt.Errorf("SecretEnv[%d].Secret %q is not a valid Secret name: %s", i, e.Secret, strings.Join(msgs, "; "))
+		}
+		if e.Key != "" {
+			if msgs := validation.IsConfigMapKey(e.Key); len(msgs) > 0 {
+				return fmt.Errorf("SecretEnv[%d].Key %q is not a valid Secret key: %s", i, e.Key, strings.Join(msgs, "; "))
+			}
+		}
+	}
 	return nil
+}
+
+// SecretEnv names environment variables kept in a Secret.
+type SecretEnv struct {
+	// Secret is the Secret's name. Required.
+	Secret string
+	// Key is the key of the Secret whose value becomes the variable of the
+	// same name (valueFrom.secretKeyRef). Empty: every key of the Secret
+	// becomes a variable (envFrom.secretRef).
+	Key string
+}
+
+// SecretEnvVars returns the container environment entries for secrets: one
+// secretKeyRef variable per entry with a Key, and the envFrom sources of
+// the others, in order.
+func SecretEnvVars(secrets []SecretEnv) ([]corev1.EnvVar, []corev1.EnvFromSource) {
+	var env []corev1.EnvVar
+	var from []corev1.EnvFromSource
+	for _, e := range secrets {
+		ref := corev1.LocalObjectReference{Name: e.Secret}
+		if e.Key == "" {
+			from = append(from, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: ref}})
+			continue
+		}
+		env = append(env, corev1.EnvVar{Name: e.Key, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: ref, Key: e.Key}}})
+	}
+	return env, from
 }
 
 // EffectiveTimeout is r.Timeout, or DefaultTimeout when it is zero.

@@ -263,6 +263,7 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 		HostNetwork:       *b.o.HostNetwork,
 		HostIPC:           *b.o.HostIPC,
 		Env:               req.Env,
+		SecretEnv:         req.SecretEnv,
 		Now:               now,
 		Deadline:          now.Add(req.EffectiveTimeout() + DeadlineSlack),
 		Command:           b.Argv(req),

@@ -47,6 +47,8 @@ type PodSpec struct {
 	HostNetwork, HostIPC bool
 	// Env is set on the container; the agent passes it on to the command.
 	Env map[string]string
+	// SecretEnv adds variables from Secrets in Namespace (nodeexec.SecretEnvVars).
+	SecretEnv []nodeexec.SecretEnv
 	// Deadline is when the pod must be gone; it sets activeDeadlineSeconds
 	// (counted from Now, rounded up) and the nodeexec.AnnotationDeadline annotation.
 	Now, Deadline time.Time
@@ -67,7 +69,7 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
 		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: AgentContainerName, RunID: s.RunID,
 		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
-		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env,
+		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env, SecretEnv: s.SecretEnv,
 		Now: s.Now, Deadline: s.Deadline, Command: s.Command,
 	})
 	if err != nil {

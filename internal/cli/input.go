@@ -82,6 +82,25 @@ func parseEnv(kvs []string) (map[string]string, error) {
 	return env, nil
 }
 
+// parseSecretEnv reads --env-from-secret values: NAME:KEY (the variable
+// KEY from the Secret's key KEY) or NAME (every key of the Secret).
+func parseSecretEnv(values []string) ([]nodeexec.SecretEnv, error) {
+	var out []nodeexec.SecretEnv
+	for _, v := range values {
+		name, key, _ := strings.Cut(v, ":")
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			return nil, fmt.Errorf("--env-from-secret %q: %q is not a valid Secret name (%s): give NAME or NAME:KEY", v, name, strings.Join(msgs, "; "))
+		}
+		if strings.Contains(v, ":") {
+			if msgs := validation.IsConfigMapKey(key); len(msgs) > 0 {
+				return nil, fmt.Errorf("--env-from-secret %q: %q is not a valid Secret key (%s): give NAME:KEY, or NAME for every key", v, key, strings.Join(msgs, "; "))
+			}
+		}
+		out = append(out, nodeexec.SecretEnv{Secret: name, Key: key})
+	}
+	return out, nil
+}
+
 // checkImage validates an image reference with the distribution reference
 // grammar (what the kubelet and container runtimes accept), e.g.
 // busybox:1.36, registry.example:5000/team/tool@sha256:<64 hex>.

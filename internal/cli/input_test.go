@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,4 +150,17 @@ func FuzzCheckImage(f *testing.F) {
 			t.Fatalf("%q accepted with whitespace or a control character", s)
 		}
 	})
+}
+
+func TestParseSecretEnv(t *testing.T) {
+	got, err := parseSecretEnv([]string{"db-creds:PASSWORD", "all-of-it"})
+	want := []nodeexec.SecretEnv{{Secret: "db-creds", Key: "PASSWORD"}, {Secret: "all-of-it"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("got %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"", "Bad_Name", "creds:", "creds:a b", ":KEY"} {
+		if _, err := parseSecretEnv([]string{bad}); err == nil || !strings.Contains(err.Error(), "--env-from-secret") {
+			t.Errorf("%q: %v, want a refusal naming --env-from-secret", bad, err)
+		}
+	}
 }

@@ -33,6 +33,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "script", Usage: "run this script `FILE` with sh on the node (in chroot /host when the profile mounts it)"},
 			&ucli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass standard input to the command (to every node)"},
 			envFlag("environment variable `KEY=VALUE` for the command; repeat -e for several (the value is kept whole: commas, '=' and spaces included)"),
+			&ucli.StringSliceFlag{Name: "env-from-secret", Usage: "environment variables from a Secret in the pod's namespace, read by the kubelet (the value is never in the pod spec): `NAME:KEY` for the variable KEY, NAME for every key; repeatable. debugpod, nsenter and ephemeral"},
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
 			progressFlag(),
@@ -79,6 +80,9 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return err
 	}
 	req.Env = env
+	if req.SecretEnv, err = parseSecretEnv(c.StringSlice("env-from-secret")); err != nil {
+		return err
+	}
 	if c.Duration("timeout") <= 0 {
 		return fmt.Errorf("--timeout %s: give a positive duration such as 30s or 5m", c.Duration("timeout"))
 	}

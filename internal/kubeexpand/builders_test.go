@@ -1,6 +1,7 @@
 package kubeexpand_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/internal/kubeexpand"
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
@@ -117,5 +119,30 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSecretEnvByReference: variables from Secrets are references in the
+// pod spec (secretKeyRef, envFrom), never values.
+func TestSecretEnvByReference(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	secrets := []nodeexec.SecretEnv{{Secret: "db", Key: "PASSWORD"}, {Secret: "all"}}
+	pod, err := debugpod.BuildPod(debugpod.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Profile: debugpod.DefaultProfile,
+		Image: "busybox", Env: map[string]string{"A": "1"}, SecretEnv: secrets, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	wantEnv := []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "PASSWORD"}}}}
+	wantFrom := []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "all"}}}}
+	if diff := cmp.Diff(wantEnv, c.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantFrom, c.EnvFrom); diff != "" {
+		t.Errorf("envFrom (-want +got):\n%s", diff)
+	}
+	if err := (&nodeexec.Request{Command: []string{"x"}, SecretEnv: []nodeexec.SecretEnv{{Secret: "Bad Name"}}}).Validate(); err == nil || !strings.Contains(err.Error(), "SecretEnv[0].Secret") {
+		t.Errorf("Validate: %v", err)
 	}
 }

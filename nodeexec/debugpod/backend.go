@@ -185,6 +185,7 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 		PriorityClassName: b.o.PriorityClassName,
 		Requests:          b.o.Requests,
 		Env:               req.Env,
+		SecretEnv:         req.SecretEnv,
 		Now:               now,
 		Deadline:          now.Add(req.EffectiveTimeout() + DeadlineSlack),
 		Command:           b.Argv(req),

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubectl/pkg/cmd/debug"
 
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -50,6 +51,8 @@ type PodSpec struct {
 	Requests          corev1.ResourceList
 	// Env is set on the container (and so seen by the command run in it).
 	Env map[string]string
+	// SecretEnv adds variables from Secrets in Namespace (nodeexec.SecretEnvVars).
+	SecretEnv []nodeexec.SecretEnv
 	// Deadline is when the pod must be gone; it sets activeDeadlineSeconds
 	// (counted from Now, rounded up) and the nodeexec.AnnotationDeadline annotation.
 	Now, Deadline time.Time
@@ -70,7 +73,7 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
 		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: ContainerName, RunID: s.RunID,
 		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
-		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env,
+		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env, SecretEnv: s.SecretEnv,
 		Now: s.Now, Deadline: s.Deadline, Command: s.Command, Stdin: s.Stdin, TTY: s.TTY,
 	})
 	if err != nil {

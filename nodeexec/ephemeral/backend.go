@@ -442,6 +442,7 @@ func (b *Backend) add(ctx context.Context, req nodeexec.Request, dryRun bool) (n
 			ImagePullPolicy: b.o.ImagePullPolicy,
 			RunID:           b.o.RunID,
 			Env:             req.Env,
+			SecretEnv:       req.SecretEnv,
 			Now:             now,
 			Deadline:        now.Add(req.EffectiveTimeout() + KillSlack),
 			Command:         req.Argv(),

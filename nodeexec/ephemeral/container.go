@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/kubectl/pkg/cmd/debug"
 
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -84,6 +85,9 @@ type ContainerSpec struct {
 	RunID string
 	// Env is set on the container (and so seen by the command).
 	Env map[string]string
+	// SecretEnv adds variables from Secrets in the pod's namespace
+	// (nodeexec.SecretEnvVars).
+	SecretEnv []nodeexec.SecretEnv
 	// Now and Deadline: the command is killed (SIGKILL, by `timeout`) when
 	// Deadline-Now (rounded up to whole seconds) has passed since the
 	// container started; Deadline is recorded in EnvDeadline (RFC 3339).
@@ -136,6 +140,8 @@ func BuildContainer(s ContainerSpec) (*corev1.Pod, *corev1.EphemeralContainer, e
 		}
 		env = append(env, corev1.EnvVar{Name: k, Value: podexec.EscapeExpansion(s.Env[k])})
 	}
+	fromSecrets, envFrom := nodeexec.SecretEnvVars(s.SecretEnv)
+	env = append(env, fromSecrets...)
 	ec := corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 			Name:                     s.Name,
@@ -143,6 +149,7 @@ func BuildContainer(s ContainerSpec) (*corev1.Pod, *corev1.EphemeralContainer, e
 			ImagePullPolicy:          s.ImagePullPolicy,
 			Command:                  command,
 			Env:                      env,
+			EnvFrom:                  envFrom,
 			Stdin:                    true,
 			StdinOnce:                true,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
@@ -188,7 +195,6 @@ func validateSpec(s ContainerSpec) error {
 	}
 	return errors.Join(errs...)
 }
-
 
 // HasContainer reports whether the pod has a container, init container or
 // ephemeral container of that name (they share one name space).

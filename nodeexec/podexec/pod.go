@@ -40,6 +40,8 @@ type HolderPodSpec struct {
 	// Env is set on the container, and so seen by commands run in it; the
 	// values as given (EscapeExpansion keeps the kubelet from expanding them).
 	Env map[string]string
+	// SecretEnv adds variables from Secrets (nodeexec.SecretEnvVars).
+	SecretEnv []nodeexec.SecretEnv
 	// Deadline is when the pod must be gone: it sets activeDeadlineSeconds
 	// (counted from Now, rounded up), the holder's sleep and the
 	// nodeexec.AnnotationDeadline annotation.
@@ -80,7 +82,8 @@ func HolderPod(s HolderPodSpec) (*corev1.Pod, error) {
 				Image:                    s.Image,
 				ImagePullPolicy:          s.ImagePullPolicy,
 				Command:                  []string{"sleep", strconv.FormatInt(active, 10)},
-				Env:                      envVars(s.Env),
+				Env:                      envVars(s.Env, s.SecretEnv),
+				EnvFrom:                  envFrom(s.SecretEnv),
 				Stdin:                    s.Stdin,
 				TTY:                      s.TTY,
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
@@ -150,12 +153,18 @@ func RandomSuffix(n int) string {
 	return string(b)
 }
 
-func envVars(env map[string]string) []corev1.EnvVar {
+func envVars(env map[string]string, secrets []nodeexec.SecretEnv) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, corev1.EnvVar{Name: k, Value: EscapeExpansion(env[k])})
 	}
-	return out
+	fromSecrets, _ := nodeexec.SecretEnvVars(secrets)
+	return append(out, fromSecrets...)
+}
+
+func envFrom(secrets []nodeexec.SecretEnv) []corev1.EnvFromSource {
+	_, from := nodeexec.SecretEnvVars(secrets)
+	return from
 }
 
 func commandAnnotation(argv []string) string {

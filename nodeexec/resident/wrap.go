@@ -40,7 +40,7 @@ func NSEnter(b *nsenter.Backend) Commander { return nsenterCommander{b} }
 type nsenterCommander struct{ b *nsenter.Backend }
 
 func (c nsenterCommander) AgentCommand(_ context.Context, req nodeexec.Request) (string, []string, error) {
-	if len(req.Env) > 0 {
+	if len(req.Env) > 0 || len(req.SecretEnv) > 0 {
 		return "", nil, fmt.Errorf("%w: environment variables for the nsenter backend", ErrUnsupported)
 	}
 	return req.Node, c.b.Argv(req), nil

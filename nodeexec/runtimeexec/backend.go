@@ -294,6 +294,9 @@ func ContainerTarget(pod *corev1.Pod, container string) (node, name, id string, 
 // runs req inside the target container. It GETs the target pod (see Target).
 // A resident agent (package resident) runs the same command line.
 func (b *Backend) AgentCommand(ctx context.Context, req nodeexec.Request) (node string, argv []string, err error) {
+	if err := noSecretEnv(req); err != nil {
+		return "", nil, err
+	}
 	node, _, id, err := b.Target(ctx)
 	if err != nil {
 		return "", nil, err
@@ -339,6 +342,9 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: Name, Started: now, Finished: now}, err
 	}
 	if err := req.Validate(); err != nil {
+		return fail(err)
+	}
+	if err := noSecretEnv(req); err != nil {
 		return fail(err)
 	}
 	node, container, id, err := b.Target(ctx)
@@ -424,6 +430,16 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 	_, err = b.o.Client.CoreV1().Pods(b.o.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return podexec.CreateError(pod, err)
+	}
+	return nil
+}
+
+// noSecretEnv refuses Request.SecretEnv: the command runs in the target
+// container's own environment, through the agent, and no pod of ours holds
+// the variables.
+func noSecretEnv(req nodeexec.Request) error {
+	if len(req.SecretEnv) > 0 {
+		return errors.New("the runtime backend does not support SecretEnv (--env-from-secret): the command runs with the target container's own environment (plus Env, -e); use the ephemeral backend to run beside the container with variables from a Secret")
 	}
 	return nil
 }

@@ -136,3 +136,38 @@ func TestSecretEnv(t *testing.T) {
 		t.Errorf("a missing Secret: exit %d, want a failure naming it:\n%s", code, stderr)
 	}
 }
+
+// TestWatcherSecretEnv: a NodeScript's spec.secretEnv gives its script a
+// Secret's value, by reference (the run pod holds a secretKeyRef).
+func TestWatcherSecretEnv(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	startWatcher(t, dyn)
+	node := env.nodes[0]
+	secret := "nodeexec-e2e-nssecret-" + randomSuffix()
+	secrets := env.client.CoreV1().Secrets(watcher.DefaultNamespace)
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret},
+		StringData: map[string]string{"TOKEN": "s3cr3t $$ x"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), secret, metav1.DeleteOptions{}) })
+	name := uniqueName("e2e-secretenv-")
+	cleanupNodeScript(t, dyn, name)
+	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
+  backend: {name: nsenter, image: %q}
+  secretEnv: [{secret: %s, key: TOKEN}]
+  script: |
+    [ "$TOKEN" = 's3cr3t $$ x' ] && echo match
+`, name, node, agentImage(), secret))
+	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageComplete && ns.Status.Nodes == 1
+	})
+	if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || s.OutputTail != "match\n" {
+		t.Errorf("state %+v; want Succeeded with output %q", s, "match\n")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
@@ -113,6 +114,10 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
 	deadline := s.Now.Add(timeout + DeadlineSlack)
 	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
+	var secretEnv []nodeexec.SecretEnv
+	for _, e := range spec.SecretEnv {
+		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: e.Secret, Key: e.Key})
+	}
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
 
 	var (
@@ -141,7 +146,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		pod, err = debugpod.BuildPod(debugpod.PodSpec{
 			Node: s.Node, Name: name, Namespace: namespace, RunID: hash, Profile: profile,
 			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: pullSecrets, Requests: requests,
-			Env: env, Now: s.Now, Deadline: deadline, Command: argv,
+			Env: env, SecretEnv: secretEnv, Now: s.Now, Deadline: deadline, Command: argv,
 		})
 	case nsenter.Name:
 		image := spec.Backend.Image
@@ -159,7 +164,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		pod, err = nsenter.BuildPod(nsenter.PodSpec{
 			Node: s.Node, Name: name, Namespace: namespace, RunID: hash,
 			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: pullSecrets, Requests: requests,
-			Env: env, Now: s.Now, Deadline: deadline, Command: argv,
+			Env: env, SecretEnv: secretEnv, Now: s.Now, Deadline: deadline, Command: argv,
 		})
 	default:
 		return nil, fmt.Errorf("spec.backend.name %q: a NodeScript runs on nodes; use debugpod or nsenter (%s targets a container)", b, b)

@@ -102,11 +102,31 @@ type NodeScriptSpec struct {
 	// script itself is a failure, not retried.
 	// +optional
 	Retry RetryPolicy `json:"retry,omitempty"`
+	// SecretEnv sets environment variables of the scripts from Secrets in
+	// spec.backend.namespace, which the kubelet reads: the values are never
+	// in the NodeScript, the run pods' spec, annotations or status. An entry
+	// with a key is the variable of that name; one without, every key of the
+	// Secret. Part of the spec hash (the references, not the values: a
+	// changed Secret reruns no node).
+	// +optional
+	// +listType=atomic
+	SecretEnv []SecretEnvSource `json:"secretEnv,omitempty"`
 	// StartupTaint, when set, names a taint that new nodes register with; the
 	// watcher removes it from a node only after the script succeeded there,
 	// so workloads land only on fixed nodes.
 	// +optional
 	StartupTaint *corev1.Taint `json:"startupTaint,omitempty"`
+}
+
+// SecretEnvSource names environment variables kept in a Secret.
+type SecretEnvSource struct {
+	// Secret is the name of the Secret, in spec.backend.namespace.
+	// +kubebuilder:validation:MinLength=1
+	Secret string `json:"secret"`
+	// Key of the Secret whose value becomes the variable of that name
+	// (valueFrom.secretKeyRef); empty: every key (envFrom).
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // BackendSpec chooses and configures the backend.

@@ -107,6 +107,17 @@ func Validate(ns *NodeScript) field.ErrorList {
 				strings.Join(msgs, "; ")+": name a docker-registry secret in spec.backend.namespace"))
 		}
 	}
+	for i, e := range s.SecretEnv {
+		if msgs := validation.IsDNS1123Subdomain(e.Secret); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(spec.Child("secretEnv").Index(i).Child("secret"), e.Secret,
+				strings.Join(msgs, "; ")+": name a Secret in spec.backend.namespace"))
+		}
+		if e.Key != "" {
+			if msgs := validation.IsConfigMapKey(e.Key); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(spec.Child("secretEnv").Index(i).Child("key"), e.Key, strings.Join(msgs, "; ")))
+			}
+		}
+	}
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m"))
 	} else if s.Timeout != nil && s.Timeout.Duration > MaxTimeout {
@@ -235,7 +246,8 @@ func SpecHash(s *NodeScriptSpec) string {
 		Script, VerifyScript, RollbackScript string
 		Backend                              BackendSpec
 		Timeout                              *metav1.Duration
-	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout})
+		SecretEnv                            []SecretEnvSource `json:",omitempty"`
+	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

@@ -204,7 +204,7 @@ func TestPreflightResidentWrapper(t *testing.T) {
 		t.Errorf("--use-resident in a baseline namespace: exit %d, stderr:\n%s\nwant exit 2 naming the level", code, stderr)
 	}
 	stdout, stderr, code := cli(ctx, "", append(base, "--explain", "--", "true")...)
-	for _, want := range []string{"# resident agents (namespace nodeexec-agents): on node " + node, "agent nsenter", "pod security level needed: privileged", "kind: Pod"} {
+	for _, want := range []string{"# resident agents (namespace nodeexec-agents): on node " + node, `"agent" "nsenter"`, "pod security level needed: privileged", "kind: Pod"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("--explain with --use-resident lacks %q: exit %d\n%s\n%s", want, code, stdout, stderr)
 		}

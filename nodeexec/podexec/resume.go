@@ -66,10 +66,11 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 	if xerr, ok := whole(err, trailer, stdout, stderr); ok {
 		return xerr
 	}
-	if (err != nil && !isExit(err) && (IsContainerNotReady(err) || !StreamBroke(err))) || ctx.Err() != nil {
+	_, exited := exitCode(err)
+	if (err != nil && !exited && (IsContainerNotReady(err) || !StreamBroke(err))) || ctx.Err() != nil {
 		return err
 	}
-	if err == nil || isExit(err) {
+	if err == nil || exited {
 		err = fmt.Errorf("the stream ended (%v) before the agent's end mark: it was cut", err)
 	}
 	log := logr.FromContextOrDiscard(ctx)
@@ -88,12 +89,12 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 		backoff = min(backoff*2, ResumeMaxBackoff)
 
 		cerr := s.Exec(ctx, namespace, pod, resumeOpts(opts, r.Check), remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
-		var ce utilexec.CodeExitError
+		checkCode, checkExited := exitCode(cerr)
 		switch {
 		case cerr == nil:
-		case errors.As(cerr, &ce):
+		case checkExited:
 			return fmt.Errorf("%w: pod %s/%s no longer holds the command's output and exit status (exit status %d of %q: its container restarted, or the command never started)",
-				nodeexec.ErrOutcomeUnknown, namespace, pod, ce.Code, strings.Join(r.Check, " "))
+				nodeexec.ErrOutcomeUnknown, namespace, pod, checkCode, strings.Join(r.Check, " "))
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
 		case gone(cerr):
@@ -108,12 +109,13 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 			log.V(1).Info("reattached: the run's outcome is in", "pod", pod, "attempts", attempt, "err", xerr)
 			return xerr
 		}
+		attachCode, attachExited := exitCode(aerr)
 		switch {
-		case nodeexecExitCode(aerr) == AttachFailedExitCode:
+		case attachExited && attachCode == AttachFailedExitCode:
 			return fmt.Errorf("%w: pod %s/%s: the agent could not stream the command's spool: %w", nodeexec.ErrOutcomeUnknown, namespace, pod, aerr)
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
-		case aerr == nil || isExit(aerr):
+		case aerr == nil || attachExited:
 			err = fmt.Errorf("the stream ended (%v) before the agent's end mark: it was cut", aerr)
 		case gone(aerr):
 			return fmt.Errorf("%w: pod %s/%s is gone with the command's output and exit status: %w", nodeexec.ErrOutcomeUnknown, namespace, pod, aerr)
@@ -139,19 +141,10 @@ func whole(err error, trailer *spool.TrailerWriter, stdout, stderr *countingWrit
 	if end.Code == 0 {
 		return nil, true
 	}
-	var ce utilexec.CodeExitError
-	if errors.As(err, &ce) && ce.Code == end.Code {
+	if code, ok := exitCode(err); ok && code == end.Code {
 		return err, true
 	}
 	return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", end.Code), Code: end.Code}, true
-}
-
-func nodeexecExitCode(err error) int {
-	var ce utilexec.CodeExitError
-	if errors.As(err, &ce) {
-		return ce.Code
-	}
-	return -1
 }
 
 // resumeOpts is opts with argv in place of its command, and no stdin.
@@ -162,9 +155,14 @@ func resumeOpts(opts *corev1.PodExecOptions, argv []string) *corev1.PodExecOptio
 	return o
 }
 
-func isExit(err error) bool {
+// exitCode is the status of an exec whose command exited non-zero (a
+// utilexec.CodeExitError), and whether err is one.
+func exitCode(err error) (int, bool) {
 	var ce utilexec.CodeExitError
-	return errors.As(err, &ce)
+	if errors.As(err, &ce) {
+		return ce.Code, true
+	}
+	return 0, false
 }
 
 // gone reports an exec refused because the pod or its container no longer

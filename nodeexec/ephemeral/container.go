@@ -127,9 +127,7 @@ func BuildContainer(s ContainerSpec) (*corev1.Pod, *corev1.EphemeralContainer, e
 	}
 	secs := int64(math.Ceil(s.Deadline.Sub(s.Now).Seconds()))
 	command := []string{"timeout", "-s", "KILL", strconv.FormatInt(secs, 10), "sh", "-c", gateScript, GateArg0}
-	for _, a := range s.Command {
-		command = append(command, podexec.EscapeExpansion(a))
-	}
+	command = append(command, podexec.EscapeExpansionAll(s.Command)...)
 	env := []corev1.EnvVar{
 		{Name: EnvRunID, Value: s.RunID},
 		{Name: EnvDeadline, Value: s.Deadline.UTC().Format(time.RFC3339)},

@@ -62,6 +62,7 @@ func HolderPod(s HolderPodSpec) (*corev1.Pod, error) {
 		return nil, err
 	}
 	active := int64(math.Ceil(s.Deadline.Sub(s.Now).Seconds()))
+	secretVars, secretFrom := nodeexec.SecretEnvVars(s.SecretEnv)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      s.Name,
@@ -82,8 +83,8 @@ func HolderPod(s HolderPodSpec) (*corev1.Pod, error) {
 				Image:                    s.Image,
 				ImagePullPolicy:          s.ImagePullPolicy,
 				Command:                  []string{"sleep", strconv.FormatInt(active, 10)},
-				Env:                      envVars(s.Env, s.SecretEnv),
-				EnvFrom:                  envFrom(s.SecretEnv),
+				Env:                      append(envVars(s.Env), secretVars...),
+				EnvFrom:                  secretFrom,
 				Stdin:                    s.Stdin,
 				TTY:                      s.TTY,
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
@@ -153,18 +154,12 @@ func RandomSuffix(n int) string {
 	return string(b)
 }
 
-func envVars(env map[string]string, secrets []nodeexec.SecretEnv) []corev1.EnvVar {
+func envVars(env map[string]string) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, corev1.EnvVar{Name: k, Value: EscapeExpansion(env[k])})
 	}
-	fromSecrets, _ := nodeexec.SecretEnvVars(secrets)
-	return append(out, fromSecrets...)
-}
-
-func envFrom(secrets []nodeexec.SecretEnv) []corev1.EnvFromSource {
-	_, from := nodeexec.SecretEnvVars(secrets)
-	return from
+	return out
 }
 
 func commandAnnotation(argv []string) string {

@@ -163,11 +163,17 @@ func isAgentArgv(argv []string) bool {
 	return len(argv) >= 3 && argv[0] == AgentPath && argv[1] == "agent" && !strings.HasPrefix(argv[2], "-")
 }
 
-// Spooled returns the agent command line argv run under a spool in dir
-// (WithSpool), and the podexec.Resume that reads that spool after a cut
-// stream. For a command line that is not the agent's, it returns argv and
-// nil.
-func Spooled(argv []string, dir string) ([]string, *podexec.Resume) {
+// SpoolFor returns the command line that runs the agent command line argv
+// for req under a spool named name in the agent container
+// (spool.DefaultParent/name, WithSpool), and the podexec.Resume that reads
+// that spool after a cut stream. For a request with a TTY (an interactive
+// session, which cannot be resumed) or a command line that is not the
+// agent's, it returns argv and nil.
+func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
+	if req.TTY {
+		return argv, nil
+	}
+	dir := path.Join(spool.DefaultParent, name)
 	out, ok := WithSpool(argv, dir)
 	if !ok {
 		return argv, nil
@@ -177,16 +183,4 @@ func Spooled(argv []string, dir string) ([]string, *podexec.Resume) {
 		CheckMissing: SpoolMissingExitCode,
 		Attach:       func(stdoutOffset, stderrOffset int64) []string { return AttachArgv(dir, stdoutOffset, stderrOffset) },
 	}
-}
-
-// SpoolFor returns the command line that runs the agent command line argv
-// for req, and how to resume it (nil for none): argv under a spool named
-// name in the agent container (spool.DefaultParent/name), or, for a request
-// with a TTY (an interactive session, which cannot be resumed), argv as it
-// is.
-func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
-	if req.TTY {
-		return argv, nil
-	}
-	return Spooled(argv, path.Join(spool.DefaultParent, name))
 }

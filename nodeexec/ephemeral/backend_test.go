@@ -149,20 +149,7 @@ func TestRunRefusals(t *testing.T) {
 func TestRunExitCode(t *testing.T) {
 	client := fake.NewClientset(targetPod())
 	att := &fakeAttacher{client: client, code: 3, stdin: make(chan string, 1)}
-	// The "kubelet": once the container is added, report it running.
-	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "ephemeralcontainers" {
-			go func() {
-				time.Sleep(50 * time.Millisecond)
-				_ = setState(context.Background(), client, "shop", "web-1", "nodeexec-abc", corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
-			}()
-		}
-		return false, nil, nil
-	})
-	b := newTestBackend(t, client, func(o *Options) {
-		o.Attacher = att
-		o.NameSuffix = func() string { return "abc" }
-	})
+	b := runningBackend(t, client, att)
 	var out strings.Builder
 	res, err := b.Run(context.Background(), nodeexec.Request{Command: []string{"cat"}, Stdin: strings.NewReader("data"), Stdout: &out, Timeout: 10 * time.Second})
 	var ee *nodeexec.ExitError
@@ -336,19 +323,7 @@ func TestRunAttachBroke(t *testing.T) {
 		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
 			client := fake.NewClientset(targetPod())
 			att := &fakeAttacher{client: client, code: tc.code, stdin: make(chan string, 1), cut: errors.New("websocket: close 1006 (abnormal closure): unexpected EOF")}
-			client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				if a.GetSubresource() == "ephemeralcontainers" {
-					go func() {
-						time.Sleep(50 * time.Millisecond)
-						_ = setState(context.Background(), client, "shop", "web-1", "nodeexec-abc", corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
-					}()
-				}
-				return false, nil, nil
-			})
-			b := newTestBackend(t, client, func(o *Options) {
-				o.Attacher = att
-				o.NameSuffix = func() string { return "abc" }
-			})
+			b := runningBackend(t, client, att)
 			res, err := b.Run(context.Background(), nodeexec.Request{Command: []string{"true"}, Timeout: 10 * time.Second})
 			if !errors.Is(err, nodeexec.ErrOutcomeUnknown) || nodeexec.ExitCode(err) != tc.wantExit || res.ExitCode != int(tc.code) {
 				t.Fatalf("Run = %+v, %v (exit %d); want ErrOutcomeUnknown, exit %d", res, err, nodeexec.ExitCode(err), tc.wantExit)
@@ -358,4 +333,24 @@ func TestRunAttachBroke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runningBackend is a backend whose ephemeral container is named
+// nodeexec-abc and attached through att, on a client where the "kubelet"
+// reports the container running 50 ms after it is added.
+func runningBackend(t *testing.T, client *fake.Clientset, att *fakeAttacher) *Backend {
+	t.Helper()
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "ephemeralcontainers" {
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_ = setState(context.Background(), client, "shop", "web-1", "nodeexec-abc", corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+			}()
+		}
+		return false, nil, nil
+	})
+	return newTestBackend(t, client, func(o *Options) {
+		o.Attacher = att
+		o.NameSuffix = func() string { return "abc" }
+	})
 }

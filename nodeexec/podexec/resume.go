@@ -21,7 +21,7 @@ import (
 
 // Resume is how a run whose exec stream was cut gets the rest of its output
 // and its exit status: its command line ran under a spool in the container
-// (package nodeexec/spool; nsenter.Spooled builds both), which these command
+// (package nodeexec/spool; nsenter.SpoolFor builds both), which these command
 // lines read over new execs.
 type Resume struct {
 	// Check is the command line that exits 0 when the spool exists and

@@ -37,6 +37,10 @@ func TestValidate(t *testing.T) {
 		"bad pull secret name": {func(n *NodeScript) {
 			n.Spec.Backend.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "ok"}, {Name: "Not_A_Name"}}
 		}, `spec.backend.imagePullSecrets[1].name: Invalid value: "Not_A_Name"`},
+		"bad secretEnv secret": {func(n *NodeScript) {
+			n.Spec.SecretEnv = []SecretEnvSource{{Secret: "ok", Key: "K"}, {Secret: "Not_A_Name"}}
+		}, `spec.secretEnv[1].secret: Invalid value: "Not_A_Name"`},
+		"bad secretEnv key":    {func(n *NodeScript) { n.Spec.SecretEnv = []SecretEnvSource{{Secret: "ok", Key: "a b"}} }, `spec.secretEnv[0].key: Invalid value: "a b"`},
 		"missing script":       {func(n *NodeScript) { n.Spec.Script = "  " }, "spec.script: Required value"},
 		"rollback no script":   {func(n *NodeScript) { n.Spec.OnFailure.Rollback = true }, "spec.rollbackScript: Required value: onFailure.rollback is set"},
 		"drain without cordon": {func(n *NodeScript) { n.Spec.OnFailure.Drain = true }, "spec.onFailure.drain: Invalid value: true: drain needs cordon"},

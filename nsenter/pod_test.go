@@ -1,9 +1,6 @@
 package nsenter
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
+	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
@@ -62,23 +57,7 @@ func TestBuildPodGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := yaml.Marshal(pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", "pod-"+name+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run `go test ./nsenter -update` to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("pod differs from %s (-want +got):\n%s", path, diff)
-			}
+			golden.CheckYAML(t, "pod-"+name+".yaml", pod)
 		})
 	}
 }

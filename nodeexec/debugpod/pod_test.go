@@ -1,9 +1,6 @@
 package debugpod
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +8,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"sigs.k8s.io/yaml"
 
+	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func spec(profile string) PodSpec {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -46,23 +41,7 @@ func TestBuildPodGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := yaml.Marshal(pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", profile+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run `go test ./nodeexec/debugpod -update` to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("pod for profile %s differs from %s (-want +got):\n%s", profile, path, diff)
-			}
+			golden.CheckYAML(t, profile+".yaml", pod)
 		})
 	}
 }

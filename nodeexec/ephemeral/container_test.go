@@ -2,9 +2,6 @@ package ephemeral
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"sigs.k8s.io/yaml"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/nodeexec/nodeexec/internal/golden"
+)
 
 func targetPod() *corev1.Pod {
 	return &corev1.Pod{
@@ -61,23 +57,7 @@ func TestBuildContainerGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := yaml.Marshal(ec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", profile+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run `go test ./nodeexec/ephemeral -update` to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("ephemeral container for profile %s differs from %s (-want +got):\n%s", profile, path, diff)
-			}
+			golden.CheckYAML(t, profile+".yaml", ec)
 		})
 	}
 }

@@ -3,15 +3,11 @@ package resident
 import (
 	"context"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,15 +15,13 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
+	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/spool"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func TestBuildGolden(t *testing.T) {
 	o, err := Options{InstallID: "install-1", PriorityClassName: "system-node-critical", ImagePullSecrets: []string{"regcred"}}.withDefaults(time.Time{})
@@ -36,23 +30,7 @@ func TestBuildGolden(t *testing.T) {
 	}
 	for name, obj := range map[string]any{"daemonset": BuildDaemonSet(o), "namespace": BuildNamespace(o)} {
 		t.Run(name, func(t *testing.T) {
-			got, err := yaml.Marshal(obj)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", name+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run `go test ./nodeexec/resident -update` to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("%s differs from %s (-want +got):\n%s", name, path, diff)
-			}
+			golden.CheckYAML(t, name+".yaml", obj)
 		})
 	}
 }

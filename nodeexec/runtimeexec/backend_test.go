@@ -2,9 +2,6 @@ package runtimeexec
 
 import (
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,13 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
+	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 const cid = "containerd://0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
@@ -56,23 +51,7 @@ func TestBuildPodGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := yaml.Marshal(pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", name+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run `go test ./nodeexec/runtimeexec -update` to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("pod differs from %s (-want +got):\n%s", path, diff)
-			}
+			golden.CheckYAML(t, name+".yaml", pod)
 		})
 	}
 }

@@ -1,9 +1,6 @@
 package watcher
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	"sigs.k8s.io/yaml"
 
+	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func TestRunPodGolden(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -50,23 +45,7 @@ func TestRunPodGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := yaml.Marshal(pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", c.name+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if d := cmp.Diff(string(want), string(got)); d != "" {
-				t.Errorf("RunPod %s (-golden +got):\n%s", c.name, d)
-			}
+			golden.CheckYAML(t, c.name+".yaml", pod)
 		})
 	}
 }

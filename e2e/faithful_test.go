@@ -76,14 +76,15 @@ metadata: {name: %s}
 spec:
   nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
   backend: {name: %s, image: %q}
+  recordOutput: true
   script: |
     printf '%%s\n' 'pa$$word' '$(NODE_NAME)'; kill -0 $$ && echo alive; echo 'a b' | awk '{print $1}'
 `, name, node, backend, image))
 			waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
 				return ns.Status.Stage == watcher.StageComplete && ns.Status.Nodes == 1
 			})
-			if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || s.OutputTail != want {
-				t.Errorf("state %+v\noutput %q\nwant   %q", s, s.OutputTail, want)
+			if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun) != want {
+				t.Errorf("state %+v\noutput %q\nwant   %q", s, nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun), want)
 			}
 		})
 	}
@@ -161,13 +162,15 @@ spec:
   nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
   backend: {name: nsenter, image: %q}
   secretEnv: [{secret: %s, key: TOKEN}]
+  recordOutput: true
   script: |
-    [ "$TOKEN" = 's3cr3t $$ x' ] && echo match
+    [ "$TOKEN" = 's3cr3t $$ x' ] && echo match && echo "TOKEN=$TOKEN"
 `, name, node, agentImage(), secret))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Stage == watcher.StageComplete && ns.Status.Nodes == 1
 	})
-	if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || s.OutputTail != "match\n" {
-		t.Errorf("state %+v; want Succeeded with output %q", s, "match\n")
+	// The value printed is redacted in the output record (watcher.Redact).
+	if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun) != "match\nTOKEN=[REDACTED]\n" {
+		t.Errorf("state %+v, output %q; want Succeeded with output %q", s, nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun), "match\nTOKEN=[REDACTED]\n")
 	}
 }

@@ -190,6 +190,7 @@ metadata: {name: %s}
 spec:
   nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
   backend: {name: nsenter, namespace: %s, image: %q%s}
+  recordOutput: true
   script: 'echo ran on $NODE_NAME'
   retry: {limit: 100, initialBackoff: 1s, maxBackoff: 2s}
 `, name, node, ns, agentRef, secrets)
@@ -212,7 +213,7 @@ spec:
 			return n.Status.Stage == watcher.StageComplete && n.Status.Succeeded == 1
 		})
 		s, _ = nodeState(ctx, t, node, name)
-		if s.Phase != watcher.PhaseSucceeded || s.OutputTail != "ran on "+node+"\n" || s.Hash != hash {
+		if s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, ns, name, node, watcher.ActionRun) != "ran on "+node+"\n" || s.Hash != hash {
 			t.Errorf("state %+v; want Succeeded, its output, and the same spec hash %s (a pull secret is not what runs)", s, hash)
 		}
 	})

@@ -91,13 +91,14 @@ spec:
   %s
   script: 'echo "deployed watcher on $NODE_NAME"'
   backend: {name: nsenter}
+  recordOutput: true
   rollout: {canary: 1, maxConcurrency: 2}
 `, name, realNodes))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete by the deployed watcher", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
 	})
 	for _, n := range env.nodes[:2] {
-		if s, _ := nodeState(ctx, t, n, name); s.OutputTail != "deployed watcher on "+n+"\n" {
+		if s, _ := nodeState(ctx, t, n, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, n, watcher.ActionRun) != "deployed watcher on "+n+"\n" {
 			t.Errorf("node %s: state %+v", n, s)
 		}
 	}

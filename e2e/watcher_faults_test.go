@@ -89,6 +89,7 @@ kind: NodeScript
 metadata: {name: %s}
 spec:
   %s
+  recordOutput: true
   script: %q
   onFailure: {cordon: true}
   retry: {limit: 3, initialBackoff: 1s, maxBackoff: 2s}
@@ -192,7 +193,7 @@ func (f *faultRollout) check(t *testing.T, want map[string]nodeRuns, maxLive int
 		}
 		s, n := nodeState(ctx, t, node, f.name)
 		if s.Phase != watcher.PhaseSucceeded || s.Attempts != w.attempt || s.ExitCode == nil || *s.ExitCode != 0 ||
-			s.Cordoned || n.Spec.Unschedulable || !strings.Contains(s.OutputTail, "done on "+node) {
+			s.Cordoned || n.Spec.Unschedulable || !strings.Contains(nodeOutput(ctx, t, watcher.DefaultNamespace, f.name, node, watcher.ActionRun), "done on "+node) {
 			t.Errorf("node %s: state %+v, unschedulable %t; want Succeeded on attempt %d, not cordoned", node, s, n.Spec.Unschedulable, w.attempt)
 		}
 	}

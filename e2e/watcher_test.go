@@ -78,14 +78,16 @@ func watcherSetup(t testing.TB) dynamic.Interface {
 	return dyn
 }
 
-// startWatcher runs a Watcher in this process until the test ends.
-func startWatcher(t testing.TB, dyn dynamic.Interface) {
+// startWatcher runs a Watcher in this process until the test ends or stop
+// is called.
+func startWatcher(t testing.TB, dyn dynamic.Interface) (stop func()) {
 	t.Helper()
-	startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: dyn, Resync: 5 * time.Second})
+	return startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: dyn, Resync: 5 * time.Second})
 }
 
-// startWatcherWith runs a Watcher with o, logging to the test, until the test ends.
-func startWatcherWith(t testing.TB, o watcher.Options) {
+// startWatcherWith runs a Watcher with o, logging to the test, until the
+// test ends or stop is called.
+func startWatcherWith(t testing.TB, o watcher.Options) (stop func()) {
 	t.Helper()
 	w, err := watcher.New(o)
 	if err != nil {
@@ -95,12 +97,17 @@ func startWatcherWith(t testing.TB, o watcher.Options) {
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	done := make(chan error, 1)
 	go func() { done <- w.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("watcher.Start: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("watcher.Start: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // applyNodeScript applies a NodeScript from YAML through the library.
@@ -135,11 +142,29 @@ func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordo
 			}
 			_, _ = env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		}
+		// The watcher's finalizer goes too, in case no watcher runs any more.
+		_, _ = dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+		_ = env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 		waitFor(30*time.Second, func() bool {
 			l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 			return err == nil && len(l.Items) == 0
 		})
 	})
+}
+
+// nodeOutput is the output record, in the run namespace, of a NodeScript
+// with spec.recordOutput for a node: the redacted end of the action's
+// output, "" without one.
+func nodeOutput(ctx context.Context, t testing.TB, namespace, name, node, action string) string {
+	t.Helper()
+	cm, err := env.client.CoreV1().ConfigMaps(namespace).Get(ctx, watcher.OutputRecordName(name, node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data[action]
 }
 
 // waitNodeScript waits until cond holds for the NodeScript's status.
@@ -293,13 +318,14 @@ kind: NodeScript
 metadata: {name: %s}
 spec:
   %s
+  recordOutput: true
   script: 'echo "fixed $NODE_NAME"'
   rollout: {canary: 1, maxConcurrency: 2}
 `, name, realNodes))
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete on one node", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.Nodes == 1
 	})
-	if s, _ := nodeState(ctx, t, first, name); s.Phase != watcher.PhaseSucceeded || s.OutputTail != "fixed "+first+"\n" {
+	if s, _ := nodeState(ctx, t, first, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, first, watcher.ActionRun) != "fixed "+first+"\n" {
 		t.Fatalf("node %s state %+v; want Succeeded with output %q", first, s, "fixed "+first)
 	}
 
@@ -333,7 +359,7 @@ spec:
 	if reaction > 10*time.Second {
 		t.Errorf("the run pod on the joining node was created %s after it became Ready; want within seconds", reaction)
 	}
-	if s, _ := nodeState(ctx, t, second, name); s.Phase != watcher.PhaseSucceeded || *s.ExitCode != 0 || s.Attempts != 1 || s.OutputTail != "fixed "+second+"\n" {
+	if s, _ := nodeState(ctx, t, second, name); s.Phase != watcher.PhaseSucceeded || *s.ExitCode != 0 || s.Attempts != 1 || nodeOutput(ctx, t, watcher.DefaultNamespace, name, second, watcher.ActionRun) != "fixed "+second+"\n" {
 		t.Errorf("node %s state %+v", second, s)
 	}
 	if c := findCond(ns, v1alpha1.ConditionComplete); c == nil || c.Status != metav1.ConditionTrue {
@@ -372,6 +398,7 @@ kind: NodeScript
 metadata: {name: %s}
 spec:
   %s
+  recordOutput: true
   script: %q
   rollbackScript: 'echo "rolled back $NODE_NAME"'
   onFailure: {rollback: true, cordon: true}
@@ -398,7 +425,7 @@ spec:
 	}
 	s, n := nodeState(ctx, t, canary, name)
 	if s.Phase != watcher.PhaseRolledBack || s.ExitCode == nil || *s.ExitCode != 3 || s.Rollback != watcher.PhaseSucceeded ||
-		!s.Cordoned || !s.CordonedByUs || !strings.Contains(s.OutputTail, "broken on "+canary) {
+		!s.Cordoned || !s.CordonedByUs || !strings.Contains(nodeOutput(ctx, t, watcher.DefaultNamespace, name, canary, watcher.ActionRun), "broken on "+canary) {
 		t.Errorf("canary %s state %+v", canary, s)
 	}
 	if !n.Spec.Unschedulable {
@@ -667,8 +694,10 @@ func TestApplyRejectsBadInput(t *testing.T) {
 }
 
 // TestWatcherNodeScriptDeletionDeletesPods: run pods are owned by their
-// NodeScript, so deleting it has the garbage collector delete them, even
-// with no watcher running.
+// NodeScript, so deleting it has the garbage collector delete them. Deleted
+// while no watcher runs, the NodeScript waits for the watcher's finalizer
+// (its run pod keeps its deadline); the next watcher lets it go, and the
+// pod goes with it.
 func TestWatcherNodeScriptDeletionDeletesPods(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
@@ -702,7 +731,11 @@ spec:
 	if err := dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(30*time.Second, func() bool {
+	if ns, err := watcher.Get(ctx, dyn, name); err != nil || ns.DeletionTimestamp == nil {
+		t.Fatalf("deleted without a watcher: %v; want it Terminating, held by %s", err, watcher.Finalizer)
+	}
+	startWatcher(t, dyn)
+	if !waitFor(60*time.Second, func() bool {
 		p, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).Get(ctx, pods.Items[0].Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
 	}) {

@@ -128,6 +128,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			fmt.Fprintf(w, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 		}
 	}
+	if rep.OutputError != "" {
+		fmt.Fprintf(w, "output not shown: %s\n", rep.OutputError)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tPHASE\tEXIT\tATTEMPTS\tAGE\tREASON\tCORDONED\tOUTPUT")
@@ -154,7 +157,11 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		if s.Rollback != "" {
 			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
 		}
-		out := strings.ReplaceAll(strings.TrimSpace(s.OutputTail), "\n", " | ")
+		out := n.Output[watcher.ActionRun]
+		if s.Reason == "VerifyFailed" {
+			out = n.Output[watcher.ActionVerify]
+		}
+		out = strings.ReplaceAll(strings.TrimSpace(out), "\n", " | ")
 		if out == "" {
 			out = s.Message // an infrastructure failure's detail and fix
 		}
@@ -226,7 +233,7 @@ func watchCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "metrics-bind-address", Value: "0", Usage: "`ADDRESS` to serve Prometheus metrics on /metrics, e.g. :8080 (0 disables)"},
 			&ucli.IntFlag{Name: "workers", Value: 2, Usage: "NodeScripts reconciled at once"},
 			&ucli.IntFlag{Name: "create-parallelism", Value: 16, Usage: "pod creates and node patches one reconcile makes at once"},
-			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept on the node (-1: none)"},
+			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept in its output record, for NodeScripts with spec.recordOutput (-1: none)"},
 		},
 		Action: func(c *ucli.Context) error {
 			if c.NArg() > 0 {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -206,6 +207,10 @@ type NodeReport struct {
 	// Current is whether State refers to the current spec hash.
 	Current bool      `json:"current"`
 	State   NodeState `json:"state"`
+	// Output is the node's output record (spec.recordOutput): per action
+	// (run, verify, rollback), the redacted end of its last output. Nil
+	// without a record.
+	Output map[string]string `json:"output,omitempty"`
 }
 
 // Report is a NodeScript with the state of each node that is selected or
@@ -213,10 +218,17 @@ type NodeReport struct {
 type Report struct {
 	NodeScript *v1alpha1.NodeScript `json:"nodeScript"`
 	Nodes      []NodeReport         `json:"nodes"`
+	// OutputError says why the output records could not be read (with
+	// spec.recordOutput set): for example, no right to list ConfigMaps in
+	// the run namespace. Empty otherwise.
+	OutputError string `json:"outputError,omitempty"`
 }
 
 // Status reads a NodeScript and every node's state for it (one list of
-// nodes). RBAC: get on nodescripts, list on nodes.
+// nodes) and, when spec.recordOutput is set, the output records (one list
+// of ConfigMaps in the run namespace; a refusal is reported in
+// Report.OutputError, not as an error). RBAC: get on nodescripts, list on
+// nodes, list on configmaps in the run namespace.
 func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string) (*Report, error) {
 	ns, err := Get(ctx, dyn, name)
 	if err != nil {
@@ -228,6 +240,15 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 	}
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	rep := &Report{NodeScript: ns}
+	var records []corev1.ConfigMap
+	if ns.Spec.RecordOutput {
+		l, err := client.CoreV1().ConfigMaps(RunNamespace(&ns.Spec)).List(ctx, metav1.ListOptions{LabelSelector: LabelNodeScript + "=" + name})
+		if err != nil {
+			rep.OutputError = fmt.Sprintf("output records in namespace %s: %v", RunNamespace(&ns.Spec), err)
+		} else {
+			records = l.Items
+		}
+	}
 	var cont string
 	for {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
@@ -245,7 +266,7 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 			if err != nil {
 				s = NodeState{Phase: "Unknown", Reason: err.Error()}
 			}
-			rep.Nodes = append(rep.Nodes, NodeReport{Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s})
+			rep.Nodes = append(rep.Nodes, NodeReport{Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: outputOf(records, n.Name)})
 		}
 		if cont = list.Continue; cont == "" {
 			break

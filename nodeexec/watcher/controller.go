@@ -49,6 +49,12 @@ const (
 	ReasonHalted         = "Halted"
 	ReasonComplete       = "Complete"
 	ReasonPodCreate      = "PodCreateFailed"
+	// ReasonOutputNotRecorded: spec.recordOutput is set and an output
+	// record could not be written (on the NodeScript).
+	ReasonOutputNotRecorded = "OutputNotRecorded"
+	// ReasonLeftCordoned: the NodeScript that cordoned the node after a
+	// failure was deleted; the node stays cordoned (on the node).
+	ReasonLeftCordoned = "LeftCordoned"
 )
 
 // controller is one run of the watcher: its caches, queue and recorder.
@@ -101,6 +107,16 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	ns, err := toNodeScript(obj)
 	if err != nil {
+		return 0, err
+	}
+	if ns.DeletionTimestamp != nil {
+		all, err := c.nodes.List(labels.Everything())
+		if err != nil {
+			return 0, err
+		}
+		return 0, c.finalize(ctx, ns, all)
+	}
+	if err := ensureFinalizer(ctx, c.w.o.Dynamic, ns); err != nil {
 		return 0, err
 	}
 	now := c.w.o.Clock.Now()
@@ -381,7 +397,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		}
 		next := NodeState{Hash: podHash, Attempts: attempt, Since: now, Pod: pod.Name, Reason: out.Reason,
 			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
-		tailText := out.Tail
+		output := out.Tail
 		switch result {
 		case "infrastructure":
 			next.Phase, next.Infrastructure, next.Message = PhaseFailed, true, out.Message
@@ -390,15 +406,15 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
 		case "succeeded":
 			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
-			if c.w.o.SuccessLogLines > 0 {
-				tailText = c.logTail(ctx, pod)
+			if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
+				output = c.logTail(ctx, pod)
 			}
 			c.events.Event(n, corev1.EventTypeNormal, ReasonSucceeded, msg())
 		default:
 			next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
 			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())
 		}
-		next.OutputTail = tail(tailText, 1024)
+		c.recordOutput(ctx, ns, n, podHash, action, output, now)
 		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
 			return err
 		}
@@ -412,7 +428,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeNormal, ReasonVerified, msg())
 		} else {
 			s.Phase, s.Reason, s.ExitCode, s.Since = PhaseFailed, "VerifyFailed", ptr.To(out.ExitCode), now
-			s.OutputTail = tail(out.Tail, 1024)
+			c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
 			c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, msg())
 		}
 		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
@@ -424,6 +440,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			break
 		}
 		s.RollbackExitCode = ptr.To(out.ExitCode)
+		c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
 		if result == "succeeded" {
 			s.Rollback, s.Phase, s.Since = PhaseSucceeded, PhaseRolledBack, now
 			c.events.Event(n, corev1.EventTypeNormal, ReasonRolledBack, msg())
@@ -447,6 +464,21 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// recordOutput keeps the output of action on node n in its output record
+// when the NodeScript asks for it (spec.recordOutput). A record that cannot
+// be written is logged and reported as a Warning Event on the NodeScript
+// (ReasonOutputNotRecorded); the run's outcome, in the node's state, is
+// recorded regardless.
+func (c *controller) recordOutput(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, hash, action, output string, now time.Time) {
+	if !ns.Spec.RecordOutput {
+		return
+	}
+	if err := writeOutputRecord(ctx, c.w.o.Client, ns, n.Name, hash, action, output, now); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "output not recorded", "node", n.Name, "action", action)
+		c.events.Event(ns, corev1.EventTypeWarning, ReasonOutputNotRecorded, fmt.Sprintf("node %s, %s: %v", n.Name, action, err))
+	}
 }
 
 // logTail is the end of a finished pod's log, or "" when it cannot be read.

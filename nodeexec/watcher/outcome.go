@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -157,6 +158,9 @@ func tail(s string, n int) string {
 		return s
 	}
 	s = s[len(s)-n:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
 	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
 		s = s[i+1:]
 	}

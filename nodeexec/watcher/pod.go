@@ -107,10 +107,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	if spec.Timeout != nil {
 		timeout = spec.Timeout.Duration
 	}
-	namespace := spec.Backend.Namespace
-	if namespace == "" {
-		namespace = DefaultNamespace
-	}
+	namespace := RunNamespace(spec)
 	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
 	deadline := s.Now.Add(timeout + DeadlineSlack)
 	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}

@@ -23,8 +23,19 @@ const AnnotationPrefix = "nodescript.nodeexec.io"
 // StateAnnotation is the annotation key holding the state of NodeScript name on a node.
 func StateAnnotation(name string) string { return name + "." + AnnotationPrefix + "/state" }
 
+// MaxStateBytes bounds the encoded NodeState, the value of one
+// NodeScript's annotation on a node: the free-text fields are cut in the
+// middle (Reason to 128 bytes, Message to 768, Drain to 256, then further
+// if JSON escaping still makes it longer) so that, whatever a run printed or
+// the API answered, a node carries at most this much per NodeScript. Output
+// is never part of it (spec.recordOutput keeps output in an output record
+// instead).
+const MaxStateBytes = 2048
+
 // NodeState is one node's record of one NodeScript, kept in the node's
-// annotation so that it survives a restart of the watcher.
+// annotation so that it survives a restart of the watcher: phase, exit
+// code, attempts, spec hash, times and reasons; never the run's output.
+// Readers of the node (get nodes) can read it.
 type NodeState struct {
 	// Hash is the SpecHash the phase refers to; a different hash means the
 	// node has not run the current spec.
@@ -49,8 +60,6 @@ type NodeState struct {
 	// CordonedByUs records that the watcher cordoned the node (and may
 	// uncordon it); a node cordoned by someone else is never uncordoned.
 	CordonedByUs bool `json:"cordonedByUs,omitempty"`
-	// OutputTail is the end of the script's output (at most 1 KiB).
-	OutputTail string `json:"outputTail,omitempty"`
 	// BootID is the node's status.nodeInfo.bootID when the run started: a
 	// run that fails on a node that rebooted since is an infrastructure
 	// failure (NodeRebooted), retried.
@@ -99,8 +108,23 @@ func DecodeState(annotations map[string]string, name string) (NodeState, error) 
 	return s, nil
 }
 
-// Encode is the annotation value of s.
+// Encode is the annotation value of s, its free-text fields cut to keep
+// it within MaxStateBytes.
 func (s NodeState) Encode() string {
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(s.bounded())
 	return string(b)
+}
+
+// bounded is s with Reason, Message and Drain cut to their limits (see
+// MaxStateBytes).
+func (s NodeState) bounded() NodeState {
+	var b NodeState
+	for _, d := range []int{1, 2, 4, 8, 16} {
+		b = s
+		b.Reason, b.Message, b.Drain = truncate(s.Reason, 128/d), truncate(s.Message, 768/d), truncate(s.Drain, 256/d)
+		if enc, _ := json.Marshal(b); len(enc) <= MaxStateBytes {
+			break
+		}
+	}
+	return b
 }

@@ -58,13 +58,16 @@ type LeaderElection struct {
 // Options configure a Watcher.
 type Options struct {
 	// Client reads nodes and pods, creates and deletes run pods, patches
-	// nodes (annotations, cordon, taints) and records Events. Required.
+	// nodes (annotations, cordon, taints), records Events and writes output
+	// records (configmaps get/create/update in the run namespace, for
+	// NodeScripts with spec.recordOutput). Required.
 	// RBAC: nodes get/list/watch/patch/update; pods get/list/watch/create/
 	// delete and pods/log get, pods/eviction create (drain) in the backends'
 	// namespaces; events create/patch; leases when LeaderElection is set.
 	Client kubernetes.Interface
-	// Dynamic reads NodeScripts and writes their status (nodescripts
-	// get/list/watch, nodescripts/status update). Required.
+	// Dynamic reads NodeScripts, writes their status and manages their
+	// Finalizer (nodescripts get/list/watch/patch, nodescripts/status
+	// patch). Required.
 	Dynamic dynamic.Interface
 	// LeaderElection, when set, makes Start run rollouts only while this
 	// replica holds the Lease. Nil runs without election (one replica).
@@ -82,9 +85,10 @@ type Options struct {
 	// changes. Defaults to 30s.
 	Resync time.Duration
 	// SuccessLogLines is how many lines of a successful run's log are kept
-	// in the node's state (a failed run keeps its termination message, the
-	// end of its output, without this). Defaults to 20; negative fetches no
-	// log (one pods/log request per node saved).
+	// in its output record, for NodeScripts with spec.recordOutput (a failed
+	// run's record keeps its termination message, the end of its output,
+	// without this). Defaults to 20; negative fetches no log (one pods/log
+	// request per node saved).
 	SuccessLogLines int
 	// CollectInterval is how often the watcher (while it leads) deletes,
 	// cluster-wide, the pods and run Leases of one-shot runs (nodeexec run,
@@ -480,6 +484,7 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 // writeState patches node n's state annotation for NodeScript name to s.
 // RBAC: patch on nodes.
 func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s NodeState) error {
+	s = s.bounded()
 	s.Since = s.Since.UTC().Truncate(time.Second)
 	if s.NextRetry != nil {
 		t := s.NextRetry.UTC().Truncate(time.Second)

@@ -111,6 +111,17 @@ type NodeScriptSpec struct {
 	// +optional
 	// +listType=atomic
 	SecretEnv []SecretEnvSource `json:"secretEnv,omitempty"`
+	// RecordOutput, when true, keeps the end of each run's output (at most
+	// 4 KiB per action: the failed run's termination message, or the last
+	// Options.SuccessLogLines lines of a successful one), redacted by the
+	// rule of watcher.Redact, in a ConfigMap per node in
+	// spec.backend.namespace named by watcher.OutputRecordName and owned by
+	// this NodeScript (garbage-collected with it). Its readers are those who
+	// may get ConfigMaps there; nothing of the output goes into the node's
+	// state annotation or the status. Not part of the spec hash. Defaults to
+	// false: no output is kept.
+	// +optional
+	RecordOutput bool `json:"recordOutput,omitempty"`
 	// StartupTaint, when set, names a taint that new nodes register with; the
 	// watcher removes it from a node only after the script succeeded there,
 	// so workloads land only on fixed nodes.

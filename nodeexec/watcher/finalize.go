@@ -1,0 +1,114 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// Finalizer is on every NodeScript the watcher has reconciled. Deleting the
+// NodeScript first removes its state annotation from every node, then the
+// finalizer; the garbage collector then deletes its run pods and output
+// records (both owned by it). A node the NodeScript cordoned after a
+// failure stays cordoned (a Warning Event, ReasonLeftCordoned, on the node
+// says so). While no watcher runs, a deleted NodeScript waits for it;
+// removing the finalizer by hand (kubectl patch nodescript NAME --type=json
+// -p '[{"op":"remove","path":"/metadata/finalizers"}]') lets it go and
+// leaves its annotations on the nodes.
+const Finalizer = "nodeexec.io/node-state"
+
+// hasFinalizer reports whether ns carries Finalizer.
+func hasFinalizer(ns *v1alpha1.NodeScript) bool { return slices.Contains(ns.Finalizers, Finalizer) }
+
+// ensureFinalizer puts Finalizer on ns before the watcher writes any node
+// state for it. The informer's copy may predate a finalizer this process
+// added, so the NodeScript is read again before the patch. RBAC: get and
+// patch on nodescripts.
+func ensureFinalizer(ctx context.Context, dyn dynamic.Interface, ns *v1alpha1.NodeScript) error {
+	if hasFinalizer(ns) {
+		return nil
+	}
+	cur, err := Get(ctx, dyn, ns.Name)
+	if err != nil {
+		return err
+	}
+	if hasFinalizer(cur) || cur.DeletionTimestamp != nil {
+		return nil
+	}
+	return patchFinalizers(ctx, dyn, cur, append(slices.Clone(cur.Finalizers), Finalizer))
+}
+
+// patchFinalizers sets ns's finalizers to list by a merge patch carrying
+// ns's resourceVersion: a concurrent change is a conflict (the reconcile is
+// retried), never a lost finalizer of another controller. RBAC: patch on
+// nodescripts.
+func patchFinalizers(ctx context.Context, dyn dynamic.Interface, ns *v1alpha1.NodeScript, list []string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": list, "resourceVersion": ns.ResourceVersion}})
+	if err != nil {
+		return err
+	}
+	_, err = dyn.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("nodescript %s: setting finalizers: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// removeState deletes the state annotation of NodeScript name from node (a
+// merge patch; a node that is gone has nothing to remove). RBAC: patch on
+// nodes.
+func removeState(ctx context.Context, client kubernetes.Interface, node, name string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{StateAnnotation(name): nil}}})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s: removing the state of nodescript %s: %w", node, name, err)
+	}
+	return nil
+}
+
+// finalize is the reconcile of a NodeScript being deleted: the state
+// annotation is removed from every node that has one (or that this process
+// wrote one to and the informer does not show yet), then Finalizer.
+func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, nodes []*corev1.Node) error {
+	if !hasFinalizer(ns) {
+		return nil
+	}
+	written := map[string]bool{}
+	c.w.mu.Lock()
+	for node := range c.w.overlay[ns.Name] {
+		written[node] = true
+	}
+	c.w.mu.Unlock()
+	var work []func() error
+	for _, n := range nodes {
+		_, has := n.Annotations[StateAnnotation(ns.Name)]
+		if !has && !written[n.Name] {
+			continue
+		}
+		work = append(work, func() error {
+			if s, ok := c.w.state(ctx, ns.Name, n); ok && s.CordonedByUs && n.Spec.Unschedulable {
+				c.events.Eventf(n, corev1.EventTypeWarning, ReasonLeftCordoned,
+					"nodescript %s was deleted; the node stays cordoned (it was cordoned after a failure): kubectl uncordon %s once it is fixed", ns.Name, n.Name)
+			}
+			return removeState(ctx, c.w.o.Client, n.Name, ns.Name)
+		})
+	}
+	if err := c.parallel(work); err != nil {
+		return err
+	}
+	c.w.forget(ns.Name)
+	return patchFinalizers(ctx, c.w.o.Dynamic, ns, slices.DeleteFunc(slices.Clone(ns.Finalizers), func(f string) bool { return f == Finalizer }))
+}

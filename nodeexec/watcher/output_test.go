@@ -1,0 +1,131 @@
+package watcher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+func TestRedact(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain output\nexit 0\n", "plain output\nexit 0\n"},
+		{"password=hunter2 next\nline", "password=[REDACTED]\nline"},
+		{"DB_PASSWORD: 's3cr3t'", "DB_PASSWORD: '[REDACTED]'"},
+		{`{"api_key": "abc123", "user": "bob"}`, `{"api_key": "[REDACTED]", "user": "bob"}`},
+		{"export GITHUB_TOKEN=ghp_x y", "export GITHUB_TOKEN=[REDACTED]"},
+		{"TOKEN=s3cr3t $$ x", "TOKEN=[REDACTED]"},
+		{"Authorization: Bearer eyJhbGciOi.x.y", "Authorization: [REDACTED]"},
+		{"curl -H 'bearer abc.def'", "curl -H 'bearer [REDACTED]'"},
+		{"fetching https://bob:pa55@example.com/x", "fetching https://bob:[REDACTED]@example.com/x"},
+		{"a\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\nabcd\n-----END RSA PRIVATE KEY-----\nb", "a\n[REDACTED]\nb"},
+		{"a\n-----BEGIN OPENSSH PRIVATE KEY-----\nMIIE\n", "a\n[REDACTED]"},
+		{"cut\n" + strings.Repeat("QUJD", 16) + "\nend", "cut\n[REDACTED]\nend"},
+		{"sha " + strings.Repeat("ab", 32) + " file", "sha " + strings.Repeat("ab", 32) + " file"},
+		{"kill -0 $$ and $(NODE_NAME)", "kill -0 $$ and $(NODE_NAME)"},
+	} {
+		if got := Redact(c.in); got != c.want {
+			t.Errorf("Redact(%q)\n got %q\nwant %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestOutputRecordName(t *testing.T) {
+	if got := OutputRecordName("fix", "node-1"); got != "fix.node-1" {
+		t.Errorf("short: %q", got)
+	}
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 200)
+	got := OutputRecordName(strings.Repeat("n", 63), long)
+	if msgs := validation.IsDNS1123Subdomain(got); len(msgs) > 0 || !strings.HasPrefix(got, strings.Repeat("n", 63)+".h-") {
+		t.Errorf("long: %q: %v", got, msgs)
+	}
+	if OutputRecordName("x", long) == OutputRecordName("x", long+"c") {
+		t.Error("two long node names share a record name")
+	}
+}
+
+func TestWriteOutputRecord(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC)
+	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix", UID: "u1"}, Spec: v1alpha1.NodeScriptSpec{RecordOutput: true, Backend: v1alpha1.BackendSpec{Namespace: "ops"}}}
+	cs := fake.NewSimpleClientset()
+	get := func() *corev1.ConfigMap {
+		t.Helper()
+		cm, err := cs.CoreV1().ConfigMaps("ops").Get(ctx, "fix.n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	if err := writeOutputRecord(ctx, cs, ns, "n1", "h1", ActionRun, "token=abc\n"+strings.Repeat("out\n", 2000), now); err != nil {
+		t.Fatal(err)
+	}
+	cm := get()
+	want := &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "fix.n1", Namespace: "ops",
+			Labels:          map[string]string{"app.kubernetes.io/managed-by": "nodeexec", LabelNodeScript: "fix"},
+			Annotations:     map[string]string{AnnotationNode: "n1", AnnotationSpecHash: "h1", AnnotationRecordedAt: "2026-11-23T18:00:00Z"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "nodeexec.io/v1alpha1", Kind: "NodeScript", Name: "fix", UID: "u1"}},
+		},
+		Data: map[string]string{ActionRun: strings.Repeat("out\n", MaxRecordedOutput/4-1)}, // the end, from a line start
+	}
+	if diff := cmp.Diff(want, cm); diff != "" {
+		t.Errorf("record (-want +got):\n%s", diff)
+	}
+	// Another action of the same spec hash keeps the first.
+	if err := writeOutputRecord(ctx, cs, ns, "n1", "h1", ActionVerify, "verify says password: x", now); err != nil {
+		t.Fatal(err)
+	}
+	if d := get().Data; len(d) != 2 || d[ActionVerify] != "verify says password: [REDACTED]" {
+		t.Errorf("after verify: %q", d)
+	}
+	// A new spec hash starts a new record.
+	if err := writeOutputRecord(ctx, cs, ns, "n1", "h2", ActionRun, "second", now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if cm := get(); !cmp.Equal(cm.Data, map[string]string{ActionRun: "second"}) || cm.Annotations[AnnotationSpecHash] != "h2" {
+		t.Errorf("after a new hash: %v %q", cm.Annotations, cm.Data)
+	}
+	if got := outputOf([]corev1.ConfigMap{*get()}, "n1"); got[ActionRun] != "second" {
+		t.Errorf("outputOf: %v", got)
+	}
+}
+
+func TestStateBounded(t *testing.T) {
+	huge := strings.Repeat("é", 10<<10)
+	s := NodeState{
+		Hash: strings.Repeat("h", 16), Phase: PhaseRolledBack, ExitCode: ptr.To(-2147483648), Attempts: 1 << 30,
+		Infrastructure: true, NextRetry: ptr.To(time.Now()), Since: time.Now(), Verified: true, CordonedByUs: true,
+		BootID: strings.Repeat("b", 36), Pod: strings.Repeat("p", 253), Reason: huge, Message: huge,
+		Rollback: PhaseSucceeded, RollbackExitCode: ptr.To(-2147483648), Cordoned: true, Drain: huge,
+	}
+	enc := s.Encode()
+	if len(enc) > MaxStateBytes {
+		t.Errorf("encoded state is %d bytes; want at most %d", len(enc), MaxStateBytes)
+	}
+	back, err := DecodeState(map[string]string{StateAnnotation("x"): enc}, "x")
+	if err != nil || !strings.Contains(back.Message, "é…é") || len(back.Message) > 768 {
+		t.Errorf("decoded: %v %q", err, back.Message)
+	}
+	// JSON escapes: 6 bytes for each of these.
+	s.Message, s.Reason, s.Drain = strings.Repeat("<\x01", 2000), strings.Repeat("&", 500), strings.Repeat(">", 500)
+	if enc := s.Encode(); len(enc) > MaxStateBytes {
+		t.Errorf("escaped: encoded state is %d bytes; want at most %d", len(enc), MaxStateBytes)
+	}
+	// A short message is kept whole; a long one keeps its start and its end.
+	msg := PullMessage("registry.example/a:1", strings.Repeat("x", 2000))
+	if got := truncate(msg, 768); !strings.HasPrefix(got, `image "registry.example/a:1"`) || !strings.HasSuffix(got, "spec.backend.imagePullSecrets)") || len(got) > 768 {
+		t.Errorf("truncated pull message: %q", got)
+	}
+}

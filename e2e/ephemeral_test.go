@@ -248,19 +248,19 @@ func TestEphemeralBadInput(t *testing.T) {
 		text    string
 		cliArgs []string
 	}{
-		"pod not found": {func(o *ephemeral.Options) { o.Pod = "no-such-pod-x7q" }, ephemeral.ErrPodNotFound, "pod default/no-such-pod-x7q does not exist",
+		"pod not found": {func(o *ephemeral.Options) { o.Pod = "no-such-pod-x7q" }, nodeexec.ErrPodNotFound, "pod default/no-such-pod-x7q does not exist",
 			[]string{"--pod", "default/no-such-pod-x7q"}},
-		"container not found": {func(o *ephemeral.Options) { o.Container = "nope" }, ephemeral.ErrContainerNotFound, `has no container "nope" (its containers: c0, c1)`,
+		"container not found": {func(o *ephemeral.Options) { o.Container = "nope" }, nodeexec.ErrContainerNotFound, `has no container "nope" (its containers: c0, c1)`,
 			[]string{"--pod", pod.Namespace + "/" + pod.Name, "--container", "nope"}},
-		"target not running": {func(o *ephemeral.Options) { o.Container = "c1" }, ephemeral.ErrTargetNotRunning, `container "c1" of pod default/` + pod.Name + ` is terminated (Completed, exit code 0)`,
+		"target not running": {func(o *ephemeral.Options) { o.Container = "c1" }, nodeexec.ErrContainerNotRunning, `container "c1" of pod default/` + pod.Name + ` is terminated (Completed, exit code 0)`,
 			[]string{"--pod", pod.Namespace + "/" + pod.Name, "--container", "c1"}},
 		"too many ephemeral containers": {func(o *ephemeral.Options) { o.MaxEphemeralContainers = 1 }, ephemeral.ErrTooManyEphemeralContainers, "already holds 1 ephemeral containers added by nodeexec (limit 1)", nil},
-		"wrong node":                    {nil, ephemeral.ErrWrongNode, "not \"not-this-node\"", nil},
+		"wrong node":                    {nil, nodeexec.ErrWrongNode, "not \"not-this-node\"", nil},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			req := nodeexec.Request{Command: []string{"true"}, Timeout: time.Minute}
-			if tc.want == ephemeral.ErrWrongNode {
+			if tc.want == nodeexec.ErrWrongNode {
 				req.Node = "not-this-node"
 			}
 			_, err := ephemeralBackend(t, pod, tc.mutate).Run(ctx, req)

@@ -181,10 +181,10 @@ func TestRuntimeBadInput(t *testing.T) {
 		want   error
 		msg    string
 	}{
-		"pod not found":           {func(o *runtimeexec.Options) { o.Pod = "nodeexec-e2e-absent-" + randomSuffix() }, runtimeexec.ErrPodNotFound, "does not exist"},
-		"namespace of pod absent": {func(o *runtimeexec.Options) { o.PodNamespace = "nodeexec-e2e-nons" }, runtimeexec.ErrPodNotFound, "nodeexec-e2e-nons/"},
-		"container not running":   {func(o *runtimeexec.Options) { o.Pod = exited.Name }, runtimeexec.ErrNotRunning, "terminated (Error, exit code 3)"},
-		"unknown container":       {func(o *runtimeexec.Options) { o.Pod = exited.Name; o.Container = "db" }, runtimeexec.ErrContainerNotFound, `no container "db"`},
+		"pod not found":           {func(o *runtimeexec.Options) { o.Pod = "nodeexec-e2e-absent-" + randomSuffix() }, nodeexec.ErrPodNotFound, "does not exist"},
+		"namespace of pod absent": {func(o *runtimeexec.Options) { o.PodNamespace = "nodeexec-e2e-nons" }, nodeexec.ErrPodNotFound, "nodeexec-e2e-nons/"},
+		"container not running":   {func(o *runtimeexec.Options) { o.Pod = exited.Name }, nodeexec.ErrContainerNotRunning, "terminated (Error, exit code 3)"},
+		"unknown container":       {func(o *runtimeexec.Options) { o.Pod = exited.Name; o.Container = "db" }, nodeexec.ErrContainerNotFound, `no container "db"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -42,6 +42,18 @@ var (
 	// infrastructure failure: retrying cannot help (the Runner does not
 	// retry it). A *PodError with that Reason matches it, and ErrImagePull.
 	ErrImageNeverPull = errors.New("image is not present on the node and the pull policy is Never")
+	// ErrPodNotFound: the target pod does not exist (GET pods returned 404).
+	// The backends that target a container (ephemeral, runtime) refuse the
+	// run with it, before anything is created.
+	ErrPodNotFound = errors.New("pod not found")
+	// ErrContainerNotFound: the target pod has no (non-init, non-ephemeral)
+	// container of the target's name.
+	ErrContainerNotFound = errors.New("target container not found")
+	// ErrContainerNotRunning: the target pod is not Running, or the target
+	// container's status is not running (or it has no container ID yet).
+	ErrContainerNotRunning = errors.New("target container is not running")
+	// ErrWrongNode: Request.Node is set and is not the target pod's node.
+	ErrWrongNode = errors.New("the pod is not on the requested node")
 )
 
 // Exit statuses of nodeexec's own, besides the command's (see ExitCode).

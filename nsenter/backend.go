@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -74,7 +72,7 @@ type Options struct {
 	// PriorityClassName for the pods. Optional.
 	PriorityClassName string
 	// Requests are the container's resource requests. Defaults to
-	// DefaultRequests() (10m CPU, 16Mi memory).
+	// podexec.DefaultRequests() (10m CPU, 16Mi memory).
 	Requests corev1.ResourceList
 	// RunID labels every pod of this Backend (nodeexec.LabelRunID). Defaults
 	// to a random 10-character ID.
@@ -162,7 +160,7 @@ func New(o Options) (*Backend, error) {
 		return nil, fmt.Errorf("nsenter: invalid image pull policy %q: want Always, IfNotPresent or Never", o.ImagePullPolicy)
 	}
 	if o.Requests == nil {
-		o.Requests = DefaultRequests()
+		o.Requests = podexec.DefaultRequests()
 	}
 	if o.RunID == "" {
 		o.RunID = podexec.RandomSuffix(10)
@@ -265,15 +263,10 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 		Env:               req.Env,
 		SecretEnv:         req.SecretEnv,
 		Now:               now,
-		Deadline:          now.Add(req.EffectiveTimeout() + DeadlineSlack),
+		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
 		Command:           b.Argv(req),
 	})
 }
-
-// DeadlineSlack is added to a request's timeout to give the pod's
-// activeDeadlineSeconds, the server-side backstop that ends the pod if the
-// client never deletes it.
-const DeadlineSlack = 30 * time.Second
 
 // Run runs req on req.Node in a new agent pod and deletes the pod. See
 // nodeexec.Backend for the errors; the command's exit code is the agent's.
@@ -306,14 +299,4 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 		return podexec.CreateError(pod, err)
 	}
 	return nil
-}
-
-// DefaultRequests are the resource requests of the pod when Options.Requests
-// is nil: 10m CPU and 16Mi memory, small and explicit so that a namespace's
-// LimitRange defaults do not make the kubelet reject the pod on a full node.
-func DefaultRequests() corev1.ResourceList {
-	return corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("10m"),
-		corev1.ResourceMemory: resource.MustParse("16Mi"),
-	}
 }

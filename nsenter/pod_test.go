@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -27,7 +28,7 @@ func spec() PodSpec {
 		Image:            DefaultAgentImage,
 		ImagePullPolicy:  corev1.PullIfNotPresent,
 		ImagePullSecrets: []string{"regcred"},
-		Requests:         DefaultRequests(),
+		Requests:         podexec.DefaultRequests(),
 		HostNetwork:      true,
 		HostIPC:          true,
 		Env:              map[string]string{"B": "2", "A": "1"},

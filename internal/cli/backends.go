@@ -29,7 +29,7 @@ func backendNames() []string {
 func backendFlags() []ucli.Flag {
 	return append([]ucli.Flag{
 		&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: " + strings.Join(backendNames(), ", ")},
-		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles, ", ")},
+		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles(), ", ")},
 		&ucli.StringFlag{Name: "image", Value: envOr("NODEEXEC_IMAGE", debugpod.DefaultImage), Usage: "image of the debugging container (default: $NODEEXEC_IMAGE when set and not empty)"},
 		&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
 		&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` for pulling the image (repeatable)"},
@@ -58,8 +58,8 @@ func checkBackendFlags(c *ucli.Context) error {
 		}
 	}
 	if name == debugpod.Name || name == ephemeral.Name {
-		if p := c.String("profile"); !slices.Contains(debugpod.Profiles, p) {
-			return fmt.Errorf("unknown --profile %q: want one of %s", p, strings.Join(debugpod.Profiles, ", "))
+		if p := c.String("profile"); !slices.Contains(debugpod.Profiles(), p) {
+			return fmt.Errorf("unknown --profile %q: want one of %s", p, strings.Join(debugpod.Profiles(), ", "))
 		}
 	}
 	// The image the backend's pod or container runs: --image for debugpod

@@ -52,7 +52,7 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 		o.Level = d.PodSecurityLevel()
 		o.AlternativeFlag = "--profile"
 		o.Alternatives = map[string]string{}
-		for _, p := range debugpod.Profiles {
+		for _, p := range debugpod.Profiles() {
 			if p != d.Profile() {
 				o.Alternatives[p] = debugpod.PodSecurityLevel(p)
 			}

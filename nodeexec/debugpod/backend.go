@@ -71,7 +71,7 @@ type Options struct {
 	ImagePullSecrets []string
 	// PriorityClassName for the pods. Optional.
 	PriorityClassName string
-	// Requests are the container's resource requests. Defaults to DefaultRequests().
+	// Requests are the container's resource requests. Defaults to podexec.DefaultRequests().
 	Requests corev1.ResourceList
 	// RunID labels every pod of this Backend (nodeexec.LabelRunID). Defaults
 	// to a random 10-character ID.
@@ -116,7 +116,7 @@ func New(o Options) (*Backend, error) {
 		o.Profile = DefaultProfile
 	}
 	if _, err := debug.NewProfileApplier(o.Profile, debug.KeepFlags{}); err != nil {
-		return nil, fmt.Errorf("debugpod: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles, ", "))
+		return nil, fmt.Errorf("debugpod: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles(), ", "))
 	}
 	if o.Image == "" {
 		o.Image = DefaultImage
@@ -129,7 +129,7 @@ func New(o Options) (*Backend, error) {
 		return nil, fmt.Errorf("debugpod: invalid image pull policy %q: want Always, IfNotPresent or Never", o.ImagePullPolicy)
 	}
 	if o.Requests == nil {
-		o.Requests = DefaultRequests()
+		o.Requests = podexec.DefaultRequests()
 	}
 	if o.RunID == "" {
 		o.RunID = podexec.RandomSuffix(10)
@@ -187,7 +187,7 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 		Env:               req.Env,
 		SecretEnv:         req.SecretEnv,
 		Now:               now,
-		Deadline:          now.Add(req.EffectiveTimeout() + DeadlineSlack),
+		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
 		Command:           b.Argv(req),
 		Stdin:             req.Stdin != nil,
 		TTY:               req.TTY,

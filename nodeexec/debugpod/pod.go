@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubectl/pkg/cmd/debug"
 
@@ -14,11 +13,13 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
-// Profiles are kubectl debug's profiles, in kubectl's words: what the
-// debugging container may do on the node.
-var Profiles = []string{
-	debug.ProfileLegacy, debug.ProfileGeneral, debug.ProfileBaseline,
-	debug.ProfileRestricted, debug.ProfileNetadmin, debug.ProfileSysadmin,
+// Profiles returns kubectl debug's profiles, in kubectl's words: what the
+// debugging container may do on the node (a new slice each call).
+func Profiles() []string {
+	return []string{
+		debug.ProfileLegacy, debug.ProfileGeneral, debug.ProfileBaseline,
+		debug.ProfileRestricted, debug.ProfileNetadmin, debug.ProfileSysadmin,
+	}
 }
 
 // ContainerName is the name of the container in the pod, as kubectl debug names it.
@@ -26,11 +27,6 @@ const ContainerName = "debugger"
 
 // HostRoot is where profiles that mount the node's root filesystem put it.
 const HostRoot = "/host"
-
-// DeadlineSlack is added to a request's timeout to give the pod's
-// activeDeadlineSeconds: the server-side backstop that ends the pod if the
-// client never deletes it.
-const DeadlineSlack = 30 * time.Second
 
 // PodSpec is everything BuildPod needs; it holds no client.
 type PodSpec struct {
@@ -81,7 +77,7 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	}
 	applier, err := debug.NewProfileApplier(s.Profile, debug.KeepFlags{})
 	if err != nil {
-		return nil, fmt.Errorf("unknown profile %q: want one of %s", s.Profile, strings.Join(Profiles, ", "))
+		return nil, fmt.Errorf("unknown profile %q: want one of %s", s.Profile, strings.Join(Profiles(), ", "))
 	}
 	if err := applier.Apply(pod, ContainerName, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}); err != nil {
 		return nil, fmt.Errorf("applying profile %q: %w", s.Profile, err)
@@ -102,13 +98,3 @@ func MountsHostRoot(profile string) bool {
 
 // PodName is podexec.PodName: "nodeexec-<node>-<suffix>", a valid DNS label.
 func PodName(node, suffix string) string { return podexec.PodName(node, suffix) }
-
-// DefaultRequests are the resource requests of the pod when Options.Requests
-// is nil: small, and explicit so that a namespace's LimitRange defaults do not
-// make the kubelet reject the pod (OutOfcpu) on a full node.
-func DefaultRequests() corev1.ResourceList {
-	return corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("10m"),
-		corev1.ResourceMemory: resource.MustParse("16Mi"),
-	}
-}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 func spec(profile string) PodSpec {
@@ -24,7 +25,7 @@ func spec(profile string) PodSpec {
 		Image:            DefaultImage,
 		ImagePullPolicy:  corev1.PullIfNotPresent,
 		ImagePullSecrets: []string{"regcred"},
-		Requests:         DefaultRequests(),
+		Requests:         podexec.DefaultRequests(),
 		Env:              map[string]string{"B": "2", "A": "1"},
 		Now:              now,
 		Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
@@ -35,7 +36,7 @@ func spec(profile string) PodSpec {
 // TestBuildPodGolden pins the whole pod for every profile: kubectl's profile
 // changes plus what nodeexec adds. Run with -update after a deliberate change.
 func TestBuildPodGolden(t *testing.T) {
-	for _, profile := range Profiles {
+	for _, profile := range Profiles() {
 		t.Run(profile, func(t *testing.T) {
 			pod, err := BuildPod(spec(profile))
 			if err != nil {

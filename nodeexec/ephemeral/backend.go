@@ -8,8 +8,8 @@
 // # How a run goes
 //
 //  1. GET the pod; refuse (nothing added) if it does not exist
-//     (ErrPodNotFound), is not on Request.Node, has no such container
-//     (ErrContainerNotFound), the target is not running (ErrTargetNotRunning),
+//     (nodeexec.ErrPodNotFound), is not on Request.Node, has no such container
+//     (nodeexec.ErrContainerNotFound), the target is not running (nodeexec.ErrContainerNotRunning),
 //     or it already holds MaxEphemeralContainers of ours (ErrTooManyEphemeralContainers).
 //  2. Add the container built by BuildContainer through the
 //     pods/ephemeralcontainers subresource: a strategic merge patch, as
@@ -108,14 +108,11 @@ const (
 )
 
 // Sentinel errors: the run was refused and nothing was added to the pod.
-// Returned errors wrap them; test with errors.Is.
+// Returned errors wrap them; test with errors.Is. A missing pod or
+// container, a target not running and a pod on another node wrap the
+// shared nodeexec.ErrPodNotFound, nodeexec.ErrContainerNotFound,
+// ErrContainerNotRunning and nodeexec.ErrWrongNode.
 var (
-	// ErrPodNotFound: the pod does not exist (GET pods returned 404).
-	ErrPodNotFound = errors.New("pod not found")
-	// ErrContainerNotFound: the pod has no (non-init, non-ephemeral) container of the target's name.
-	ErrContainerNotFound = errors.New("target container not found")
-	// ErrTargetNotRunning: the pod is not Running, or the target container's status is not running.
-	ErrTargetNotRunning = errors.New("target container is not running")
 	// ErrTooManyEphemeralContainers: the pod already holds
 	// Options.MaxEphemeralContainers of ours; delete and recreate the pod (a
 	// Deployment's `kubectl rollout restart`) to make room.
@@ -123,8 +120,6 @@ var (
 	// ErrEphemeralContainersDisabled: the API server has no
 	// pods/ephemeralcontainers subresource (404 without a name, as kubectl detects it).
 	ErrEphemeralContainersDisabled = errors.New("ephemeral containers are disabled in this cluster")
-	// ErrWrongNode: Request.Node is set and is not the pod's node.
-	ErrWrongNode = errors.New("the pod is not on the requested node")
 )
 
 // Attacher attaches to a running container over the attach subresource. It
@@ -217,7 +212,7 @@ func New(o Options) (*Backend, error) {
 		o.Profile = DefaultProfile
 	}
 	if _, err := debug.NewProfileApplier(o.Profile, debug.KeepFlags{}); err != nil {
-		return nil, fmt.Errorf("ephemeral: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles, ", "))
+		return nil, fmt.Errorf("ephemeral: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles(), ", "))
 	}
 	if o.Image == "" {
 		o.Image = DefaultImage
@@ -267,7 +262,7 @@ func (b *Backend) Namespace() string { return b.o.Namespace }
 // Running, has the target container and that container runs, and the pod
 // holds fewer than MaxEphemeralContainers of ours. It returns the pod's node
 // (for targeting) and the target container's name. Errors wrap
-// ErrPodNotFound, ErrContainerNotFound, ErrTargetNotRunning,
+// nodeexec.ErrPodNotFound, nodeexec.ErrContainerNotFound, nodeexec.ErrContainerNotRunning,
 // ErrTooManyEphemeralContainers, nodeexec.ErrForbidden (RBAC: get pods), or
 // are the API error.
 func (b *Backend) Target(ctx context.Context) (node, container string, err error) {
@@ -283,7 +278,7 @@ func (b *Backend) check(ctx context.Context) (*corev1.Pod, string, error) {
 	pod, err := b.o.Client.CoreV1().Pods(b.o.Namespace).Get(ctx, b.o.Pod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, "", fmt.Errorf("%w: pod %s does not exist", ErrPodNotFound, ref)
+		return nil, "", fmt.Errorf("%w: pod %s does not exist", nodeexec.ErrPodNotFound, ref)
 	case apierrors.IsForbidden(err):
 		return nil, "", fmt.Errorf("%w: getting pod %s: %s (RBAC: this backend needs get, list, watch on pods, patch on pods/ephemeralcontainers, create on pods/attach and pods/exec)", nodeexec.ErrForbidden, ref, err.Error())
 	case err != nil:
@@ -300,13 +295,13 @@ func (b *Backend) check(ctx context.Context) (*corev1.Pod, string, error) {
 		found = found || c.Name == container
 	}
 	if !found {
-		return nil, "", fmt.Errorf("%w: pod %s has no container %q (its containers: %s)", ErrContainerNotFound, ref, container, strings.Join(names, ", "))
+		return nil, "", fmt.Errorf("%w: pod %s has no container %q (its containers: %s)", nodeexec.ErrContainerNotFound, ref, container, strings.Join(names, ", "))
 	}
 	if pod.DeletionTimestamp != nil {
-		return nil, "", fmt.Errorf("%w: pod %s is being deleted", ErrTargetNotRunning, ref)
+		return nil, "", fmt.Errorf("%w: pod %s is being deleted", nodeexec.ErrContainerNotRunning, ref)
 	}
 	if pod.Status.Phase != corev1.PodRunning {
-		return nil, "", fmt.Errorf("%w: pod %s is %s, not Running", ErrTargetNotRunning, ref, pod.Status.Phase)
+		return nil, "", fmt.Errorf("%w: pod %s is %s, not Running", nodeexec.ErrContainerNotRunning, ref, pod.Status.Phase)
 	}
 	running := false
 	state := "no status yet"
@@ -324,7 +319,7 @@ func (b *Backend) check(ctx context.Context) (*corev1.Pod, string, error) {
 		}
 	}
 	if !running {
-		return nil, "", fmt.Errorf("%w: container %q of pod %s is %s; an ephemeral container can only share the process namespace of a running container", ErrTargetNotRunning, container, ref, state)
+		return nil, "", fmt.Errorf("%w: container %q of pod %s is %s; an ephemeral container can only share the process namespace of a running container", nodeexec.ErrContainerNotRunning, container, ref, state)
 	}
 	if n := CountOurs(pod); n >= b.o.MaxEphemeralContainers {
 		return nil, "", fmt.Errorf("%w: pod %s already holds %d ephemeral containers added by nodeexec (limit %d); ephemeral containers cannot be removed, only the pod's deletion clears them", ErrTooManyEphemeralContainers, ref, n, b.o.MaxEphemeralContainers)
@@ -334,7 +329,7 @@ func (b *Backend) check(ctx context.Context) (*corev1.Pod, string, error) {
 
 // Run adds an ephemeral container running req to the pod, streams its
 // output, and returns its exit code. req.Node, when set, must be the pod's
-// node (else ErrWrongNode); req.TTY is not supported. The container stays in
+// node (else nodeexec.ErrWrongNode); req.TTY is not supported. The container stays in
 // the pod (see the package documentation) but its process has ended when Run
 // returns, also on timeout and cancellation (unless it never started, or the
 // kill failed: then the error says so, and the on-node `timeout` ends it at
@@ -411,7 +406,7 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (res nodeexec.R
 // checks (node must be the pod's node, or empty) and a server-side dry run
 // of the patch, which RBAC (patch on pods/ephemeralcontainers) and the
 // namespace's Pod Security admission judge as they would the real one.
-// Errors are those of Target, ErrWrongNode, ErrEphemeralContainersDisabled
+// Errors are those of Target, nodeexec.ErrWrongNode, ErrEphemeralContainersDisabled
 // and nodeexec.ErrForbidden.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
 	_, _, err := b.add(ctx, nodeexec.Request{Node: node, Command: []string{"true"}}, true)
@@ -429,7 +424,7 @@ func (b *Backend) add(ctx context.Context, req nodeexec.Request, dryRun bool) (n
 			return err
 		}
 		if req.Node != "" && req.Node != pod.Spec.NodeName {
-			return fmt.Errorf("%w: pod %s/%s is on node %q, not %q", ErrWrongNode, pod.Namespace, pod.Name, pod.Spec.NodeName, req.Node)
+			return fmt.Errorf("%w: pod %s/%s is on node %q, not %q", nodeexec.ErrWrongNode, pod.Namespace, pod.Name, pod.Spec.NodeName, req.Node)
 		}
 		node = pod.Spec.NodeName
 		now := b.o.Clock.Now()
@@ -470,14 +465,14 @@ func (b *Backend) add(ctx context.Context, req nodeexec.Request, dryRun bool) (n
 	case errors.As(err, &serr) && serr.Status().Reason == metav1.StatusReasonNotFound && (serr.Status().Details == nil || serr.Status().Details.Name == ""):
 		return "", "", fmt.Errorf("%w (the pods/ephemeralcontainers subresource of %s is missing: %s)", ErrEphemeralContainersDisabled, ref, err.Error())
 	case apierrors.IsNotFound(err):
-		return "", "", fmt.Errorf("%w: pod %s was deleted", ErrPodNotFound, ref)
+		return "", "", fmt.Errorf("%w: pod %s was deleted", nodeexec.ErrPodNotFound, ref)
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity"):
 		return "", "", fmt.Errorf("%w: namespace %q's Pod Security level rejects an ephemeral container with profile %q: %s; use --profile baseline or restricted, or a namespace that allows it",
 			nodeexec.ErrForbidden, b.o.Namespace, b.o.Profile, err.Error())
 	case apierrors.IsForbidden(err):
 		return "", "", fmt.Errorf("%w: adding an ephemeral container to %s: %s (RBAC: this backend needs patch on pods/ephemeralcontainers)", nodeexec.ErrForbidden, ref, err.Error())
-	case errors.Is(err, ErrPodNotFound), errors.Is(err, ErrContainerNotFound), errors.Is(err, ErrTargetNotRunning),
-		errors.Is(err, ErrTooManyEphemeralContainers), errors.Is(err, ErrWrongNode), errors.Is(err, nodeexec.ErrForbidden):
+	case errors.Is(err, nodeexec.ErrPodNotFound), errors.Is(err, nodeexec.ErrContainerNotFound), errors.Is(err, nodeexec.ErrContainerNotRunning),
+		errors.Is(err, ErrTooManyEphemeralContainers), errors.Is(err, nodeexec.ErrWrongNode), errors.Is(err, nodeexec.ErrForbidden):
 		return "", "", err
 	}
 	return "", "", fmt.Errorf("adding ephemeral container to pod %s: %w", ref, err)

@@ -106,12 +106,12 @@ func TestRunRefusals(t *testing.T) {
 		want    error
 		text    string
 	}{
-		"pod not found":       {pod: nil, want: ErrPodNotFound, text: "pod shop/web-1 does not exist"},
-		"container not found": {pod: targetPod(), mutate: func(o *Options) { o.Container = "db" }, want: ErrContainerNotFound, text: `no container "db" (its containers: app, sidecar)`},
-		"target exited":       {pod: exited, want: ErrTargetNotRunning, text: `container "app" of pod shop/web-1 is terminated (Completed, exit code 0)`},
-		"pod pending":         {pod: pending, want: ErrTargetNotRunning, text: "is Pending, not Running"},
+		"pod not found":       {pod: nil, want: nodeexec.ErrPodNotFound, text: "pod shop/web-1 does not exist"},
+		"container not found": {pod: targetPod(), mutate: func(o *Options) { o.Container = "db" }, want: nodeexec.ErrContainerNotFound, text: `no container "db" (its containers: app, sidecar)`},
+		"target exited":       {pod: exited, want: nodeexec.ErrContainerNotRunning, text: `container "app" of pod shop/web-1 is terminated (Completed, exit code 0)`},
+		"pod pending":         {pod: pending, want: nodeexec.ErrContainerNotRunning, text: "is Pending, not Running"},
 		"too many":            {pod: withOurs(3), mutate: func(o *Options) { o.MaxEphemeralContainers = 3 }, want: ErrTooManyEphemeralContainers, text: "already holds 3 ephemeral containers added by nodeexec (limit 3)"},
-		"wrong node":          {pod: targetPod(), node: "node-b", want: ErrWrongNode, text: `is on node "node-a", not "node-b"`},
+		"wrong node":          {pod: targetPod(), node: "node-b", want: nodeexec.ErrWrongNode, text: `is on node "node-a", not "node-b"`},
 		"disabled": {pod: targetPod(), want: ErrEphemeralContainersDisabled, reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods/ephemeralcontainers"}, "")
 		}},
@@ -306,8 +306,8 @@ func TestPreflight(t *testing.T) {
 	if diff := cmp.Diff([]metav1.PatchOptions{{DryRun: []string{metav1.DryRunAll}}}, opts); diff != "" {
 		t.Errorf("patch options (-want +got):\n%s", diff)
 	}
-	if err := b.Preflight(context.Background(), "node-b"); !errors.Is(err, ErrWrongNode) {
-		t.Errorf("Preflight on another node = %v, want ErrWrongNode", err)
+	if err := b.Preflight(context.Background(), "node-b"); !errors.Is(err, nodeexec.ErrWrongNode) {
+		t.Errorf("Preflight on another node = %v, want nodeexec.ErrWrongNode", err)
 	}
 }
 

@@ -20,14 +20,16 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
-// Profiles are kubectl debug's profiles. For an ephemeral container they
-// change only the container's security context: general adds SYS_PTRACE,
-// netadmin adds NET_ADMIN and NET_RAW, sysadmin makes it privileged,
-// baseline clears it, restricted runs as non-root with every capability
-// dropped, legacy leaves it as is.
-var Profiles = []string{
-	debug.ProfileLegacy, debug.ProfileGeneral, debug.ProfileBaseline,
-	debug.ProfileRestricted, debug.ProfileNetadmin, debug.ProfileSysadmin,
+// Profiles returns kubectl debug's profiles (a new slice each call). For
+// an ephemeral container they change only the container's security
+// context: general adds SYS_PTRACE, netadmin adds NET_ADMIN and NET_RAW,
+// sysadmin makes it privileged, baseline clears it, restricted runs as
+// non-root with every capability dropped, legacy leaves it as is.
+func Profiles() []string {
+	return []string{
+		debug.ProfileLegacy, debug.ProfileGeneral, debug.ProfileBaseline,
+		debug.ProfileRestricted, debug.ProfileNetadmin, debug.ProfileSysadmin,
+	}
 }
 
 // NamePrefix starts the name of every ephemeral container this backend adds;
@@ -123,7 +125,7 @@ func BuildContainer(s ContainerSpec) (*corev1.Pod, *corev1.EphemeralContainer, e
 	}
 	applier, err := debug.NewProfileApplier(s.Profile, debug.KeepFlags{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("unknown profile %q: want one of %s", s.Profile, strings.Join(Profiles, ", "))
+		return nil, nil, fmt.Errorf("unknown profile %q: want one of %s", s.Profile, strings.Join(Profiles(), ", "))
 	}
 	secs := int64(math.Ceil(s.Deadline.Sub(s.Now).Seconds()))
 	command := []string{"timeout", "-s", "KILL", strconv.FormatInt(secs, 10), "sh", "-c", gateScript, GateArg0}

@@ -51,7 +51,7 @@ func spec(profile string) ContainerSpec {
 // kubectl's profile changes plus the gate, timeout and environment.
 // Run with -update after a deliberate change.
 func TestBuildContainerGolden(t *testing.T) {
-	for _, profile := range Profiles {
+	for _, profile := range Profiles() {
 		t.Run(profile, func(t *testing.T) {
 			_, ec, err := BuildContainer(spec(profile))
 			if err != nil {

@@ -13,12 +13,29 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
+
+// DeadlineSlack is added to a run's timeout to give its pod's
+// activeDeadlineSeconds: the server-side backstop that ends the pod if no
+// client deletes it. Every pod backend and the watcher use it.
+const DeadlineSlack = 30 * time.Second
+
+// DefaultRequests are the resource requests of a run's pod when its
+// backend's Options.Requests is nil: 10m CPU and 16Mi memory, small and
+// explicit so that a namespace's LimitRange defaults do not make the
+// kubelet reject the pod (OutOfcpu) on a full node. A new list each call.
+func DefaultRequests() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("10m"),
+		corev1.ResourceMemory: resource.MustParse("16Mi"),
+	}
+}
 
 // HolderPodSpec is what every pod an Executor runs commands in has in
 // common; backends add their privileges and namespaces to the pod HolderPod

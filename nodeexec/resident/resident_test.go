@@ -185,7 +185,7 @@ func TestWrap(t *testing.T) {
 		"resident":            {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, wantCode: 0},
 		"no agent on node":    {inner: "nsenter", cmd: fixedCommander{node: "node-2"}, wantInner: true},
 		"unsupported":         {inner: "nsenter", cmd: fixedCommander{err: ErrUnsupported}, wantInner: true},
-		"commander error":     {inner: "runtime", cmd: fixedCommander{err: runtimeexec.ErrPodNotFound}, wantErr: runtimeexec.ErrPodNotFound, wantCode: -1},
+		"commander error":     {inner: "runtime", cmd: fixedCommander{err: nodeexec.ErrPodNotFound}, wantErr: nodeexec.ErrPodNotFound, wantCode: -1},
 		"exit code":           {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 3}, wantCode: 3},
 		"not the agent":       {inner: "nsenter", cmd: fixedCommander{node: "node-1", rawArgv: []string{"timeout", "15", "id"}}, wantErr: errNotAgent, wantCode: -1},
 		"runtime agent error": {inner: "runtime", cmd: fixedCommander{node: "node-1"}, stderr: "nodeexec agent: not found\n", streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 125}, wantErr: runtimeexec.ErrAgent, wantCode: 125},

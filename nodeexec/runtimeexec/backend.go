@@ -39,7 +39,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -59,16 +58,11 @@ const Name = "runtime"
 const DefaultNamespace = "default"
 
 // Sentinel errors: the run was refused and nothing was created. Returned
-// errors wrap them; test with errors.Is.
+// errors wrap them; test with errors.Is. A missing pod or container, a
+// container not running and a pod on another node wrap the shared
+// nodeexec.ErrPodNotFound, nodeexec.ErrContainerNotFound, ErrContainerNotRunning and
+// nodeexec.ErrWrongNode.
 var (
-	// ErrPodNotFound: the target pod does not exist (GET pods returned 404).
-	ErrPodNotFound = errors.New("pod not found")
-	// ErrContainerNotFound: the target pod has no container of that name.
-	ErrContainerNotFound = errors.New("container not found")
-	// ErrNotRunning: the target container is not running (or has no container ID yet).
-	ErrNotRunning = errors.New("container is not running")
-	// ErrWrongNode: Request.Node is set and is not the target pod's node.
-	ErrWrongNode = errors.New("the pod is not on the requested node")
 	// ErrAgent: the agent ran but could not run the command (the container
 	// runtime did not know the container and the /proc scan failed, or
 	// entering its namespaces failed); the message is the agent's.
@@ -189,10 +183,7 @@ func New(o Options) (*Backend, error) {
 		return nil, fmt.Errorf("runtime: invalid image pull policy %q: want Always, IfNotPresent or Never", o.ImagePullPolicy)
 	}
 	if o.Requests == nil {
-		o.Requests = corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("10m"),
-			corev1.ResourceMemory: resource.MustParse("16Mi"),
-		}
+		o.Requests = podexec.DefaultRequests()
 	}
 	if o.RunID == "" {
 		o.RunID = podexec.RandomSuffix(10)
@@ -235,14 +226,14 @@ func (b *Backend) RunID() string { return b.o.RunID }
 
 // Target is what a run would enter: the target pod's node, the container's
 // name and its runtime ID ("containerd://..."). It GETs the pod (RBAC: get
-// pods in PodNamespace). Errors wrap ErrPodNotFound, ErrContainerNotFound,
-// ErrNotRunning or nodeexec.ErrForbidden, or are the API error.
+// pods in PodNamespace). Errors wrap nodeexec.ErrPodNotFound, nodeexec.ErrContainerNotFound,
+// nodeexec.ErrContainerNotRunning or nodeexec.ErrForbidden, or are the API error.
 func (b *Backend) Target(ctx context.Context) (node, container, containerID string, err error) {
 	ref := b.o.PodNamespace + "/" + b.o.Pod
 	pod, err := b.o.Client.CoreV1().Pods(b.o.PodNamespace).Get(ctx, b.o.Pod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", "", "", fmt.Errorf("%w: pod %s does not exist", ErrPodNotFound, ref)
+		return "", "", "", fmt.Errorf("%w: pod %s does not exist", nodeexec.ErrPodNotFound, ref)
 	case apierrors.IsForbidden(err):
 		return "", "", "", fmt.Errorf("%w: getting pod %s: %s (RBAC: get pods)", nodeexec.ErrForbidden, ref, err.Error())
 	case err != nil:
@@ -254,7 +245,7 @@ func (b *Backend) Target(ctx context.Context) (node, container, containerID stri
 // ContainerTarget checks that container (default: the
 // kubectl.kubernetes.io/default-container annotation, else the first) of pod
 // runs and returns the pod's node, the container's name and ID. Errors wrap
-// ErrContainerNotFound or ErrNotRunning.
+// nodeexec.ErrContainerNotFound or nodeexec.ErrContainerNotRunning.
 func ContainerTarget(pod *corev1.Pod, container string) (node, name, id string, err error) {
 	ref := pod.Namespace + "/" + pod.Name
 	if container == "" {
@@ -268,10 +259,10 @@ func ContainerTarget(pod *corev1.Pod, container string) (node, name, id string, 
 		names = append(names, c.Name)
 	}
 	if !slices.Contains(names, container) {
-		return "", "", "", fmt.Errorf("%w: pod %s has no container %q (its containers: %s)", ErrContainerNotFound, ref, container, strings.Join(names, ", "))
+		return "", "", "", fmt.Errorf("%w: pod %s has no container %q (its containers: %s)", nodeexec.ErrContainerNotFound, ref, container, strings.Join(names, ", "))
 	}
 	if pod.DeletionTimestamp != nil {
-		return "", "", "", fmt.Errorf("%w: pod %s is being deleted", ErrNotRunning, ref)
+		return "", "", "", fmt.Errorf("%w: pod %s is being deleted", nodeexec.ErrContainerNotRunning, ref)
 	}
 	state := "without a status yet"
 	for _, cs := range pod.Status.ContainerStatuses {
@@ -287,7 +278,7 @@ func ContainerTarget(pod *corev1.Pod, container string) (node, name, id string, 
 			state = fmt.Sprintf("waiting (%s)", s.Waiting.Reason)
 		}
 	}
-	return "", "", "", fmt.Errorf("%w: container %q of pod %s (phase %s) is %s", ErrNotRunning, container, ref, pod.Status.Phase, state)
+	return "", "", "", fmt.Errorf("%w: container %q of pod %s (phase %s) is %s", nodeexec.ErrContainerNotRunning, container, ref, pod.Status.Phase, state)
 }
 
 // AgentCommand returns the node to run on and the agent command line that
@@ -302,7 +293,7 @@ func (b *Backend) AgentCommand(ctx context.Context, req nodeexec.Request) (node 
 		return "", nil, err
 	}
 	if req.Node != "" && req.Node != node {
-		return "", nil, fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", ErrWrongNode, b.o.PodNamespace, b.o.Pod, node, req.Node)
+		return "", nil, fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, node, req.Node)
 	}
 	return node, b.agentArgv(id, req), nil
 }
@@ -333,7 +324,7 @@ func (b *Backend) Pod(node, container string, req nodeexec.Request) (*corev1.Pod
 
 // Run runs req inside the target container and deletes the agent pod. The
 // target is looked up first (errors of Target, nothing created then);
-// req.Node, when set, must be the pod's node (ErrWrongNode). Other errors
+// req.Node, when set, must be the pod's node (nodeexec.ErrWrongNode). Other errors
 // are nodeexec.Backend's, plus ErrAgent when the agent could not find the
 // container or enter it.
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
@@ -352,7 +343,7 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		return fail(err)
 	}
 	if req.Node != "" && req.Node != node {
-		return fail(fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", ErrWrongNode, b.o.PodNamespace, b.o.Pod, node, req.Node))
+		return fail(fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, node, req.Node))
 	}
 	req.Node = node
 	pod, err := b.Pod(node, container, req)
@@ -421,7 +412,7 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 		return err
 	}
 	if node != "" && node != pnode {
-		return fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", ErrWrongNode, b.o.PodNamespace, b.o.Pod, pnode, node)
+		return fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, pnode, node)
 	}
 	pod, err := b.Pod(pnode, container, nodeexec.Request{Node: pnode, Command: []string{"true"}})
 	if err != nil {

@@ -130,15 +130,15 @@ func TestContainerTarget(t *testing.T) {
 	if _, name, _, err := ContainerTarget(p, ""); err != nil || name != "nginx" {
 		t.Errorf("default-container annotation: %q %v", name, err)
 	}
-	if _, _, _, err := ContainerTarget(targetPod(), ""); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "CrashLoopBackOff") {
-		t.Errorf("first container waiting: %v; want ErrNotRunning naming the reason", err)
+	if _, _, _, err := ContainerTarget(targetPod(), ""); !errors.Is(err, nodeexec.ErrContainerNotRunning) || !strings.Contains(err.Error(), "CrashLoopBackOff") {
+		t.Errorf("first container waiting: %v; want nodeexec.ErrContainerNotRunning naming the reason", err)
 	}
-	if _, _, _, err := ContainerTarget(targetPod(), "db"); !errors.Is(err, ErrContainerNotFound) || !strings.Contains(err.Error(), "sidecar, nginx") {
+	if _, _, _, err := ContainerTarget(targetPod(), "db"); !errors.Is(err, nodeexec.ErrContainerNotFound) || !strings.Contains(err.Error(), "sidecar, nginx") {
 		t.Errorf("unknown container: %v", err)
 	}
 	p = targetPod()
 	p.DeletionTimestamp = &metav1.Time{}
-	if _, _, _, err := ContainerTarget(p, "nginx"); !errors.Is(err, ErrNotRunning) {
+	if _, _, _, err := ContainerTarget(p, "nginx"); !errors.Is(err, nodeexec.ErrContainerNotRunning) {
 		t.Errorf("deleting: %v", err)
 	}
 }
@@ -200,7 +200,7 @@ func TestPodAndAgentCommand(t *testing.T) {
 	if diff := cmp.Diff(want, argv); diff != "" || node != "node-b" {
 		t.Errorf("node %q argv (-want +got):\n%s", node, diff)
 	}
-	if _, _, err := b.AgentCommand(t.Context(), nodeexec.Request{Node: "node-a", Command: []string{"id"}}); !errors.Is(err, ErrWrongNode) {
+	if _, _, err := b.AgentCommand(t.Context(), nodeexec.Request{Node: "node-a", Command: []string{"id"}}); !errors.Is(err, nodeexec.ErrWrongNode) {
 		t.Errorf("wrong node: %v", err)
 	}
 	pod, err := b.Pod("node-b", "nginx", nodeexec.Request{Command: []string{"id"}, Timeout: time.Minute})
@@ -223,8 +223,8 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 		pod     string
 		want    error
 	}{
-		"missing":     {nil, "web-0", ErrPodNotFound},
-		"not running": {[]*corev1.Pod{stopped}, "web-0", ErrNotRunning},
+		"missing":     {nil, "web-0", nodeexec.ErrPodNotFound},
+		"not running": {[]*corev1.Pod{stopped}, "web-0", nodeexec.ErrContainerNotRunning},
 	} {
 		t.Run(name, func(t *testing.T) {
 			client := fake.NewClientset()

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -152,14 +153,10 @@ func AgentArgv(a AgentArgs) []string {
 // meanings (not executable, not found).
 const AgentErrorExitCode = 125
 
-// deadline is now + timeout + DeadlineSlack.
+// deadline is now + timeout + podexec.DeadlineSlack.
 func deadline(now time.Time, timeout time.Duration) time.Time {
-	return now.Add(timeout + DeadlineSlack)
+	return now.Add(timeout + podexec.DeadlineSlack)
 }
-
-// DeadlineSlack is added to a request's timeout to give the agent pod's
-// activeDeadlineSeconds.
-const DeadlineSlack = 30 * time.Second
 
 func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))

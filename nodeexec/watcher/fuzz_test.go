@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -159,11 +160,11 @@ func FuzzParseNodeScripts(f *testing.F) {
 
 // v1alpha1.Profiles (the CRD's enum) are debugpod's profiles.
 func TestProfilesMatchDebugpod(t *testing.T) {
-	if !slices.Equal(v1alpha1.Profiles(), debugpod.Profiles) {
-		t.Errorf("v1alpha1.Profiles() %v, debugpod.Profiles %v", v1alpha1.Profiles(), debugpod.Profiles)
+	if !slices.Equal(v1alpha1.Profiles(), debugpod.Profiles()) {
+		t.Errorf("v1alpha1.Profiles() %v, debugpod.Profiles() %v", v1alpha1.Profiles(), debugpod.Profiles())
 	}
-	if got := v1alpha1.MaxTimeout + DeadlineSlack; got > math.MaxInt32*time.Second {
-		t.Errorf("MaxTimeout + DeadlineSlack = %s exceeds activeDeadlineSeconds' limit", got)
+	if got := v1alpha1.MaxTimeout + podexec.DeadlineSlack; got > math.MaxInt32*time.Second {
+		t.Errorf("MaxTimeout + podexec.DeadlineSlack = %s exceeds activeDeadlineSeconds' limit", got)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -50,10 +49,6 @@ const (
 	// EnvNodeScript is the name of the NodeScript.
 	EnvNodeScript = "NODESCRIPT"
 )
-
-// DeadlineSlack is added to the spec's timeout to give the pod's
-// activeDeadlineSeconds, after which the kubelet ends the run.
-const DeadlineSlack = 30 * time.Second
 
 // RunPodName is the name of the pod of attempt of action on node for the
 // NodeScript name at spec hash: podexec.PodName with a suffix hashed from
@@ -109,13 +104,13 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	}
 	namespace := RunNamespace(spec)
 	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
-	deadline := s.Now.Add(timeout + DeadlineSlack)
+	deadline := s.Now.Add(timeout + podexec.DeadlineSlack)
 	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
 	var secretEnv []nodeexec.SecretEnv
 	for _, e := range spec.SecretEnv {
 		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: e.Secret, Key: e.Key})
 	}
-	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
+	requests := podexec.DefaultRequests()
 
 	var (
 		pod  *corev1.Pod

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodeexec/nodeexec/internal/golden"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -74,7 +75,7 @@ func TestRunPodProperties(t *testing.T) {
 	if got := strings.Join(c.Command, " "); got != "chroot /host sh -c true" {
 		t.Errorf("command %q", got)
 	}
-	if a.Spec.ActiveDeadlineSeconds == nil || *a.Spec.ActiveDeadlineSeconds != int64((DefaultTimeout+DeadlineSlack)/time.Second) {
+	if a.Spec.ActiveDeadlineSeconds == nil || *a.Spec.ActiveDeadlineSeconds != int64((DefaultTimeout+podexec.DeadlineSlack)/time.Second) {
 		t.Errorf("activeDeadlineSeconds %v", a.Spec.ActiveDeadlineSeconds)
 	}
 	for _, bad := range []string{"runtime", "ephemeral"} {

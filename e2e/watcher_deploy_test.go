@@ -10,11 +10,16 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -102,6 +107,10 @@ spec:
 			t.Errorf("node %s: state %+v", n, s)
 		}
 	}
+	// Events about cluster-scoped objects land in default: the watcher's
+	// Role there lets it record them.
+	waitEvent(ctx, t, "NodeScript", name, watcher.ReasonComplete)
+	drainUnderDeployedAccount(ctx, t, dyn, holder)
 
 	watcherUp := func(after string) {
 		t.Helper()
@@ -141,6 +150,142 @@ spec:
 	agentsUp(agentsFirst, "after deploy/ was removed")
 	if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", agentsFirst); code != 0 {
 		t.Fatalf("agent uninstall in %s: exit %d\n%s", agentsFirst, code, stderr)
+	}
+}
+
+// drainUnderDeployedAccount: a NodeScript fails on one node (not the
+// leader's) running a DaemonSet's pod and a ReplicaSet's; with onFailure
+// cordon and drain, the deployed watcher, with only deploy/'s RBAC, cordons
+// and drains it: the ReplicaSet's pod is evicted, the DaemonSet's stays, the node's state
+// says Drained and an Event records it. The node is uncordoned and the pods
+// deleted afterwards.
+func drainUnderDeployedAccount(ctx context.Context, t *testing.T, dyn dynamic.Interface, holder string) {
+	t.Helper()
+	// Drain the node the leader does not run on, so that the drain does
+	// not evict the replica running it (a standby replica may be evicted:
+	// the Deployment starts it again on the other node).
+	start := time.Now()
+	defer func() { t.Logf("drain under the deployed account: %s in all", time.Since(start).Round(time.Second)) }()
+	leaderPod, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).Get(ctx, strings.SplitN(holder, "_", 2)[0], metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the leader's pod (holder %s): %v", holder, err)
+	}
+	node := env.nodes[0]
+	if leaderPod.Spec.NodeName == node {
+		node = env.nodes[1]
+	}
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-drain-", nil)
+	// On the node: a DaemonSet's pod, and a ReplicaSet's (drain, like
+	// kubectl drain without --force, refuses pods that no controller would
+	// recreate).
+	template := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "3600"}}},
+			// sleep, as PID 1, ignores SIGTERM: stop at once.
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}},
+			}}},
+		}}
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "drain-ds", Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "drain-ds"}}, Template: template("drain-ds"),
+	}}
+	if _, err := env.client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "drain-rs", Namespace: ns}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "drain-rs"}}, Template: template("drain-rs"),
+	}}
+	if _, err := env.client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]corev1.Pod{} // app label -> its pod
+	if !waitFor(60*time.Second, func() bool {
+		l, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 2 {
+			return false
+		}
+		for _, p := range l.Items {
+			if p.Status.Phase != corev1.PodRunning || p.Spec.NodeName != node {
+				return false
+			}
+			running[p.Labels["app"]] = p
+		}
+		return len(running) == 2
+	}) {
+		t.Fatalf("the DaemonSet's and the ReplicaSet's pods are not both Running on %s", node)
+	}
+
+	name := uniqueName("e2e-drain-")
+	cleanupNodeScript(t, dyn, name, node)
+	t0 := time.Now()
+	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
+  script: 'echo "broken on $NODE_NAME" >&2; exit 1'
+  backend: {name: nsenter}
+  onFailure: {cordon: true, drain: true, drainTimeout: 60s}
+`, name, node))
+	var s watcher.NodeState
+	if !waitFor(60*time.Second, func() bool {
+		s, _ = nodeState(ctx, t, node, name)
+		return s.Drain != ""
+	}) || s.Drain != watcher.ReasonDrained {
+		t.Fatalf("node %s: drain %q, want %q; state %+v", node, s.Drain, watcher.ReasonDrained, s)
+	}
+	if _, n := nodeState(ctx, t, node, name); !s.Cordoned || !s.CordonedByUs || !n.Spec.Unschedulable || s.Phase != watcher.PhaseFailed {
+		t.Errorf("node %s: state %+v, unschedulable %t; want failed, cordoned by nodeexec", node, s, n.Spec.Unschedulable)
+	}
+	if p, err := env.client.CoreV1().Pods(ns).Get(ctx, running["drain-rs"].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ReplicaSet's pod on the drained node was not evicted: %v, %+v", err, p.Status)
+	}
+	dsPod := running["drain-ds"]
+	if p, err := env.client.CoreV1().Pods(ns).Get(ctx, dsPod.Name, metav1.GetOptions{}); err != nil || p.UID != dsPod.UID || p.DeletionTimestamp != nil {
+		t.Errorf("the DaemonSet's pod %s did not stay through the drain: %v", dsPod.Name, err)
+	}
+	waitEvent(ctx, t, "Node", node, watcher.ReasonDrained)
+	t.Logf("%s failed, cordoned and drained %s after %s", name, node, time.Since(t0).Round(time.Second))
+
+	// Clean up now rather than at the end: the rest of the test wants both
+	// nodes schedulable and both replicas up.
+	if err := dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting nodescript %s: %v", name, err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, watcher.StateAnnotation(name))
+	if _, err := env.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Errorf("uncordoning %s: %v", node, err)
+	}
+	for _, err := range []error{
+		env.client.AppsV1().DaemonSets(ns).Delete(ctx, ds.Name, metav1.DeleteOptions{}),
+		env.client.AppsV1().ReplicaSets(ns).Delete(ctx, rs.Name, metav1.DeleteOptions{}),
+	} {
+		if err != nil {
+			t.Errorf("deleting the DaemonSet and ReplicaSet: %v", err)
+		}
+	}
+	if !waitFor(60*time.Second, func() bool {
+		d, err := env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		return err == nil && d.Status.AvailableReplicas == 2 && d.Status.UpdatedReplicas == 2 && d.Status.Replicas == 2
+	}) {
+		t.Fatal("the watcher's Deployment is not back to 2 available replicas after the drain")
+	}
+}
+
+// waitEvent waits for an Event recorded by the watcher about the
+// cluster-scoped object kind/name with reason, in namespace default.
+func waitEvent(ctx context.Context, t *testing.T, kind, name, reason string) {
+	t.Helper()
+	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name, "reason": reason, "source": "nodeexec-watcher"}.AsSelector().String()
+	if !waitFor(30*time.Second, func() bool {
+		l, err := env.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		return err == nil && len(l.Items) > 0
+	}) {
+		t.Errorf("no Event %s in namespace default (%s)", reason, sel)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 )
 
@@ -230,7 +231,12 @@ func watchCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "leader-elect", Usage: "hold a Lease so that only one of several replicas runs rollouts"},
 			&ucli.StringFlag{Name: "leader-election-namespace", Value: watcher.DefaultNamespace, Usage: "namespace of the Lease"},
 			&ucli.StringFlag{Name: "leader-election-id", Value: "nodeexec-watcher", Usage: "name of the Lease"},
-			&ucli.StringFlag{Name: "metrics-bind-address", Value: "0", Usage: "`ADDRESS` to serve Prometheus metrics on /metrics, e.g. :8080 (0 disables)"},
+			&ucli.StringFlag{Name: "metrics-bind-address", Value: "0", Usage: "`ADDRESS` to serve Prometheus metrics on /metrics, without authentication: " +
+				"bind it to localhost (127.0.0.1:8080, as deploy/ does) and expose it through an authenticating proxy such as kube-rbac-proxy (0 disables)"},
+			&ucli.StringFlag{Name: "health-probe-bind-address", Value: "0", Usage: "`ADDRESS` to serve the kubelet's probes on, /healthz and /readyz, " +
+				"e.g. :8081 as deploy/ and controller-runtime's scaffolds do (0 disables)"},
+			&ucli.DurationFlag{Name: "collect-interval", Value: podexec.DefaultCollectInterval, Usage: "how often the leader deletes, in every namespace, " +
+				"the pods and run Leases of `nodeexec run` and `shell` clients that died (0 disables; RBAC: deploy/'s ClusterRole nodeexec-run-collector)"},
 			&ucli.IntFlag{Name: "workers", Value: 2, Usage: "NodeScripts reconciled at once"},
 			&ucli.IntFlag{Name: "create-parallelism", Value: 16, Usage: "pod creates and node patches one reconcile makes at once"},
 			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept in its output record, for NodeScripts with spec.recordOutput (-1: none)"},
@@ -253,6 +259,18 @@ func watchCommand(streams Streams) *ucli.Command {
 			if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
 				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + watcher.DefaultNamespace + ")")
 			}
+			if d := c.Duration("collect-interval"); d < 0 {
+				return fmt.Errorf("--collect-interval %s: give a positive duration such as 15s, or 0 to disable the collector", d)
+			}
+			metricsAddr, probeAddr := c.String("metrics-bind-address"), c.String("health-probe-bind-address")
+			for _, f := range []string{"metrics-bind-address", "health-probe-bind-address"} {
+				if err := checkBindAddress(f, c.String(f)); err != nil {
+					return err
+				}
+			}
+			if bindEnabled(metricsAddr) && metricsAddr == probeAddr {
+				return fmt.Errorf("--metrics-bind-address and --health-probe-bind-address are both %q: give each its own port", metricsAddr)
+			}
 			cs, dyn, err := watcherClients(c)
 			if err != nil {
 				return err
@@ -260,28 +278,40 @@ func watchCommand(streams Streams) *ucli.Command {
 			o := watcher.Options{
 				Client: cs, Dynamic: dyn,
 				Workers: c.Int("workers"), CreateParallelism: c.Int("create-parallelism"),
-				SuccessLogLines: c.Int("success-log-lines"),
+				SuccessLogLines: c.Int("success-log-lines"), CollectInterval: c.Duration("collect-interval"),
+			}
+			if o.CollectInterval == 0 {
+				o.CollectInterval = -1 // Options: negative disables, zero is the default
 			}
 			if c.Bool("leader-elect") {
 				o.LeaderElection = &watcher.LeaderElection{Namespace: c.String("leader-election-namespace"), Name: c.String("leader-election-id")}
 			}
 			log := funcr.NewJSON(func(obj string) { fmt.Fprintln(streams.ErrOut, obj) }, funcr.Options{Verbosity: c.Int("v"), LogTimestamp: true})
 			ctx := logr.NewContext(c.Context, log)
-			if addr := c.String("metrics-bind-address"); addr != "0" && addr != "" {
+			if bindEnabled(metricsAddr) {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				o.Metrics = reg
-				ln, err := net.Listen("tcp", addr)
-				if err != nil {
-					return fmt.Errorf("--metrics-bind-address: %w", err)
-				}
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() { _ = srv.Serve(ln) }()
-				defer srv.Close()
-				log.Info("serving metrics", "address", ln.Addr().String())
+				stop, err := serveHTTP(log, "metrics-bind-address", metricsAddr, mux)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if bindEnabled(probeAddr) {
+				// Both report the process up and serving: readiness does not
+				// wait for leadership, a standby replica is ready to take over.
+				ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }
+				mux := http.NewServeMux()
+				mux.HandleFunc("/healthz", ok)
+				mux.HandleFunc("/readyz", ok)
+				stop, err := serveHTTP(log, "health-probe-bind-address", probeAddr, mux)
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			w, err := watcher.New(o)
 			if err != nil {
@@ -290,6 +320,39 @@ func watchCommand(streams Streams) *ucli.Command {
 			return w.Start(ctx)
 		},
 	}
+}
+
+// bindEnabled reports whether a --*-bind-address value asks for a listener
+// ("0" and "" disable it, as in controller-runtime).
+func bindEnabled(addr string) bool { return addr != "0" && addr != "" }
+
+// checkBindAddress refuses a --*-bind-address that is neither disabled nor
+// HOST:PORT (HOST may be empty: every interface).
+func checkBindAddress(flag, addr string) error {
+	if !bindEnabled(addr) {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("--%s %q: give HOST:PORT such as 127.0.0.1:8080 or :8081, or 0 to disable (%v)", flag, addr, err)
+	}
+	return nil
+}
+
+// serveHTTP serves mux on addr (flag names it in errors and logs) until the
+// returned stop is called.
+func serveHTTP(log logr.Logger, flag, addr string, mux *http.ServeMux) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flag, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("serving", "flag", flag, "address", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 // checkNodeScriptName: NodeScript names are DNS labels (they label pods).

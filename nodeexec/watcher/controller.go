@@ -622,7 +622,15 @@ func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 			result, reason, typ = tail("drain failed: "+err.Error(), 256), ReasonDrainFailed, corev1.EventTypeWarning
 		}
 		c.events.Eventf(n, typ, reason, "nodescript %s failed here: %s", ns.Name, result)
-		s, ok := c.w.state(ctx, ns.Name, n)
+		// The node as known now, not n: n's state annotation is the one from
+		// before the failure policy's writes, which the informer has seen
+		// since (so they are no longer in the overlay); recording the drain
+		// on it would undo them (the cordon record, the failed run).
+		cur, err := c.nodes.Get(n.Name)
+		if err != nil {
+			return // the node is gone
+		}
+		s, ok := c.w.state(ctx, ns.Name, cur)
 		if !ok {
 			return
 		}

@@ -42,8 +42,9 @@ import (
 var ErrLeadershipLost = errors.New("watcher: leader election lost")
 
 // LeaderElection configures leader election through a coordination.k8s.io
-// Lease, so that of several replicas only one runs rollouts. RBAC: get,
-// create and update on leases in Namespace.
+// Lease, so that of several replicas only one runs rollouts. RBAC: get and
+// update on the Lease (resourceNames can name it), create on leases in
+// Namespace.
 type LeaderElection struct {
 	// Namespace and Name of the Lease. Namespace is required; Name defaults
 	// to "nodeexec-watcher".
@@ -59,11 +60,14 @@ type LeaderElection struct {
 type Options struct {
 	// Client reads nodes and pods, creates and deletes run pods, patches
 	// nodes (annotations, cordon, taints), records Events and writes output
-	// records (configmaps get/create/update in the run namespace, for
-	// NodeScripts with spec.recordOutput). Required.
-	// RBAC: nodes get/list/watch/patch/update; pods get/list/watch/create/
-	// delete and pods/log get, pods/eviction create (drain) in the backends'
-	// namespaces; events create/patch; leases when LeaderElection is set.
+	// records (for NodeScripts with spec.recordOutput). Required.
+	// RBAC (deploy/rbac.yaml): nodes get/list/watch/patch; pods get/list/
+	// watch in every namespace (the run pod informer; drain), create/delete
+	// and pods/log get in the backends' namespaces; configmaps get/create/
+	// update in the backends' namespaces (output records); pods/eviction
+	// create and daemonsets get (drain); events create/patch in namespace
+	// default (client-go records the Events of cluster-scoped objects, Nodes
+	// and NodeScripts, there); leases when LeaderElection is set.
 	Client kubernetes.Interface
 	// Dynamic reads NodeScripts, writes their status and manages their
 	// Finalizer (nodescripts get/list/watch/patch, nodescripts/status

@@ -209,6 +209,14 @@ func TestPreflightResidentWrapper(t *testing.T) {
 			t.Errorf("--explain with --use-resident lacks %q: exit %d\n%s\n%s", want, code, stdout, stderr)
 		}
 	}
+	// The runtime backend declares its agent pod's level too (it used to
+	// skip the Pod Security check): refused before anything is created.
+	target := rtTargetPod(ctx, t, node, "exec sleep 3600", true)
+	_, stderr, code = cli(ctx, "", "run", "-n", ns, "--backend", "runtime", "--pod", "default/"+target.Name, "--container", "app",
+		"--agent-image", agentImage(), "--", "true")
+	if code != 2 || !strings.Contains(stderr, `enforces Pod Security level "baseline"`) || !strings.Contains(stderr, "backend runtime needs \"privileged\"") {
+		t.Errorf("runtime backend in a baseline namespace: exit %d, stderr:\n%s\nwant exit 2 naming the level", code, stderr)
+	}
 	if pods := managedPods(ctx, t, ns); len(pods) != 0 {
 		t.Errorf("%d pods created", len(pods))
 	}

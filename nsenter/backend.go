@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 )
 
 // Name is the backend's name in results and in `nodeexec run --backend`.
@@ -234,7 +235,17 @@ func (b *Backend) RunID() string { return b.o.RunID }
 func (b *Backend) Namespace() string { return b.o.Namespace }
 
 // PodSecurityLevel is the Pod Security level the pods need: "privileged".
-func (b *Backend) PodSecurityLevel() string { return "privileged" }
+func (b *Backend) PodSecurityLevel() string { return preflight.LevelPrivileged }
+
+// Requirements are the privileged Pod Security level in the backend's
+// namespace and the RBAC of a pod per node: create, watch and delete it,
+// exec into it, the run's Lease, the kubelet's Events, and list nodes.
+func (b *Backend) Requirements() nodeexec.Requirements {
+	return nodeexec.Requirements{
+		Namespace: b.o.Namespace, PodSecurityLevel: b.PodSecurityLevel(),
+		Permissions: slices.Concat(preflight.PodLifecycle(), preflight.RunLease(), preflight.Exec(), preflight.Events(), preflight.Nodes()),
+	}
+}
 
 // Namespaces are the Linux namespaces the commands enter.
 func (b *Backend) Namespaces() []Namespace { return slices.Clone(b.o.Namespaces) }

@@ -62,24 +62,19 @@ func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
 	return nil
 }
 
-// podTargets returns targets unchanged, or for --pod the pod's node, after
+// podTargets returns targets unchanged, or, for a backend that targets a
+// pod's container (nodeexec.TargetResolver: --pod), the pod's node, after
 // checking (without creating anything) that the pod and target container
-// run, the pod has room for another ephemeral container, and the API server
-// would admit it (dry run: RBAC, Pod Security).
+// run. The preflight that follows (runPreflight) asks the API server
+// whether it would admit what the backend adds (dry run: RBAC, Pod
+// Security).
 func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targets) (nodeexec.Targets, error) {
-	if c.String("backend") == runtimeexec.Name {
-		return runtimeTargets(c, backend)
-	}
-	b, ok := backend.(*ephemeral.Backend)
+	r, ok := nodeexec.As[nodeexec.TargetResolver](backend)
 	if !ok {
 		return targets, nil
 	}
-	node, _, err := b.Target(c.Context)
+	node, err := r.TargetNode(c.Context)
 	if err != nil {
-		return targets, err
-	}
-	// RBAC and Pod Security judge a dry run of the patch: refused here, exit 2.
-	if err := b.Preflight(c.Context, node); err != nil {
 		return targets, err
 	}
 	return nodeexec.Targets{Nodes: []string{node}}, nil

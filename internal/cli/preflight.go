@@ -1,22 +1,19 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
-	"github.com/nodeexec/nodeexec/nodeexec/resident"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // explainFlag is --explain, shared by run and shell.
@@ -24,39 +21,12 @@ func explainFlag() ucli.Flag {
 	return &ucli.BoolFlag{Name: "explain", Usage: "print the pod the backend would create and why (profile, Pod Security level, RBAC, preflight result); create nothing"}
 }
 
-// preflightOptions describes backend b to the preflight checks: its RBAC
-// (preflight.Requirements by name), the Pod Security level its pod needs and
-// the variants that need less, and a dry-run create on node when b has one.
+// preflightOptions is preflight.For(b): b's (or the backend it wraps)
+// Requirements and dry-run, in ns when b declares no namespace.
 func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node string) preflight.Options {
-	if ns == "" {
-		ns = debugpod.DefaultNamespace
-	}
-	o := preflight.Options{Client: client, Namespace: ns, Backend: b.Name()}
-	if p, ok := b.(nodeexec.Preflighter); ok {
-		o.DryRun = func(ctx context.Context) error { return p.Preflight(ctx, node) }
-	}
-	// A wrapper (the resident agents) falls back to the backend it wraps,
-	// whose pod, namespace and Pod Security level are what may be created.
-	b = unwrap(b)
-	if e, ok := b.(*ephemeral.Backend); ok {
-		// Its permissions apply in the target pod's namespace (--pod NS/NAME), not -n's.
-		o.Namespace = e.Namespace()
-	}
-	if n, ok := b.(*nsenter.Backend); ok {
-		o.Namespace = n.Namespace()
-		o.Level = n.PodSecurityLevel()
-	}
-	if d, ok := b.(*debugpod.Backend); ok {
-		o.Namespace = d.Namespace()
-		o.Variant = "profile " + d.Profile()
-		o.Level = d.PodSecurityLevel()
-		o.AlternativeFlag = "--profile"
-		o.Alternatives = map[string]string{}
-		for _, p := range debugpod.Profiles() {
-			if p != d.Profile() {
-				o.Alternatives[p] = debugpod.PodSecurityLevel(p)
-			}
-		}
+	o := preflight.For(b, client, node)
+	if o.Namespace == "" {
+		o.Namespace = cmp.Or(ns, debugpod.DefaultNamespace)
 	}
 	return o
 }
@@ -76,18 +46,6 @@ func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client k
 	return printExplain(ctx, w, b, req, report)
 }
 
-// unwrap returns the backend that b wraps (through any number of
-// wrappers), or b.
-func unwrap(b nodeexec.Backend) nodeexec.Backend {
-	for {
-		u, ok := b.(interface{ Unwrap() nodeexec.Backend })
-		if !ok {
-			return b
-		}
-		b = u.Unwrap()
-	}
-}
-
 // printExplain writes, as YAML comments, the backend, what its variant grants
 // and needs and the preflight result, then the pod it would create.
 func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req nodeexec.Request, report *preflight.Report) error {
@@ -98,35 +56,30 @@ func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req node
 	}
 	comment("nodeexec --explain: nothing was created.")
 	comment("backend: %s", b.Name())
-	if r, ok := b.(*resident.Backend); ok {
-		node, argv, err := r.AgentCommand(ctx, req)
-		if err != nil {
-			comment("resident agents (namespace %s): not used for this request (%v): the pod below is created", r.Namespace(), err)
-		} else {
-			comment("resident agents (namespace %s): on node %s, when a ready agent runs there, the command runs over exec in it, no pod created:", r.Namespace(), node)
-			comment("  %q", argv)
-			comment("a node without a ready agent gets the wrapped backend's pod, below")
+	if e, ok := nodeexec.As[nodeexec.Explainer](b); ok {
+		for _, line := range e.Explain(ctx, req) {
+			comment("%s", line)
 		}
 	}
-	b = unwrap(b)
 	var perms []string
 	for _, p := range report.Permissions {
 		perms = append(perms, p.Permission.String())
 	}
-	if d, ok := b.(*debugpod.Backend); ok {
-		comment("profile: %s: %s", d.Profile(), debugpod.ProfileGrants(d.Profile()))
-		comment("pod security level needed: %s", d.PodSecurityLevel())
-		comment("command (over exec, in the pod's container): %q", d.Argv(req))
+	if r, ok := nodeexec.As[nodeexec.Requirer](b); ok {
+		req := r.Requirements()
+		if req.Variant != "" {
+			comment("%s: %s", req.Variant, req.Grants)
+		}
+		if req.PodSecurityLevel != "" {
+			comment("pod security level needed: %s", req.PodSecurityLevel)
+		}
+	}
+	if c, ok := nodeexec.As[nodeexec.CommandDescriber](b); ok {
+		comment("command (over exec, in the pod's container): %q", c.Argv(req))
 	}
 	comment("RBAC needed: %s", strings.Join(perms, ", "))
 	comment("preflight on node %s:\n%s", req.Node, report.String())
-	if n, ok := b.(*nsenter.Backend); ok {
-		comment("pod security level needed: %s", n.PodSecurityLevel())
-		comment("command (over exec, in the pod's container): %q", n.Argv(req))
-	}
-	d, ok := b.(interface {
-		Pod(nodeexec.Request) (*corev1.Pod, error)
-	})
+	d, ok := nodeexec.As[nodeexec.PodDescriber](b)
 	if !ok {
 		comment("backend %s has no pod to show", b.Name())
 		return nil

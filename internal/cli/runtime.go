@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"fmt"
 
 	ucli "github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -79,21 +78,4 @@ func checkRuntimeTargets(c *ucli.Context, targets nodeexec.Targets) error {
 	}
 	_, _, err := podRef(c, "default")
 	return err
-}
-
-// runtimeTargets looks up the target pod (nothing is created) and returns
-// its node as the run's only target.
-func runtimeTargets(c *ucli.Context, backend nodeexec.Backend) (nodeexec.Targets, error) {
-	if w, ok := backend.(*resident.Backend); ok {
-		backend = w.Unwrap()
-	}
-	b, ok := backend.(*runtimeexec.Backend)
-	if !ok {
-		return nodeexec.Targets{}, fmt.Errorf("backend %s is not the runtime backend", backend.Name())
-	}
-	node, _, _, err := b.Target(c.Context)
-	if err != nil {
-		return nodeexec.Targets{}, err
-	}
-	return nodeexec.Targets{Nodes: []string{node}}, nil
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 )
 
 // DefaultShellTimeout is shell's --timeout: an interactive session lasts longer than a command.
@@ -43,11 +42,11 @@ func shellCommand(streams Streams) *ucli.Command {
 }
 
 // shellArgv is the login shell for backend b: in the node's root when the
-// profile mounts it, else in the container.
+// backend's container mounts it (nodeexec.HostRooter), else in the container.
 func shellArgv(b nodeexec.Backend) []string {
 	const pick = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
-	if d, ok := b.(*debugpod.Backend); ok && debugpod.MountsHostRoot(d.Profile()) {
-		return []string{"chroot", debugpod.HostRoot, "/bin/sh", "-c", pick}
+	if h, ok := nodeexec.As[nodeexec.HostRooter](b); ok && h.HostRoot() != "" {
+		return []string{"chroot", h.HostRoot(), "/bin/sh", "-c", pick}
 	}
 	return []string{"sh", "-c", pick}
 }

@@ -1,12 +1,12 @@
 package debugpod
 
-import "k8s.io/kubectl/pkg/cmd/debug"
+import (
+	"slices"
 
-// Pod Security levels (pod-security.kubernetes.io/enforce values).
-const (
-	levelPrivileged = "privileged"
-	levelBaseline   = "baseline"
-	levelRestricted = "restricted"
+	"k8s.io/kubectl/pkg/cmd/debug"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 )
 
 // PodSecurityLevel is the least permissive Pod Security level whose namespace
@@ -17,11 +17,11 @@ const (
 func PodSecurityLevel(profile string) string {
 	switch profile {
 	case debug.ProfileSysadmin, debug.ProfileLegacy, debug.ProfileGeneral, debug.ProfileNetadmin:
-		return levelPrivileged
+		return preflight.LevelPrivileged
 	case debug.ProfileBaseline:
-		return levelBaseline
+		return preflight.LevelBaseline
 	case debug.ProfileRestricted:
-		return levelRestricted
+		return preflight.LevelRestricted
 	}
 	return ""
 }
@@ -54,3 +54,31 @@ func (b *Backend) Namespace() string { return b.o.Namespace }
 
 // PodSecurityLevel is PodSecurityLevel(b.Profile()).
 func (b *Backend) PodSecurityLevel() string { return PodSecurityLevel(b.o.Profile) }
+
+// Requirements are the profile's Pod Security level (and the other
+// profiles' levels, picked with --profile) in the backend's namespace, and
+// the RBAC of a pod per node: create, watch and delete it, exec into it,
+// the run's Lease, the kubelet's Events, and list nodes.
+func (b *Backend) Requirements() nodeexec.Requirements {
+	alts := map[string]string{}
+	for _, p := range Profiles() {
+		if p != b.o.Profile {
+			alts[p] = PodSecurityLevel(p)
+		}
+	}
+	return nodeexec.Requirements{
+		Namespace: b.o.Namespace, PodSecurityLevel: b.PodSecurityLevel(),
+		Permissions: slices.Concat(preflight.PodLifecycle(), preflight.RunLease(), preflight.Exec(), preflight.Events(), preflight.Nodes()),
+		Variant:     "profile " + b.o.Profile, Grants: ProfileGrants(b.o.Profile),
+		Alternatives: alts, AlternativeFlag: "--profile",
+	}
+}
+
+// HostRoot is HostRoot when the profile mounts the node's root filesystem
+// there (sysadmin, general, legacy), else "".
+func (b *Backend) HostRoot() string {
+	if MountsHostRoot(b.o.Profile) {
+		return HostRoot
+	}
+	return ""
+}

@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 )
 
 // Name is the backend's name in results.
@@ -257,6 +259,25 @@ func (b *Backend) RunID() string { return b.o.RunID }
 // Namespace is the target pod's namespace, where this backend's RBAC
 // permissions (patch pods/ephemeralcontainers, create pods/attach) apply.
 func (b *Backend) Namespace() string { return b.o.Namespace }
+
+// Requirements are the RBAC of an ephemeral container in the target pod's
+// namespace: read and watch the pod, add the container, attach to it, exec
+// (to stop it on timeout), and list nodes. It creates no pod, so it needs
+// no Pod Security level of its own (the namespace's admission still judges
+// the container: Preflight's dry-run asks it).
+func (b *Backend) Requirements() nodeexec.Requirements {
+	return nodeexec.Requirements{
+		Namespace: b.o.Namespace,
+		Permissions: slices.Concat([]nodeexec.Permission{{Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}},
+			preflight.EphemeralContainers(), preflight.Attach(), preflight.Exec(), preflight.Nodes()),
+	}
+}
+
+// TargetNode is the node of Target.
+func (b *Backend) TargetNode(ctx context.Context) (string, error) {
+	node, _, err := b.Target(ctx)
+	return node, err
+}
 
 // Target GETs the pod and checks that a run may start: the pod exists, is
 // Running, has the target container and that container runs, and the pod

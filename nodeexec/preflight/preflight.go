@@ -55,37 +55,11 @@ func Allows(nsLevel, podLevel string) bool {
 	return ns >= 0 && pod >= 0 && ns <= pod
 }
 
-// Permission is one RBAC permission, as a SelfSubjectAccessReview asks for it.
-type Permission struct {
-	// Verb is the API verb: create, get, list, watch, delete, patch, update.
-	Verb string
-	// Group is the API group; "" is the core group.
-	Group string
-	// Resource is the resource's plural name, e.g. "pods".
-	Resource string
-	// Subresource, e.g. "exec", "attach", "ephemeralcontainers". Optional.
-	Subresource string
-	// Cluster is true for a cluster-scoped check (e.g. list nodes); otherwise
-	// the check is made in the namespace of the run.
-	Cluster bool
-}
+// Permission is nodeexec.Permission, one RBAC permission (a backend's
+// Requirements list them).
+type Permission = nodeexec.Permission
 
-// String is "create pods/exec", "list nodes (cluster-wide)".
-func (p Permission) String() string {
-	s := p.Verb + " " + p.Resource
-	if p.Subresource != "" {
-		s += "/" + p.Subresource
-	}
-	if p.Group != "" {
-		s += "." + p.Group
-	}
-	if p.Cluster {
-		s += " (cluster-wide)"
-	}
-	return s
-}
-
-// Building blocks of Requirements.
+// Building blocks of the backends' Requirements.Permissions.
 
 // PodLifecycle: create a pod, follow it (the shared watch), delete it.
 func PodLifecycle() []Permission {
@@ -128,24 +102,6 @@ func RunLease() []Permission {
 // Nodes resolves the targets (the Runner lists nodes).
 func Nodes() []Permission { return []Permission{{Verb: "list", Resource: "nodes", Cluster: true}} }
 
-// Requirements is the RBAC each backend needs, by backend name (the value
-// of Backend.Name()). A new backend adds its entry here, built from the
-// blocks above. The map is new on each call.
-func Requirements() map[string][]Permission {
-	return map[string][]Permission{
-		// nodeexec/debugpod: a pod per node, exec into it, delete it; the run's Lease.
-		"debugpod": slices.Concat(PodLifecycle(), RunLease(), Exec(), Events(), Nodes()),
-		// nsenter: a privileged hostPID agent pod per node, exec into it, delete it.
-		"nsenter": slices.Concat(PodLifecycle(), RunLease(), Exec(), Events(), Nodes()),
-		// nodeexec/ephemeral: read and watch the target pod, add an ephemeral
-		// container, attach to it, exec kill on timeout.
-		"ephemeral": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"}, {Verb: "watch", Resource: "pods"}},
-			EphemeralContainers(), Attach(), Exec(), Nodes()),
-		// nodeexec/runtimeexec: read the target pod, an agent pod on its node, exec into it, delete it.
-		"runtime": slices.Concat([]Permission{{Verb: "get", Resource: "pods"}}, PodLifecycle(), RunLease(), Exec(), Events(), Nodes()),
-	}
-}
-
 // Options configure Check.
 type Options struct {
 	// Client makes the checks: GET on the namespace (RBAC get namespaces; a
@@ -156,11 +112,10 @@ type Options struct {
 	Client kubernetes.Interface
 	// Namespace the backend creates its objects in. Required.
 	Namespace string
-	// Backend is the backend's name, used in messages and as the key of
-	// Requirements when Permissions is nil. Required.
+	// Backend is the backend's name, used in messages. Required.
 	Backend string
-	// Permissions to check. Defaults to Requirements()[Backend]; a backend
-	// missing from the table (and no Permissions) is an error.
+	// Permissions to check: the backend's Requirements().Permissions.
+	// Required.
 	Permissions []Permission
 	// Variant names the backend's configuration in messages, e.g. "profile sysadmin". Optional.
 	Variant string
@@ -214,6 +169,24 @@ type Report struct {
 	DryRun     error
 }
 
+// For returns the Options that check backend b (or the backend it wraps)
+// on node: its nodeexec.Requirements (namespace, Pod Security level and
+// alternatives, RBAC) and, when it is a nodeexec.Preflighter, its dry-run
+// create. A backend that declares no Requirements gets Options that Check
+// refuses, naming it.
+func For(b nodeexec.Backend, client kubernetes.Interface, node string) Options {
+	o := Options{Client: client, Backend: b.Name()}
+	if p, ok := nodeexec.As[nodeexec.Preflighter](b); ok {
+		o.DryRun = func(ctx context.Context) error { return p.Preflight(ctx, node) }
+	}
+	if r, ok := nodeexec.As[nodeexec.Requirer](b); ok {
+		req := r.Requirements()
+		o.Namespace, o.Level, o.Permissions = req.Namespace, req.PodSecurityLevel, req.Permissions
+		o.Variant, o.Alternatives, o.AlternativeFlag = req.Variant, req.Alternatives, req.AlternativeFlag
+	}
+	return o
+}
+
 // Check checks o's namespace, permissions and dry-run. The error is non-nil
 // only for bad Options or a cancelled ctx; refusals are in the Report (see
 // Report.Err).
@@ -229,11 +202,8 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("preflight: Options.Level %q: want one of %s", o.Level, strings.Join(Levels(), ", "))
 	}
 	perms := o.Permissions
-	if perms == nil {
-		var ok bool
-		if perms, ok = Requirements()[o.Backend]; !ok {
-			return nil, fmt.Errorf("preflight: no RBAC requirements known for backend %q: give Options.Permissions or add it to Requirements", o.Backend)
-		}
+	if len(perms) == 0 {
+		return nil, fmt.Errorf("preflight: Options.Permissions is empty: give backend %s's Requirements().Permissions (see For)", o.Backend)
 	}
 	r := &Report{Backend: o.Backend, Variant: o.Variant, Namespace: o.Namespace, Level: o.Level, AlternativeFlag: o.AlternativeFlag}
 

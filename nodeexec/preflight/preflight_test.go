@@ -70,7 +70,7 @@ func fakeClient(ns string, labels map[string]string, denied ...string) (*fake.Cl
 func TestCheckAllowed(t *testing.T) {
 	c, seen := fakeClient("ops", map[string]string{LabelEnforce: LevelPrivileged})
 	dry := 0
-	r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Level: LevelPrivileged,
+	r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Permissions: podBackend(), Level: LevelPrivileged,
 		DryRun: func(context.Context) error { dry++; return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestCheckAllowed(t *testing.T) {
 		order = append(order, p.Permission.String())
 	}
 	var table []string
-	for _, p := range Requirements()["debugpod"] {
+	for _, p := range podBackend() {
 		table = append(table, p.String())
 	}
 	if diff := cmp.Diff(table, order); diff != "" {
@@ -158,7 +158,7 @@ func TestCheckRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, _ := fakeClient("ops", tt.labels, tt.denied...)
-			r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Variant: "profile sysadmin",
+			r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Permissions: podBackend(), Variant: "profile sysadmin",
 				Level: tt.level, Alternatives: profiles, AlternativeFlag: "--profile",
 				DryRun: func(context.Context) error { return tt.dryRun }})
 			if err != nil {
@@ -200,7 +200,7 @@ func TestCheckInconclusive(t *testing.T) {
 	c.PrependReactor("create", "selfsubjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("down")
 	})
-	r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Level: LevelPrivileged})
+	r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Permissions: podBackend(), Level: LevelPrivileged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,17 +219,17 @@ func TestCheckInconclusive(t *testing.T) {
 func TestCheckOptions(t *testing.T) {
 	c := fake.NewClientset()
 	for _, o := range []Options{
-		{Namespace: "a", Backend: "debugpod"},
-		{Client: c, Backend: "debugpod"},
-		{Client: c, Namespace: "a"},
-		{Client: c, Namespace: "a", Backend: "nosuch"},
-		{Client: c, Namespace: "a", Backend: "debugpod", Level: "root"},
+		{Namespace: "a", Backend: "debugpod", Permissions: podBackend()},
+		{Client: c, Backend: "debugpod", Permissions: podBackend()},
+		{Client: c, Namespace: "a", Permissions: podBackend()},
+		{Client: c, Namespace: "a", Backend: "nosuch"}, // no Permissions
+		{Client: c, Namespace: "a", Backend: "debugpod", Permissions: podBackend(), Level: "root"},
 	} {
 		if _, err := Check(t.Context(), o); err == nil {
 			t.Errorf("Check(%+v) = nil error, want one", o)
 		}
 	}
-	// Explicit permissions need no table entry.
+	// Any backend: its permissions are all Check needs.
 	c2, _ := fakeClient("a", nil, "create pods/attach")
 	r, err := Check(t.Context(), Options{Client: c2, Namespace: "a", Backend: "future", Permissions: Attach()})
 	if err != nil {
@@ -240,9 +240,15 @@ func TestCheckOptions(t *testing.T) {
 	}
 }
 
-func TestRequirementsTable(t *testing.T) {
+// podBackend is the RBAC of a pod backend (debugpod, nsenter), as they
+// declare it in their Requirements.
+func podBackend() []Permission {
+	return slices.Concat(PodLifecycle(), RunLease(), Exec(), Events(), Nodes())
+}
+
+func TestPermissionBlocks(t *testing.T) {
 	got := []string{}
-	for _, p := range Requirements()["debugpod"] {
+	for _, p := range podBackend() {
 		got = append(got, p.String())
 	}
 	want := []string{"create pods", "get pods", "list pods", "watch pods", "delete pods",
@@ -250,14 +256,51 @@ func TestRequirementsTable(t *testing.T) {
 		"create pods/exec",
 		"list events", "watch events", "list nodes (cluster-wide)"}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("debugpod requirements (-want +got):\n%s", diff)
+		t.Errorf("pod backend permissions (-want +got):\n%s", diff)
 	}
 	if s := EphemeralContainers()[0].String(); s != "patch pods/ephemeralcontainers" {
 		t.Errorf("EphemeralContainers = %q", s)
 	}
-	// The table is a fresh map each call.
-	Requirements()["debugpod"] = nil
-	if len(Requirements()["debugpod"]) == 0 {
-		t.Error("Requirements() shares its map between calls")
+}
+
+type requirer struct{ dryRuns *[]string }
+
+func (requirer) Name() string { return "fake" }
+func (requirer) Run(context.Context, nodeexec.Request) (nodeexec.Result, error) {
+	return nodeexec.Result{}, nil
+}
+func (requirer) Requirements() nodeexec.Requirements {
+	return nodeexec.Requirements{Namespace: "ops", PodSecurityLevel: LevelBaseline, Permissions: Exec(), Variant: "profile x",
+		Alternatives: map[string]string{"y": LevelRestricted}, AlternativeFlag: "--profile"}
+}
+func (r requirer) Preflight(_ context.Context, node string) error {
+	*r.dryRuns = append(*r.dryRuns, node)
+	return nil
+}
+
+// wrapped declares nothing itself: what For finds is the inner backend's.
+type wrapped struct{ inner nodeexec.Backend }
+
+func (w wrapped) Name() string { return w.inner.Name() }
+func (wrapped) Run(context.Context, nodeexec.Request) (nodeexec.Result, error) {
+	return nodeexec.Result{}, nil
+}
+func (w wrapped) Unwrap() nodeexec.Backend { return w.inner }
+
+// For reads a backend's Requirements and dry-run, also through a wrapper.
+func TestFor(t *testing.T) {
+	var dryRuns []string
+	c := fake.NewClientset()
+	for _, b := range []nodeexec.Backend{requirer{&dryRuns}, wrapped{inner: requirer{&dryRuns}}} {
+		o := For(b, c, "node-a")
+		if o.Namespace != "ops" || o.Level != LevelBaseline || o.Variant != "profile x" || o.AlternativeFlag != "--profile" ||
+			o.Alternatives["y"] != LevelRestricted || !cmp.Equal(o.Permissions, Exec()) || o.Backend != "fake" || o.DryRun == nil {
+			t.Errorf("For(%T) = %+v", b, o)
+			continue
+		}
+		_ = o.DryRun(t.Context())
+	}
+	if !cmp.Equal(dryRuns, []string{"node-a", "node-a"}) {
+		t.Errorf("dry runs %v", dryRuns)
 	}
 }

@@ -129,6 +129,20 @@ func (b *Backend) AgentCommand(ctx context.Context, req nodeexec.Request) (strin
 	return b.o.Commander.AgentCommand(ctx, req)
 }
 
+// Explain says, for --explain, whether a resident agent would run req and
+// with which command line, or why the wrapped backend's pod is created.
+func (b *Backend) Explain(ctx context.Context, req nodeexec.Request) []string {
+	node, argv, err := b.AgentCommand(ctx, req)
+	if err != nil {
+		return []string{fmt.Sprintf("resident agents (namespace %s): not used for this request (%v): the pod below is created", b.o.Namespace, err)}
+	}
+	return []string{
+		fmt.Sprintf("resident agents (namespace %s): on node %s, when a ready agent runs there, the command runs over exec in it, no pod created:", b.o.Namespace, node),
+		fmt.Sprintf("  %q", argv),
+		"a node without a ready agent gets the wrapped backend's pod, below",
+	}
+}
+
 // Name is the wrapped backend's name.
 func (b *Backend) Name() string { return b.inner.Name() }
 

@@ -47,6 +47,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -223,6 +224,24 @@ func (b *Backend) Name() string { return Name }
 
 // RunID is the value of the run-ID label on this backend's pods.
 func (b *Backend) RunID() string { return b.o.RunID }
+
+// Requirements are the privileged Pod Security level of the agent pod in
+// the backend's namespace and the RBAC to read the target pod, run an agent
+// pod on its node (create, watch, delete, exec), the run's Lease, the
+// kubelet's Events, and list nodes.
+func (b *Backend) Requirements() nodeexec.Requirements {
+	return nodeexec.Requirements{
+		Namespace: b.o.Namespace, PodSecurityLevel: preflight.LevelPrivileged,
+		Permissions: slices.Concat([]nodeexec.Permission{{Verb: "get", Resource: "pods"}}, preflight.PodLifecycle(), preflight.RunLease(),
+			preflight.Exec(), preflight.Events(), preflight.Nodes()),
+	}
+}
+
+// TargetNode is the node of Target.
+func (b *Backend) TargetNode(ctx context.Context) (string, error) {
+	node, _, _, err := b.Target(ctx)
+	return node, err
+}
 
 // Target is what a run would enter: the target pod's node, the container's
 // name and its runtime ID ("containerd://..."). It GETs the pod (RBAC: get

@@ -22,7 +22,7 @@ import (
 // clients, its pods finished by the test as kubelets would, time moved by
 // the fake clock.
 
-// running finds the node whose state is Running, and its pod; it fails the
+// runningNode finds the node whose state is Running, and its pod; it fails the
 // test unless exactly one is.
 func (e *env) runningNode(names ...string) (string, string) {
 	e.t.Helper()

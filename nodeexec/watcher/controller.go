@@ -91,67 +91,148 @@ func (c *controller) processNext(ctx context.Context) bool {
 	return true
 }
 
-// reconcile brings one NodeScript's nodes a step closer to the spec: it
-// records finished runs, applies the failure policy, starts what Decide
-// allows, removes startup taints, and writes the status. It returns when
-// to look again (0: on the next change or resync).
+// reconcile brings one NodeScript's nodes a step closer to the spec, phase
+// by phase: it admits the NodeScript (or finalizes it), records the runs
+// that finished, applies the failure policy and removes startup taints,
+// starts what Decide allows, and writes the status. It returns when to look
+// again (0: on the next change or resync).
 func (c *controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
-	obj, exists, err := c.scripts.GetByKey(name)
+	// 0. The NodeScript, its deletion, its finalizer and its validity.
+	ns, err := c.admit(ctx, name)
+	if ns == nil || err != nil {
+		return 0, err
+	}
+	now := c.w.o.Clock.Now()
+	if invalid, err := c.haltInvalid(ctx, ns, now); invalid || err != nil {
+		return 0, err
+	}
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	cached, err := c.listNodes(name)
 	if err != nil {
 		return 0, err
+	}
+	// 1. Record the runs that finished, adopt the ones running.
+	going, err := c.recordFinished(ctx, ns, cached, now)
+	if err != nil {
+		return 0, err
+	}
+	// 2. Per selected node: lost runs, the failure policy, taints.
+	nodes, retryAt, err := c.nodePolicies(ctx, ns, hash, cached, going, now)
+	if err != nil {
+		return 0, err
+	}
+	// 3. Decide, and start what it allows.
+	d, err := Decide(ns, nodes, now)
+	if err != nil {
+		return 0, err
+	}
+	startErr := c.startRuns(ctx, ns, d, cached, nodes, going, now)
+	// 4. Status.
+	if err := c.status(ctx, ns, d, hash, startErr, now); err != nil {
+		return 0, err
+	}
+	if startErr != nil {
+		return 0, startErr
+	}
+	return requeueAfter(d, retryAt, now), nil
+}
+
+// nodeSet is the cluster's nodes as one reconcile sees them (the cache).
+type nodeSet struct {
+	all    []*corev1.Node
+	byName map[string]*corev1.Node
+}
+
+// runPods says which nodes have a pod of a NodeScript still going (running,
+// or terminating: a terminating pod may still run).
+type runPods struct {
+	// busy holds the nodes with a run pod (ActionRun).
+	busy map[string]bool
+	// actions holds "node/action" for every action with a pod.
+	actions map[string]bool
+}
+
+// admit is phase 0: it reads NodeScript name from the cache and returns it
+// when it is to be rolled out, with Finalizer on it. It returns nil when
+// there is nothing more to do: the NodeScript is gone (what the process
+// remembers of it and its metrics are dropped) or being deleted (it is
+// finalized: its state leaves every node, then Finalizer).
+func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScript, error) {
+	obj, exists, err := c.scripts.GetByKey(name)
+	if err != nil {
+		return nil, err
 	}
 	if !exists {
 		c.w.forget(name)
 		c.w.metrics.nodes.DeletePartialMatch(prometheus.Labels{"nodescript": name})
-		return 0, nil
+		return nil, nil
 	}
 	ns, err := toNodeScript(obj)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if ns.DeletionTimestamp != nil {
 		all, err := c.nodes.List(labels.Everything())
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		return 0, c.finalize(ctx, ns, all)
+		return nil, c.finalize(ctx, ns, all)
 	}
 	if err := ensureFinalizer(ctx, c.w.o.Dynamic, ns); err != nil {
-		return 0, err
+		return nil, err
 	}
-	now := c.w.o.Clock.Now()
-	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
-		st := ns.Status.DeepCopy()
-		st.ObservedGeneration = ns.Generation
-		st.Stage = StageHalted
-		setCondition(st, v1alpha1.ConditionHalted, true, "InvalidSpec", errs.ToAggregate().Error(), ns.Generation, now)
-		setCondition(st, v1alpha1.ConditionProgressing, false, "InvalidSpec", "the spec is invalid; fix it with nodeexec apply", ns.Generation, now)
-		return 0, c.writeStatus(ctx, ns, st)
+	return ns, nil
+}
+
+// haltInvalid is the rest of phase 0: it reports whether ns's spec fails
+// v1alpha1.Validate, and then writes the status Halted (reason InvalidSpec,
+// with the validation errors) and touches no node.
+func (c *controller) haltInvalid(ctx context.Context, ns *v1alpha1.NodeScript, now time.Time) (bool, error) {
+	errs := v1alpha1.Validate(ns)
+	if len(errs) == 0 {
+		return false, nil
 	}
-	hash := v1alpha1.SpecHash(&ns.Spec)
-	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
+	st := ns.Status.DeepCopy()
+	st.ObservedGeneration = ns.Generation
+	st.Stage = StageHalted
+	setCondition(st, v1alpha1.ConditionHalted, true, "InvalidSpec", errs.ToAggregate().Error(), ns.Generation, now)
+	setCondition(st, v1alpha1.ConditionProgressing, false, "InvalidSpec", "the spec is invalid; fix it with nodeexec apply", ns.Generation, now)
+	return true, c.writeStatus(ctx, ns, st)
+}
+
+// listNodes returns the cached nodes, and drops what the process remembers
+// for NodeScript name of nodes that no longer exist.
+func (c *controller) listNodes(name string) (nodeSet, error) {
 	all, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return 0, err
+		return nodeSet{}, err
 	}
 	byName := make(map[string]*corev1.Node, len(all))
 	for _, n := range all {
 		byName[n.Name] = n
 	}
 	c.w.prune(name, byName)
+	return nodeSet{all: all, byName: byName}, nil
+}
 
-	// 1. Record the runs that finished, adopt the ones running.
-	podObjs, err := c.pods.ByIndex(byNodeScript, name)
+// recordFinished is phase 1. Inputs: ns's run, verify and rollback pods in
+// the cache, the cached nodes, and now (for NotReadyGrace). Each finished pod's
+// outcome is recorded in its node's state (finish: state, Event, output
+// record) and the pod deleted, in parallel; a run pod still going is
+// adopted as its node's run when the state does not name it yet (adopt). A
+// run that failed on a node that rebooted since it started is recorded as
+// an infrastructure failure (NodeRebooted). Output: the pods still going.
+func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript, cached nodeSet, now time.Time) (runPods, error) {
+	podObjs, err := c.pods.ByIndex(byNodeScript, ns.Name)
 	if err != nil {
-		return 0, err
+		return runPods{}, err
 	}
-	busy := map[string]bool{}       // nodes with a run pod
-	actionBusy := map[string]bool{} // "node/action" with a pod
+	going := runPods{busy: map[string]bool{}, actions: map[string]bool{}}
 	var finish []func() error
 	for _, o := range podObjs {
 		pod := o.(*corev1.Pod)
 		node, action := pod.Spec.NodeName, pod.Labels[LabelAction]
-		n := byName[node]
+		n := cached.byName[node]
 		if n == nil {
 			// The node is gone; its pods go with it (pod GC).
 			continue
@@ -159,10 +240,10 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		ready, since := nodeReady(n)
 		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
 		if action == ActionRun && out.Done {
-			if s, ok := c.w.state(ctx, name, n); ok && s.Pod == pod.Name {
+			if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Pod == pod.Name {
 				bootID, err := c.bootID(ctx, n, s, out)
 				if err != nil {
-					return 0, err
+					return runPods{}, err
 				}
 				out = Rebooted(out, s.BootID, bootID)
 			}
@@ -172,12 +253,12 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		}
 		if !out.Done || pod.DeletionTimestamp != nil {
 			// Running, or being deleted (a terminating pod may still run).
-			actionBusy[node+"/"+action] = true
+			going.actions[node+"/"+action] = true
 			if action == ActionRun {
-				busy[node] = true
+				going.busy[node] = true
 				if pod.DeletionTimestamp == nil {
 					if err := c.adopt(ctx, ns, n, pod); err != nil {
-						return 0, err
+						return runPods{}, err
 					}
 				}
 			}
@@ -185,23 +266,32 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		}
 		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, now) })
 	}
-	if err := c.parallel(finish); err != nil {
-		return 0, err
-	}
+	return going, c.parallel(finish)
+}
 
-	// 2. Per selected node: lost runs, the failure policy, taints.
+// nodePolicies is phase 2. Inputs: ns at spec hash, the cached nodes, the
+// pods still going (phase 1) and now. For each node selected at hash, in
+// parallel: a run recorded Running whose pod is gone is recorded lost (an
+// infrastructure failure); a script failure gets ns's failure policy
+// (rollback, cordon, drain); after a success the startup taint is removed
+// and the watcher's own cordon undone. Outputs: every node with a readable
+// state, as Decide takes them (a node still running a run of an older spec
+// counts as Running), and the earliest NextRetry of the infrastructure
+// failures waiting for one (zero when none).
+func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, going runPods, now time.Time) ([]Node, time.Time, error) {
+	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var (
 		nodes   []Node
 		work    []func() error
 		retryAt time.Time
 	)
-	for _, n := range all {
-		s, ok := c.w.state(ctx, name, n)
+	for _, n := range cached.all {
+		s, ok := c.w.state(ctx, ns.Name, n)
 		if !ok {
 			continue
 		}
 		ready, _ := nodeReady(n)
-		if busy[n.Name] && !(s.Hash == hash && s.Phase == PhaseRunning) {
+		if going.busy[n.Name] && !(s.Hash == hash && s.Phase == PhaseRunning) {
 			// A run of an older spec still going: it counts as running.
 			s = NodeState{Hash: hash, Phase: PhaseRunning}
 		}
@@ -209,16 +299,15 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		if !selects(&ns.Spec, sel, n.Name, n.Labels) || s.Hash != hash {
 			continue
 		}
-		n, s := n, s
 		switch {
-		case s.Phase == PhaseRunning && !busy[n.Name] && !c.w.expected(s.Pod):
+		case s.Phase == PhaseRunning && !going.busy[n.Name] && !c.w.expected(s.Pod):
 			work = append(work, func() error { return c.lost(ctx, ns, n, s, now) })
 		case s.Phase == PhaseFailed && s.Infrastructure && s.NextRetry != nil:
 			if retryAt.IsZero() || s.NextRetry.Before(retryAt) {
 				retryAt = *s.NextRetry
 			}
 		case s.Phase == PhaseFailed && !s.Infrastructure:
-			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, actionBusy[n.Name+"/"+ActionRollback], now) })
+			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
 		case s.Phase == PhaseSucceeded:
 			if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
 				work = append(work, func() error { return c.removeTaint(ctx, n, t) })
@@ -228,39 +317,39 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 			}
 		}
 	}
-	if err := c.parallel(work); err != nil {
-		return 0, err
-	}
+	return nodes, retryAt, c.parallel(work)
+}
 
-	// 3. Decide, and start what it allows.
-	d, err := Decide(ns, nodes, now)
-	if err != nil {
-		return 0, err
-	}
+// startRuns is phase 3. Inputs: ns, the decision d taken on nodes (the
+// states phase 2 returned), the cached nodes, the pods still going (phase 1)
+// and now.
+// It creates, in parallel, the run pod of each node in d.Start (recording
+// it Running) and the verify pod of each node in d.Verify that has none
+// going. Output: the joined errors of the pods not created, for the status.
+func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, cached nodeSet, nodes []Node, going runPods, now time.Time) error {
 	prev := map[string]NodeState{}
 	for _, n := range nodes {
 		prev[n.Name] = n.State
 	}
 	var start []func() error
 	for _, node := range d.Start {
-		n, s := byName[node], prev[node]
+		n, s := cached.byName[node], prev[node]
 		start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, ActionRun, now) })
 	}
 	for _, node := range d.Verify {
-		if !actionBusy[node+"/"+ActionVerify] {
-			n, s := byName[node], prev[node]
+		if !going.actions[node+"/"+ActionVerify] {
+			n, s := cached.byName[node], prev[node]
 			start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, ActionVerify, now) })
 		}
 	}
-	startErr := c.parallel(start)
+	return c.parallel(start)
+}
 
-	// 4. Status.
-	if err := c.status(ctx, ns, d, hash, startErr, now); err != nil {
-		return 0, err
-	}
-	if startErr != nil {
-		return 0, startErr
-	}
+// requeueAfter is when to reconcile again after a reconcile at now that
+// decided d: at the earliest retryAt (phase 2), at least a second from now;
+// every 2 seconds at most while the canaries soak; 0 otherwise (on the next
+// change or resync).
+func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
 	var after time.Duration
 	if !retryAt.IsZero() {
 		after = max(retryAt.Sub(now), time.Second)
@@ -268,7 +357,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
 		after = 2 * time.Second
 	}
-	return after, nil
+	return after
 }
 
 // bootID is node n's boot ID to judge the finished run out recorded as s:
@@ -658,7 +747,11 @@ func (c *controller) removeTaint(ctx context.Context, n *corev1.Node, t *corev1.
 	return nil
 }
 
-// status writes the NodeScript's status from the decision.
+// status is phase 4: it writes ns's status (stage, counts, conditions) from
+// the decision d taken at spec hash, with startErr, phase 3's pod creation
+// errors, as the Progressing condition (PodCreateFailed); it sets the
+// per-phase node metrics and records an Event on ns when the rollout
+// becomes Halted or Complete.
 func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, hash string, startErr error, now time.Time) error {
 	st := ns.Status.DeepCopy()
 	st.ObservedGeneration, st.SpecHash, st.Stage = ns.Generation, hash, d.Stage

@@ -26,16 +26,22 @@ func fakeDynamic(t *testing.T, scripts ...*v1alpha1.NodeScript) *dynamicfake.Fak
 	t.Helper()
 	var objs []runtime.Object
 	for _, ns := range scripts {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{Object: m}
-		u.SetAPIVersion(v1alpha1.GroupVersion.String())
-		u.SetKind("NodeScript")
-		objs = append(objs, u)
+		objs = append(objs, toUnstructured(t, ns))
 	}
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeScriptList"}, objs...)
+}
+
+// toUnstructured is ns as the dynamic client holds it.
+func toUnstructured(t *testing.T, ns *v1alpha1.NodeScript) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetAPIVersion(v1alpha1.GroupVersion.String())
+	u.SetKind("NodeScript")
+	return u
 }
 
 func TestEnsureFinalizer(t *testing.T) {

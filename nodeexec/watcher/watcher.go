@@ -294,6 +294,18 @@ func (w *Watcher) Start(ctx context.Context) error {
 // Index names of the pod informer.
 const byNodeScript = "nodescript"
 
+// podIndexers are the pod informer's indexes: byNodeScript, a run pod's
+// NodeScript (its LabelNodeScript).
+func podIndexers() cache.Indexers {
+	return cache.Indexers{byNodeScript: func(obj any) ([]string, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		return []string{p.Labels[LabelNodeScript]}, nil
+	}}
+}
+
 // run is the controller proper: informers, the workqueue and its workers.
 func (w *Watcher) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
@@ -311,13 +323,7 @@ func (w *Watcher) run(ctx context.Context) error {
 	nodes := nodeFactory.Core().V1().Nodes()
 	pods := podFactory.Core().V1().Pods()
 	scripts := nsFactory.ForResource(v1alpha1.Resource)
-	if err := pods.Informer().AddIndexers(cache.Indexers{byNodeScript: func(obj any) ([]string, error) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			return nil, nil
-		}
-		return []string{p.Labels[LabelNodeScript]}, nil
-	}}); err != nil {
+	if err := pods.Informer().AddIndexers(podIndexers()); err != nil {
 		return err
 	}
 

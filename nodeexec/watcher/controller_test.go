@@ -1,0 +1,483 @@
+package watcher
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// The tests of reconcile's phases, one at a time, on one node n1.
+
+// phase runs one phase of NodeScript ns over the synced caches and
+// returns the calls it made; after, when set, changes the cluster behind
+// the caches' back first.
+func (e *env) phase(after func(*env), run func(nodeSet) error) ([]string, error) {
+	e.t.Helper()
+	e.sync()
+	cached, err := e.c.listNodes("fix")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if after != nil {
+		after(e)
+		e.cs.ClearActions()
+	}
+	err = run(cached)
+	return describe(e.cs.Actions()), err
+}
+
+// phaseCase is a case of a phase's test: the cluster before (n1's state
+// and changes, pods) and what the phase leaves (n1's state, calls, Events).
+type phaseCase struct {
+	name  string
+	spec  func(*v1alpha1.NodeScriptSpec)
+	state *NodeState // n1's; nil: none; no Hash: the spec's
+	node  func(*corev1.Node)
+	pods  func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod
+	// going are the actions with a pod going on n1 (phase 1's output).
+	going []string
+	after func(*env)
+
+	want        *NodeState // n1's; nil: unchanged; no Hash: the spec's
+	wantCalls   []string
+	wantReasons []string
+	wantErr     string
+}
+
+// setUp is an env holding c's cluster, and its NodeScript.
+func (c phaseCase) setUp(t *testing.T) (*env, *v1alpha1.NodeScript) {
+	ns := script(c.spec)
+	mutate := []func(*corev1.Node){}
+	if c.state != nil {
+		mutate = append(mutate, withState(hashed(*c.state, ns)))
+	}
+	if c.node != nil {
+		mutate = append(mutate, c.node)
+	}
+	objs := []runtime.Object{testNode("n1", mutate...)}
+	if c.pods != nil {
+		for _, p := range c.pods(t, ns) {
+			objs = append(objs, p)
+		}
+	}
+	return newEnv(t, []*v1alpha1.NodeScript{ns}, objs...), ns
+}
+
+// check fails the test unless the phase left what c wants.
+func (c phaseCase) check(t *testing.T, e *env, ns *v1alpha1.NodeScript, calls []string, err error) {
+	t.Helper()
+	if (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
+		t.Errorf("error %v, want %q", err, c.wantErr)
+	}
+	if diff := cmp.Diff(c.wantCalls, calls, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	want := NodeState{Phase: PhasePending}
+	switch {
+	case c.want != nil:
+		want = hashed(*c.want, ns)
+	case c.state != nil:
+		want = hashed(*c.state, ns)
+	}
+	if diff := cmp.Diff(want, e.state("n1"), cmpopts.IgnoreFields(NodeState{}, "NextRetry", "Message")); diff != "" {
+		t.Errorf("state (-want +got):\n%s", diff)
+	}
+	e.checkEvents("events", c.wantReasons...)
+}
+
+// hashed is s with ns's spec hash when it has none.
+func hashed(s NodeState, ns *v1alpha1.NodeScript) NodeState {
+	if s.Hash == "" {
+		s.Hash = v1alpha1.SpecHash(&ns.Spec)
+	}
+	return s
+}
+
+// state is a state of n1 for NodeScript ns (of its spec hash once hashed):
+// the run of attempt 1 since t0, changed by mutate.
+func state(ns *v1alpha1.NodeScript, phase string, mutate func(*NodeState)) *NodeState {
+	s := &NodeState{Phase: phase, Attempts: 1, Since: t0, Pod: podName(ns, "n1", ActionRun, 1), BootID: "boot-1"}
+	if mutate != nil {
+		mutate(s)
+	}
+	return s
+}
+
+// pod returns the pods option of a phaseCase: the pod of action attempt 1
+// on n1 with status st, changed by mutate.
+func pod(action string, st corev1.PodStatus, mutate func(*corev1.Pod)) func(*testing.T, *v1alpha1.NodeScript) []*corev1.Pod {
+	return func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
+		p := runPod(t, ns, "n1", action, 1)
+		p.Status = st
+		if mutate != nil {
+			mutate(p)
+		}
+		return []*corev1.Pod{p}
+	}
+}
+
+func TestRecordFinished(t *testing.T) {
+	ns := script(nil) // the NodeScript of every case (no spec changes)
+	run := podName(ns, "n1", ActionRun, 1)
+	code := func(c int) func(*NodeState) { return func(s *NodeState) { s.ExitCode = ptr.To(c) } }
+	// finished is the state finish records for the run pod.
+	finished := func(phase string, mutate func(*NodeState)) *NodeState {
+		return state(ns, phase, func(s *NodeState) {
+			s.BootID = ""
+			mutate(s)
+		})
+	}
+	infra := func(reason string) *NodeState {
+		return finished(PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason, s.ExitCode = true, reason, nil })
+	}
+	deleted := func(name string) []string { return []string{"patch nodes n1", "delete pods " + name} }
+	// A failure on a node whose cached boot ID is the run's is checked
+	// against the API's.
+	failed := append([]string{"get nodes n1"}, deleted(run)...)
+	for _, c := range []struct {
+		phaseCase
+		busy bool
+	}{
+		{phaseCase: phaseCase{
+			name: "run succeeded", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(0), nil),
+			want: finished(PhaseSucceeded, code(0)), wantCalls: deleted(run), wantReasons: []string{ReasonSucceeded},
+		}},
+		{phaseCase: phaseCase{
+			name: "run failed", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(2), nil),
+			want: finished(PhaseFailed, code(2)), wantCalls: failed, wantReasons: []string{ReasonFailed},
+		}},
+		{phaseCase: phaseCase{
+			name: "run timed out", state: state(ns, PhaseRunning, nil),
+			pods: pod(ActionRun, corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}, nil),
+			want: finished(PhaseFailed, func(s *NodeState) { s.Reason, s.ExitCode = "Timeout", ptr.To(-1) }), wantCalls: failed, wantReasons: []string{ReasonFailed},
+		}},
+		{phaseCase: phaseCase{
+			name: "image not pulled", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, waiting("ErrImagePull"), nil),
+			want: infra("ErrImagePull"), wantCalls: deleted(run), wantReasons: []string{ReasonInfrastructure},
+		}},
+		{phaseCase: phaseCase{
+			name: "node not ready past the grace", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, running, nil),
+			node: func(n *corev1.Node) {
+				n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionUnknown, metav1.NewTime(t0.Add(-2*time.Minute))
+			},
+			want: infra("NodeNotReady"), wantCalls: deleted(run), wantReasons: []string{ReasonInfrastructure},
+		}},
+		{phaseCase: phaseCase{
+			name: "node rebooted, the cache not yet showing it", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(137), nil),
+			after: func(e *env) { e.updateNode("n1", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" }) },
+			want:  infra("NodeRebooted"), wantCalls: failed, wantReasons: []string{ReasonInfrastructure},
+		}},
+		{phaseCase: phaseCase{
+			name: "failed, node not rebooted", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(137), nil),
+			want: finished(PhaseFailed, code(137)), wantCalls: failed, wantReasons: []string{ReasonFailed},
+		}},
+		{phaseCase: phaseCase{
+			name: "running pod adopted", pods: pod(ActionRun, running, nil),
+			want: finished(PhaseRunning, func(*NodeState) {}), wantCalls: []string{"patch nodes n1"},
+		}, busy: true},
+		{phaseCase: phaseCase{
+			name: "terminating pod", state: state(ns, PhaseRunning, nil),
+			pods: pod(ActionRun, running, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }),
+		}, busy: true},
+		{phaseCase: phaseCase{
+			name: "recorded before: deleted only", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionRun, exited(0), nil),
+			wantCalls: []string{"delete pods " + run},
+		}},
+		{phaseCase: phaseCase{
+			name: "verify passed", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionVerify, exited(0), nil),
+			want:      state(ns, PhaseSucceeded, func(s *NodeState) { s.ExitCode, s.Verified = ptr.To(0), true }),
+			wantCalls: deleted(podName(ns, "n1", ActionVerify, 1)), wantReasons: []string{ReasonVerified},
+		}},
+		{phaseCase: phaseCase{
+			name: "verify failed", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionVerify, exited(1), nil),
+			want:      state(ns, PhaseFailed, func(s *NodeState) { s.ExitCode, s.Reason = ptr.To(1), "VerifyFailed" }),
+			wantCalls: deleted(podName(ns, "n1", ActionVerify, 1)), wantReasons: []string{ReasonVerifyFailed},
+		}},
+		{phaseCase: phaseCase{
+			name: "rollback succeeded", state: state(ns, PhaseFailed, func(s *NodeState) { s.Rollback = PhaseRunning }), pods: pod(ActionRollback, exited(0), nil),
+			want:      state(ns, PhaseRolledBack, func(s *NodeState) { s.Rollback, s.RollbackExitCode = PhaseSucceeded, ptr.To(0) }),
+			wantCalls: deleted(podName(ns, "n1", ActionRollback, 1)), wantReasons: []string{ReasonRolledBack},
+		}},
+		{phaseCase: phaseCase{
+			name: "rollback failed", state: state(ns, PhaseFailed, func(s *NodeState) { s.Rollback = PhaseRunning }), pods: pod(ActionRollback, exited(1), nil),
+			want:      state(ns, PhaseFailed, func(s *NodeState) { s.Rollback, s.RollbackExitCode = PhaseFailed, ptr.To(1) }),
+			wantCalls: deleted(podName(ns, "n1", ActionRollback, 1)), wantReasons: []string{ReasonRollbackFailed},
+		}},
+		{phaseCase: phaseCase{
+			name: "node gone", pods: pod(ActionRun, exited(0), func(p *corev1.Pod) { p.Spec.NodeName = "n9" }),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, ns := c.setUp(t)
+			var going runPods
+			calls, err := e.phase(c.after, func(cached nodeSet) (err error) {
+				going, err = e.c.recordFinished(e.ctx, ns, cached, e.clock.Now())
+				return err
+			})
+			c.check(t, e, ns, calls, err)
+			if going.busy["n1"] != c.busy {
+				t.Errorf("n1 busy: %t, want %t", going.busy["n1"], c.busy)
+			}
+		})
+	}
+}
+
+func TestNodePolicies(t *testing.T) {
+	ns := script(nil)
+	failed := state(ns, PhaseFailed, func(s *NodeState) { s.ExitCode = ptr.To(1) })
+	with := func(s *NodeState, mutate func(*NodeState)) *NodeState {
+		cp := *s
+		mutate(&cp)
+		return &cp
+	}
+	policy := func(p v1alpha1.FailurePolicy) func(*v1alpha1.NodeScriptSpec) {
+		return func(s *v1alpha1.NodeScriptSpec) { s.OnFailure, s.RollbackScript = p, "undo" }
+	}
+	cordoned := func(n *corev1.Node) { n.Spec.Unschedulable = true }
+	taint := &corev1.Taint{Key: "example.com/unconfigured", Effect: corev1.TaintEffectNoSchedule}
+	tainted := func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{*taint} }
+	rollback := podName(script(policy(v1alpha1.FailurePolicy{Rollback: true})), "n1", ActionRollback, 1)
+	retry := t0.Add(30 * time.Second)
+	for _, c := range []struct {
+		phaseCase
+		wantPhase   string // of n1 for Decide
+		wantRetryAt time.Time
+	}{
+		{phaseCase: phaseCase{
+			name: "lost run", state: state(ns, PhaseRunning, nil),
+			want:      state(ns, PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason = true, "PodDisappeared" }),
+			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonInfrastructure},
+		}, wantPhase: PhaseRunning},
+		{phaseCase: phaseCase{
+			name:  "infrastructure failure waiting for its retry",
+			state: state(ns, PhaseFailed, func(s *NodeState) { s.Infrastructure, s.NextRetry = true, &retry }),
+		}, wantPhase: PhaseFailed, wantRetryAt: retry},
+		{phaseCase: phaseCase{
+			name: "failure policy: cordon", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,
+			want:      with(failed, func(s *NodeState) { s.Cordoned, s.CordonedByUs = true, true }),
+			wantCalls: []string{"patch nodes n1", "patch nodes n1"}, wantReasons: []string{ReasonCordoned},
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "failure policy: cordoned by someone else", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed, node: cordoned,
+			want: with(failed, func(s *NodeState) { s.Cordoned = true }), wantCalls: []string{"patch nodes n1"},
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "failure policy: rollback", spec: policy(v1alpha1.FailurePolicy{Rollback: true}), state: failed,
+			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
+			wantCalls: []string{"create pods " + rollback, "patch nodes n1"},
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "failure policy: rollback pod going", spec: policy(v1alpha1.FailurePolicy{Rollback: true}), state: failed,
+			going: []string{ActionRollback},
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "failure policy: rollback pod lost", spec: policy(v1alpha1.FailurePolicy{Rollback: true}),
+			state:     with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
+			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseFailed }),
+			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonRollbackFailed},
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "not selected: no policy", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,
+			node: func(n *corev1.Node) { n.Labels["pool"] = "b" },
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "succeeded: startup taint removed", spec: func(s *v1alpha1.NodeScriptSpec) { s.StartupTaint = taint },
+			state: state(ns, PhaseSucceeded, nil), node: tainted,
+			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonTaintRemoved},
+		}, wantPhase: PhaseSucceeded},
+		{phaseCase: phaseCase{
+			name: "succeeded: the taint's removal fails when the node changed", spec: func(s *v1alpha1.NodeScriptSpec) { s.StartupTaint = taint },
+			state: state(ns, PhaseSucceeded, nil), node: tainted,
+			after:     func(e *env) { e.updateNode("n1", func(n *corev1.Node) { n.ResourceVersion = "2" }) },
+			wantCalls: []string{"patch nodes n1"}, wantErr: "removing taint example.com/unconfigured: testing value /metadata/resourceVersion failed",
+		}, wantPhase: PhaseSucceeded},
+		{phaseCase: phaseCase{
+			name: "succeeded: our cordon undone", state: state(ns, PhaseSucceeded, func(s *NodeState) { s.Cordoned, s.CordonedByUs = true, true }), node: cordoned,
+			want:      state(ns, PhaseSucceeded, nil),
+			wantCalls: []string{"patch nodes n1", "patch nodes n1"}, wantReasons: []string{ReasonUncordoned},
+		}, wantPhase: PhaseSucceeded},
+		{phaseCase: phaseCase{
+			name: "run of an older spec going", state: state(ns, PhaseSucceeded, func(s *NodeState) { s.Hash = "older" }),
+			going: []string{ActionRun},
+		}, wantPhase: PhaseRunning},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, ns := c.setUp(t)
+			var (
+				nodes   []Node
+				retryAt time.Time
+			)
+			calls, err := e.phase(c.after, func(cached nodeSet) (err error) {
+				nodes, retryAt, err = e.c.nodePolicies(e.ctx, ns, v1alpha1.SpecHash(&ns.Spec), cached, c.runPods(), t0)
+				return err
+			})
+			c.check(t, e, ns, calls, err)
+			if len(nodes) != 1 || nodes[0].State.Phase != c.wantPhase {
+				t.Errorf("nodes for Decide: %+v, want n1 %s", nodes, c.wantPhase)
+			}
+			if !retryAt.Equal(c.wantRetryAt) {
+				t.Errorf("retry at %s, want %s", retryAt, c.wantRetryAt)
+			}
+		})
+	}
+}
+
+func TestStartRuns(t *testing.T) {
+	ns := script(nil)
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	run := func(attempt int) string { return podName(ns, "n1", ActionRun, attempt) }
+	infra := state(ns, PhaseFailed, func(s *NodeState) { s.Attempts, s.Infrastructure, s.CordonedByUs, s.Cordoned = 2, true, true, true })
+	succeeded := state(ns, PhaseSucceeded, nil)
+	for _, c := range []struct {
+		phaseCase
+		start, verify []string
+	}{
+		{phaseCase: phaseCase{
+			name: "first run", want: state(ns, PhaseRunning, nil), wantCalls: []string{"create pods " + run(1), "patch nodes n1"},
+		}, start: []string{"n1"}},
+		{phaseCase: phaseCase{
+			name: "retry", state: infra,
+			want:      &NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 3, Since: t0, Pod: run(3), BootID: "boot-1", CordonedByUs: true, Cordoned: true},
+			wantCalls: []string{"create pods " + run(3), "patch nodes n1"},
+		}, start: []string{"n1"}},
+		{phaseCase: phaseCase{
+			name: "run pod created before, not in the cache yet",
+			after: func(e *env) {
+				if _, err := e.cs.CoreV1().Pods(DefaultNamespace).Create(e.ctx, runPod(t, ns, "n1", ActionRun, 1), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: state(ns, PhaseRunning, nil), wantCalls: []string{"create pods " + run(1), "patch nodes n1"},
+		}, start: []string{"n1"}},
+		{phaseCase: phaseCase{
+			name: "create refused",
+			after: func(e *env) {
+				e.cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, errors.New("quota exceeded")
+				})
+			},
+			wantCalls: []string{"create pods " + run(1)}, wantErr: "node n1: creating run pod: quota exceeded",
+		}, start: []string{"n1"}},
+		{phaseCase: phaseCase{
+			name: "verify", state: succeeded, wantCalls: []string{"create pods " + podName(ns, "n1", ActionVerify, 1)},
+		}, verify: []string{"n1"}},
+		{phaseCase: phaseCase{
+			name: "verify pod going", state: succeeded, going: []string{ActionVerify},
+		}, verify: []string{"n1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, ns := c.setUp(t)
+			nodes := []Node{{Name: "n1", State: e.state("n1")}}
+			calls, err := e.phase(c.after, func(cached nodeSet) error {
+				d := Decision{Hash: hash, Start: c.start, Verify: c.verify}
+				return e.c.startRuns(e.ctx, ns, d, cached, nodes, c.runPods(), t0)
+			})
+			c.check(t, e, ns, calls, err)
+		})
+	}
+}
+
+// runPods is c.going as phase 1 returns it.
+func (c phaseCase) runPods() runPods {
+	going := runPods{busy: map[string]bool{}, actions: map[string]bool{}}
+	for _, action := range c.going {
+		going.actions["n1/"+action] = true
+		going.busy["n1"] = going.busy["n1"] || action == ActionRun
+	}
+	return going
+}
+
+func TestStatus(t *testing.T) {
+	counts := Counts{Nodes: 10, Pending: 2, Running: 1, Succeeded: 5, Failed: 1, RolledBack: 1}
+	for _, c := range []struct {
+		name     string
+		d        Decision
+		startErr error
+		// the conditions Halted, Progressing and Complete, as "True Reason: message"
+		want   [3]string
+		events []string
+	}{
+		{
+			name: "rolling", d: Decision{Stage: StageRolling, Counts: counts},
+			want: [3]string{"False Rolling: ", "True Rolling: 5 of 10 nodes succeeded, 1 running", "False Rolling: "},
+		},
+		{
+			name: "awaiting promotion", d: Decision{Stage: StageAwaitingPromotion, Counts: Counts{Nodes: 10, Succeeded: 1, Pending: 9}},
+			want: [3]string{"False AwaitingPromotion: ", "False AwaitingPromotion: 1 of 10 nodes succeeded, 0 running; promote with: nodeexec promote fix --to all", "False AwaitingPromotion: "},
+		},
+		{
+			name: "canary failed", d: Decision{Stage: StageHalted, HaltReason: "canary n1 failed", Counts: counts},
+			want:   [3]string{"True CanaryFailed: canary n1 failed", "False CanaryFailed: halted: canary n1 failed", "False CanaryFailed: halted"},
+			events: []string{ReasonHalted},
+		},
+		{
+			name: "error budget exceeded", d: Decision{Stage: StageHalted, HaltReason: "3 nodes failed, more than the error budget of 2", Counts: counts},
+			want: [3]string{"True ErrorBudgetExceeded: 3 nodes failed, more than the error budget of 2",
+				"False ErrorBudgetExceeded: halted: 3 nodes failed, more than the error budget of 2", "False ErrorBudgetExceeded: halted"},
+			events: []string{ReasonHalted},
+		},
+		{
+			name: "complete within the error budget", d: Decision{Stage: StageComplete, Counts: Counts{Nodes: 10, Succeeded: 8, Failed: 1, RolledBack: 1}},
+			want: [3]string{"False Complete: ", "False Complete: every selected node ran the script",
+				"True Complete: 8 nodes succeeded, 2 failed (within the error budget)"},
+			events: []string{ReasonComplete},
+		},
+		{
+			name: "pods not created", d: Decision{Stage: StageRolling, Counts: counts}, startErr: errors.New("node n3: creating run pod: quota exceeded"),
+			want: [3]string{"False Rolling: ", "False PodCreateFailed: node n3: creating run pod: quota exceeded", "False Rolling: "},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := script(nil)
+			ns.Generation = 2
+			e := newEnv(t, []*v1alpha1.NodeScript{ns})
+			if err := e.c.status(e.ctx, ns, c.d, "h1", c.startErr, t0); err != nil {
+				t.Fatal(err)
+			}
+			st := e.nodeScript().Status
+			var got [3]string
+			for i, typ := range []string{v1alpha1.ConditionHalted, v1alpha1.ConditionProgressing, v1alpha1.ConditionComplete} {
+				cond := e.condition(typ)
+				got[i] = string(cond.Status) + " " + cond.Reason + ": " + cond.Message
+				if cond.ObservedGeneration != 2 || !cond.LastTransitionTime.Time.Equal(t0) {
+					t.Errorf("%s: generation %d, transition %s", typ, cond.ObservedGeneration, cond.LastTransitionTime)
+				}
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			wantCounts := v1alpha1.NodeScriptStatus{ObservedGeneration: 2, SpecHash: "h1", Stage: c.d.Stage,
+				Nodes: int32(c.d.Counts.Nodes), Pending: int32(c.d.Counts.Pending), Running: int32(c.d.Counts.Running),
+				Succeeded: int32(c.d.Counts.Succeeded), Failed: int32(c.d.Counts.Failed), RolledBack: int32(c.d.Counts.RolledBack)}
+			if diff := cmp.Diff(wantCounts, st, cmpopts.IgnoreFields(v1alpha1.NodeScriptStatus{}, "Conditions")); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			e.checkEvents("events", c.events...)
+
+			if c.startErr != nil {
+				return // Progressing flips to True and back: rewritten (a new transition time)
+			}
+			// The same status again: no write, no Event.
+			ns.Status = st
+			e.dyn.ClearActions()
+			if err := e.c.status(e.ctx, ns, c.d, "h1", c.startErr, t0.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if a := describe(e.dyn.Actions()); len(a) != 0 {
+				t.Errorf("unchanged status written: %v", a)
+			}
+			e.checkEvents("events, unchanged")
+		})
+	}
+}

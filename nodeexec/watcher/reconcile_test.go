@@ -1,0 +1,549 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// The tests of reconcile end to end: a NodeScript rolled out over fake
+// clients, its pods finished by the test as kubelets would, time moved by
+// the fake clock.
+
+// runningNode finds the node whose state is Running, and its pod; it fails the
+// test unless exactly one is.
+func (e *env) runningNode(names ...string) (string, string) {
+	e.t.Helper()
+	var found []string
+	pod := ""
+	for _, n := range names {
+		if s := e.state(n); s.Phase == PhaseRunning {
+			found, pod = append(found, n), s.Pod
+		}
+	}
+	if len(found) != 1 {
+		e.t.Fatalf("nodes running: %v, want one", found)
+	}
+	return found[0], pod
+}
+
+// condition is the stored NodeScript's condition typ.
+func (e *env) condition(typ string) metav1.Condition {
+	e.t.Helper()
+	c := meta.FindStatusCondition(e.nodeScript().Status.Conditions, typ)
+	if c == nil {
+		e.t.Fatalf("no condition %s", typ)
+	}
+	return *c
+}
+
+func TestReconcileRollout(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.RecordOutput = true })
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2"), testNode("n3"))
+	names := []string{"n1", "n2", "n3"}
+
+	if after := e.reconcile(); after != 0 {
+		t.Errorf("first reconcile: look again after %s, want 0", after)
+	}
+	canary, pod := e.runningNode(names...)
+	if want := podName(ns, canary, ActionRun, 1); pod != want {
+		t.Errorf("canary pod %s, want %s", pod, want)
+	}
+	if diff := cmp.Diff([]string{"create pods " + pod, "patch nodes " + canary}, e.calls[""]); diff != "" {
+		t.Errorf("first reconcile, clientset (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"get nodescripts fix", "patch nodescripts fix", "patch nodescripts/status fix"}, e.calls["dyn"]); diff != "" {
+		t.Errorf("first reconcile, dynamic client (-want +got):\n%s", diff)
+	}
+	want := NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 1, Since: t0, Pod: pod, BootID: "boot-1"}
+	if diff := cmp.Diff(want, e.state(canary)); diff != "" {
+		t.Errorf("canary state (-want +got):\n%s", diff)
+	}
+	got := e.nodeScript()
+	// The status counts the nodes as Decide found them, before the start.
+	if got.Status.Stage != StageCanary || got.Status.Nodes != 3 || got.Status.Pending != 3 || got.Status.SpecHash != hash || !hasFinalizer(got) {
+		t.Errorf("after the first reconcile: finalizers %v, status %+v", got.Finalizers, got.Status)
+	}
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionTrue || c.Reason != StageCanary {
+		t.Errorf("Progressing: %+v", c)
+	}
+
+	// Each run succeeds in turn; the next node starts in the reconcile that
+	// records it.
+	done := map[string]bool{}
+	for i := range names {
+		e.clock.Step(time.Minute)
+		e.setPod(pod, exited(0))
+		prevNode, prevPod := canary, pod
+		e.reconcile()
+		done[prevNode] = true
+		s := e.state(prevNode)
+		if s.Phase != PhaseSucceeded || s.ExitCode == nil || *s.ExitCode != 0 || !s.Since.Equal(e.clock.Now()) {
+			t.Errorf("run %d on %s: state %+v, want Succeeded with exit code 0", i, prevNode, s)
+		}
+		wantActions := []string{
+			"get pods/log", "get configmaps fix." + prevNode, "create configmaps fix." + prevNode,
+			"patch nodes " + prevNode, "delete pods " + prevPod,
+		}
+		wantReasons := []string{ReasonSucceeded}
+		if i < len(names)-1 {
+			canary, pod = e.runningNode(names...)
+			if done[canary] {
+				t.Fatalf("node %s started again", canary)
+			}
+			wantActions = append(wantActions, "create pods "+pod, "patch nodes "+canary)
+		} else {
+			wantReasons = append(wantReasons, ReasonComplete)
+		}
+		if diff := cmp.Diff(wantActions, e.calls[""]); diff != "" {
+			t.Errorf("run %d, clientset (-want +got):\n%s", i, diff)
+		}
+		e.checkEvents(fmt.Sprintf("run %d", i), wantReasons...)
+		cm, err := e.cs.CoreV1().ConfigMaps(DefaultNamespace).Get(e.ctx, "fix."+prevNode, metav1.GetOptions{})
+		if err != nil || cm.Data[ActionRun] != "fake logs" {
+			t.Errorf("output record of %s: %v %v", prevNode, cm, err)
+		}
+	}
+	if diff := cmp.Diff([]string(nil), e.pods()); diff != "" {
+		t.Errorf("pods left (-want +got):\n%s", diff)
+	}
+	st := e.nodeScript().Status
+	if st.Stage != StageComplete || st.Succeeded != 3 {
+		t.Errorf("status %+v, want Complete, 3 succeeded", st)
+	}
+	if c := e.condition(v1alpha1.ConditionComplete); c.Status != metav1.ConditionTrue || c.Message != "3 nodes succeeded" {
+		t.Errorf("Complete: %+v", c)
+	}
+	// Nothing left to do: no call but reading the NodeScript.
+	e.reconcile()
+	if a := e.calls[""]; len(a) != 0 {
+		t.Errorf("a complete rollout made calls: %v", a)
+	}
+}
+
+func TestReconcileCanaryFails(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		policy   v1alpha1.FailurePolicy
+		cordoned bool // by an administrator, before the run
+		// after the failure
+		wantReasons []string
+		wantState   NodeState // its Cordoned, CordonedByUs, Rollback and Drain
+		wantPods    func(*v1alpha1.NodeScript) []string
+		// after the spec is fixed and ran
+		wantUnschedulable bool
+	}{
+		{
+			name:        "halt",
+			wantReasons: []string{ReasonFailed, ReasonHalted},
+			wantPods:    func(*v1alpha1.NodeScript) []string { return nil },
+		},
+		{
+			name:        "rollback, cordon and drain",
+			policy:      v1alpha1.FailurePolicy{Rollback: true, Cordon: true, Drain: true},
+			wantReasons: []string{ReasonCordoned, ReasonDrained, ReasonFailed, ReasonHalted},
+			wantState:   NodeState{Cordoned: true, CordonedByUs: true, Rollback: PhaseRunning, Drain: ReasonDrained},
+			wantPods: func(ns *v1alpha1.NodeScript) []string {
+				return []string{podName(ns, "n1", ActionRollback, 1)}
+			},
+		},
+		{
+			name:              "cordoned before: left cordoned",
+			policy:            v1alpha1.FailurePolicy{Cordon: true},
+			cordoned:          true,
+			wantReasons:       []string{ReasonFailed, ReasonHalted},
+			wantState:         NodeState{Cordoned: true},
+			wantPods:          func(*v1alpha1.NodeScript) []string { return nil },
+			wantUnschedulable: true,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := script(func(s *v1alpha1.NodeScriptSpec) {
+				s.OnFailure = c.policy
+				if c.policy.Rollback {
+					s.RollbackScript = "undo"
+				}
+			})
+			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) { n.Spec.Unschedulable = c.cordoned }))
+			e.reconcile()
+			e.setPod(podName(ns, "n1", ActionRun, 1), exited(3))
+			e.reconcile()
+			if c.policy.Drain {
+				// The drain runs in the background, then requeues the NodeScript.
+				key, _ := e.queue.Get()
+				e.queue.Done(key)
+			}
+			s := e.state("n1")
+			if s.Phase != PhaseFailed || s.ExitCode == nil || *s.ExitCode != 3 {
+				t.Errorf("state %+v, want Failed with exit code 3", s)
+			}
+			got := NodeState{Cordoned: s.Cordoned, CordonedByUs: s.CordonedByUs, Rollback: s.Rollback, Drain: s.Drain}
+			if diff := cmp.Diff(c.wantState, got); diff != "" {
+				t.Errorf("failure policy state (-want +got):\n%s", diff)
+			}
+			e.checkEvents("after the failure", c.wantReasons...)
+			if diff := cmp.Diff(c.wantPods(ns), e.pods()); diff != "" {
+				t.Errorf("pods (-want +got):\n%s", diff)
+			}
+			if e.node("n1").Spec.Unschedulable != (c.policy.Cordon || c.cordoned) {
+				t.Errorf("unschedulable %t", e.node("n1").Spec.Unschedulable)
+			}
+			if cond := e.condition(v1alpha1.ConditionHalted); cond.Status != metav1.ConditionTrue || cond.Reason != "CanaryFailed" || e.nodeScript().Status.Stage != StageHalted {
+				t.Errorf("Halted: %+v", cond)
+			}
+			if c.policy.Rollback {
+				e.setPod(podName(ns, "n1", ActionRollback, 1), exited(0))
+				e.reconcile()
+				s := e.state("n1")
+				if s.Phase != PhaseRolledBack || s.Rollback != PhaseSucceeded || s.RollbackExitCode == nil || *s.RollbackExitCode != 0 {
+					t.Errorf("after the rollback: %+v", s)
+				}
+				e.checkEvents("after the rollback", ReasonRolledBack)
+			}
+
+			// A fixed spec runs on the node again; once it succeeded the
+			// watcher's own cordon is undone, never another's.
+			e.setSpec(func(s *v1alpha1.NodeScriptSpec) { s.Script = "true # fixed" })
+			e.reconcile()
+			e.setPod(podName(e.nodeScript(), "n1", ActionRun, 1), exited(0))
+			e.reconcile()
+			if s := e.state("n1"); s.Phase != PhaseSucceeded || s.CordonedByUs {
+				t.Errorf("after the fixed spec: %+v", s)
+			}
+			if got := e.node("n1").Spec.Unschedulable; got != c.wantUnschedulable {
+				t.Errorf("after the fixed spec: unschedulable %t, want %t", got, c.wantUnschedulable)
+			}
+			wantReasons := []string{ReasonComplete, ReasonSucceeded}
+			if c.policy.Cordon && !c.cordoned {
+				wantReasons = append(wantReasons, ReasonUncordoned)
+			}
+			e.checkEvents("after the fixed spec", wantReasons...)
+		})
+	}
+}
+
+func TestReconcileInfrastructureRetry(t *testing.T) {
+	notReady := func(e *env) {
+		e.updateNode("n1", func(n *corev1.Node) {
+			n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionFalse, metav1.NewTime(e.clock.Now())
+		})
+		e.clock.Step(time.Minute + time.Second) // NotReadyGrace
+	}
+	ready := func(e *env) {
+		e.updateNode("n1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
+	}
+	for _, c := range []struct {
+		name   string
+		fail   func(e *env, pod string, attempt int)
+		heal   func(e *env)
+		reason string
+	}{
+		{name: "image pull", fail: func(e *env, pod string, _ int) { e.setPod(pod, waiting("ErrImagePull")) }, reason: "ErrImagePull"},
+		{name: "node not ready", fail: func(e *env, pod string, _ int) { e.setPod(pod, running); notReady(e) }, heal: ready, reason: "NodeNotReady"},
+		{name: "node rebooted", fail: func(e *env, pod string, attempt int) {
+			e.setPod(pod, exited(137))
+			e.updateNode("n1", func(n *corev1.Node) { n.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", attempt+1) })
+		}, reason: "NodeRebooted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Retry.Limit = ptr.To[int32](1) })
+			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
+			e.reconcile()
+			for attempt := 1; attempt <= 2; attempt++ {
+				pod := podName(ns, "n1", ActionRun, attempt)
+				if s := e.state("n1"); s.Phase != PhaseRunning || s.Pod != pod || s.Attempts != attempt {
+					t.Fatalf("attempt %d: state %+v, want Running on %s", attempt, s, pod)
+				}
+				c.fail(e, pod, attempt)
+				failedAt := e.clock.Now()
+				after := e.reconcile()
+				s := e.state("n1")
+				if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != c.reason || s.Attempts != attempt || s.NextRetry == nil {
+					t.Fatalf("attempt %d: state %+v, want an infrastructure failure %s", attempt, s, c.reason)
+				}
+				// The backoff: 10s, doubled per attempt, 10% jitter (NextRetry is
+				// kept to the second).
+				base := 10 * time.Second << (attempt - 1)
+				if wait := s.NextRetry.Sub(failedAt); wait < base-time.Second || wait > base+base/10 {
+					t.Errorf("attempt %d: retry after %s, want %s to %s", attempt, wait, base, base+base/10)
+				}
+				if after < time.Second || after > base+base/10 {
+					t.Errorf("attempt %d: look again after %s", attempt, after)
+				}
+				want := []string{ReasonInfrastructure}
+				if attempt == 2 {
+					want = append(want, ReasonHalted)
+				}
+				e.checkEvents(fmt.Sprintf("attempt %d", attempt), want...)
+				if p := e.pods(); len(p) != 0 {
+					t.Errorf("attempt %d: pods left: %v", attempt, p)
+				}
+				if attempt == 2 {
+					break
+				}
+				// Not before the backoff: no pod.
+				e.reconcile()
+				if p := e.pods(); len(p) != 0 {
+					t.Errorf("retried before the backoff: %v", p)
+				}
+				if c.heal != nil {
+					c.heal(e)
+				}
+				e.clock.Step(base + base/10 + time.Second)
+				e.reconcile()
+			}
+			// The retry limit (1) is spent: the canary failed.
+			if st := e.nodeScript().Status; st.Stage != StageHalted || st.Failed != 1 {
+				t.Errorf("after the retry limit: %+v", st)
+			}
+		})
+	}
+}
+
+func TestReconcileLostRun(t *testing.T) {
+	ns := script(nil)
+	lost := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Attempts: 1, Since: t0, Pod: "n2-gone"}
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2", withState(lost)))
+	e.reconcile()
+	s := e.state("n2")
+	if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != "PodDisappeared" || s.NextRetry == nil {
+		t.Errorf("lost run recorded as %+v", s)
+	}
+	if ev := e.recorded(); len(ev) != 1 || !strings.Contains(ev[0], ReasonInfrastructure+" nodescript fix: run pod n2-gone disappeared") {
+		t.Errorf("events %q", ev)
+	}
+
+	// A pod this watcher created and that disappeared before the cache
+	// showed it is lost once a minute passed.
+	e.clock.Step(time.Minute)
+	e.reconcile()
+	node, pod := e.runningNode("n1", "n2")
+	if err := e.cs.CoreV1().Pods(DefaultNamespace).Delete(e.ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.c.w.expect(pod, e.clock.Now()) // created, not seen by the informer
+	e.reconcile()
+	if s := e.state(node); s.Phase != PhaseRunning {
+		t.Errorf("a pod just created counts as lost: %+v", s)
+	}
+	e.clock.Step(time.Minute + time.Second)
+	e.reconcile()
+	if s := e.state(node); s.Phase != PhaseFailed || s.Reason != "PodDisappeared" {
+		t.Errorf("a minute later: %+v", s)
+	}
+}
+
+func TestReconcileAdoptsRunningPod(t *testing.T) {
+	ns := script(nil)
+	pod := runPod(t, ns, "n1", ActionRun, 1)
+	pod.Status = running
+	// A watcher stopped between the pod's creation and the state's write.
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), pod)
+	e.reconcile()
+	if diff := cmp.Diff([]string{"patch nodes n1"}, e.calls[""]); diff != "" {
+		t.Errorf("clientset (-want +got):\n%s", diff)
+	}
+	want := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Attempts: 1, Since: t0, Pod: pod.Name}
+	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
+		t.Errorf("state (-want +got):\n%s", diff)
+	}
+	// Adopted once.
+	e.reconcile()
+	if a := e.calls[""]; len(a) != 0 {
+		t.Errorf("second reconcile: %v", a)
+	}
+}
+
+func TestReconcileRemovesStartupTaint(t *testing.T) {
+	taint := corev1.Taint{Key: "example.com/unconfigured", Effect: corev1.TaintEffectNoSchedule}
+	other := corev1.Taint{Key: "example.com/other", Value: "x", Effect: corev1.TaintEffectNoExecute}
+	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.StartupTaint = &taint })
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{other, taint} }))
+	e.reconcile()
+	if got := e.node("n1").Spec.Taints; len(got) != 2 {
+		t.Errorf("taints removed before the script succeeded: %v", got)
+	}
+	e.setPod(podName(ns, "n1", ActionRun, 1), exited(0))
+	e.reconcile()
+	if diff := cmp.Diff([]corev1.Taint{other}, e.node("n1").Spec.Taints); diff != "" {
+		t.Errorf("taints (-want +got):\n%s", diff)
+	}
+	e.checkEvents("after the run", ReasonSucceeded, ReasonTaintRemoved, ReasonComplete)
+}
+
+func TestReconcileVerify(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		exit    int32
+		want    func(NodeState) bool
+		reasons []string
+		stage   string
+		pods    int // after the verify: the next node's run pod, or none
+	}{
+		{"pass", 0, func(s NodeState) bool { return s.Phase == PhaseSucceeded && s.Verified }, []string{ReasonVerified}, StageRolling, 1},
+		{"fail", 1, func(s NodeState) bool {
+			return s.Phase == PhaseFailed && s.Reason == "VerifyFailed" && *s.ExitCode == 1
+		}, []string{ReasonHalted, ReasonVerifyFailed}, StageHalted, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := script(func(s *v1alpha1.NodeScriptSpec) {
+				s.VerifyScript = "check"
+				s.Rollout.SoakTime = &metav1.Duration{Duration: 5 * time.Minute}
+			})
+			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2"))
+			e.reconcile()
+			canary, pod := e.runningNode("n1", "n2")
+			e.setPod(pod, exited(0))
+			if after := e.reconcile(); after != 2*time.Second {
+				t.Errorf("soaking: look again after %s, want 2s", after)
+			}
+			if st := e.nodeScript().Status; st.Stage != StageSoaking {
+				t.Errorf("stage %s, want Soaking", st.Stage)
+			}
+			if p := e.pods(); len(p) != 0 {
+				t.Errorf("pods while soaking: %v", p)
+			}
+			e.clock.Step(5 * time.Minute)
+			e.reconcile()
+			verify := podName(ns, canary, ActionVerify, 1)
+			if diff := cmp.Diff([]string{"create pods " + verify}, e.calls[""]); diff != "" {
+				t.Errorf("after the soak time (-want +got):\n%s", diff)
+			}
+			e.reconcile() // the verify pod runs: not started twice
+			if a := e.calls[""]; len(a) != 0 {
+				t.Errorf("verify pod going: %v", a)
+			}
+			e.recorded()
+			e.setPod(verify, exited(c.exit))
+			e.reconcile()
+			if s := e.state(canary); !c.want(s) {
+				t.Errorf("canary state %+v", s)
+			}
+			e.checkEvents("after the verify", c.reasons...)
+			if st := e.nodeScript().Status; st.Stage != c.stage || len(e.pods()) != c.pods {
+				t.Errorf("status %+v, pods %v", st, e.pods())
+			}
+		})
+	}
+}
+
+func TestReconcileInvalidSpec(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Script = "" })
+	ns.Generation = 3
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
+	e.reconcile()
+	if a := e.calls[""]; len(a) != 0 {
+		t.Errorf("an invalid spec touched the cluster: %v", a)
+	}
+	if st := e.nodeScript().Status; st.Stage != StageHalted || st.ObservedGeneration != 3 {
+		t.Errorf("status %+v", st)
+	}
+	if c := e.condition(v1alpha1.ConditionHalted); c.Status != metav1.ConditionTrue || c.Reason != "InvalidSpec" || !strings.Contains(c.Message, "spec.script") {
+		t.Errorf("Halted: %+v", c)
+	}
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionFalse || c.Reason != "InvalidSpec" {
+		t.Errorf("Progressing: %+v", c)
+	}
+}
+
+func TestReconcileDeleted(t *testing.T) {
+	ns := script(nil)
+	deleted := metav1.NewTime(t0)
+	ns.DeletionTimestamp, ns.Finalizers = &deleted, []string{Finalizer}
+	state := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseSucceeded}
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(state)), testNode("n2"))
+	e.reconcile()
+	if diff := cmp.Diff([]string{"patch nodes n1"}, e.calls[""]); diff != "" {
+		t.Errorf("clientset (-want +got):\n%s", diff)
+	}
+	if _, has := e.node("n1").Annotations[StateAnnotation("fix")]; has {
+		t.Error("the state annotation is left")
+	}
+	if f := e.nodeScript().Finalizers; len(f) != 0 {
+		t.Errorf("finalizers %v", f)
+	}
+
+	// Gone: nothing to do.
+	if err := e.dyn.Tracker().Delete(v1alpha1.Resource, "", "fix"); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.reconcile(); after != 0 || len(e.calls[""]) != 0 || len(e.calls["dyn"]) != 0 {
+		t.Errorf("a NodeScript gone: after %s, calls %v %v", after, e.calls[""], e.calls["dyn"])
+	}
+}
+
+func TestReconcilePodCreateFails(t *testing.T) {
+	ns := script(nil)
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
+	e.cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("quota exceeded")
+	})
+	e.sync()
+	if _, err := e.c.reconcile(e.ctx, "fix"); err == nil || !strings.Contains(err.Error(), "quota exceeded") {
+		t.Errorf("reconcile: %v, want the create's error", err)
+	}
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionFalse || c.Reason != ReasonPodCreate || !strings.Contains(c.Message, "quota exceeded") {
+		t.Errorf("Progressing: %+v", c)
+	}
+	if s := e.state("n1"); s.Phase != PhasePending {
+		t.Errorf("state %+v, want Pending", s)
+	}
+}
+
+func TestProcessNext(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Rollout.SoakTime = &metav1.Duration{Duration: time.Minute} })
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2"))
+	e.reconcile()
+	_, pod := e.runningNode("n1", "n2")
+	e.setPod(pod, exited(0))
+	e.sync()
+	e.queue.Add("fix")
+	if !e.c.processNext(e.ctx) {
+		t.Fatal("processNext: the queue is shut down")
+	}
+	if n := e.queue.NumRequeues("fix"); n != 0 {
+		t.Errorf("requeues after a success: %d", n)
+	}
+	// Soaking: requeued 2 seconds later.
+	deadline := time.Now().Add(time.Second)
+	for e.queue.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("not requeued")
+		}
+		e.clock.Step(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if e.clock.Since(t0) < 2*time.Second {
+		t.Errorf("requeued after %s, want 2s", e.clock.Since(t0))
+	}
+
+	// A failed reconcile is retried with backoff.
+	e.clock.Step(time.Minute)
+	e.cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("quota exceeded")
+	})
+	e.sync()
+	if !e.c.processNext(e.ctx) {
+		t.Fatal("processNext: the queue is shut down")
+	}
+	if n := e.queue.NumRequeues("fix"); n != 1 {
+		t.Errorf("requeues after a failure: %d, want 1", n)
+	}
+	e.queue.ShutDown()
+	if e.c.processNext(e.ctx) {
+		t.Error("processNext after shutdown")
+	}
+}

@@ -104,12 +104,7 @@ func TestPreflightLimitedUser(t *testing.T) {
 
 	t.Run("library", func(t *testing.T) {
 		b := backend(t, func(o *debugpod.Options) { o.Client, o.Config, o.Namespace = client, cfg, ns })
-		r, err := preflight.Check(ctx, preflight.Options{
-			Client: client, Namespace: ns, Backend: b.Name(), Variant: "profile " + b.Profile(),
-			Level:        b.PodSecurityLevel(),
-			Alternatives: map[string]string{"baseline": preflight.LevelBaseline, "restricted": preflight.LevelRestricted},
-			DryRun:       func(ctx context.Context) error { return b.Preflight(ctx, node) },
-		})
+		r, err := preflight.Check(ctx, preflight.For(b, client, node))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,9 +57,10 @@ type Requirements struct {
 	PodSecurityLevel string
 	// Permissions is the RBAC the caller needs, in the order the backend uses it.
 	Permissions []Permission
-	// Variant names the backend's configuration, e.g. "profile sysadmin";
-	// Grants says what it grants on the node. Both optional.
-	Variant, Grants string
+	// VariantKind and Variant name the backend's configuration, e.g.
+	// "profile" and "sysadmin"; Grants says what it grants on the node.
+	// Optional.
+	VariantKind, Variant, Grants string
 	// Alternatives are the other variants and the Pod Security level each
 	// needs, offered when PodSecurityLevel does not fit; AlternativeFlag is
 	// how a CLI user picks one, e.g. "--profile". Optional.

@@ -68,7 +68,7 @@ func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req node
 	if r, ok := nodeexec.As[nodeexec.Requirer](b); ok {
 		req := r.Requirements()
 		if req.Variant != "" {
-			comment("%s: %s", req.Variant, req.Grants)
+			comment("%s: %s: %s", req.VariantKind, req.Variant, req.Grants)
 		}
 		if req.PodSecurityLevel != "" {
 			comment("pod security level needed: %s", req.PodSecurityLevel)

@@ -69,7 +69,7 @@ func (b *Backend) Requirements() nodeexec.Requirements {
 	return nodeexec.Requirements{
 		Namespace: b.o.Namespace, PodSecurityLevel: b.PodSecurityLevel(),
 		Permissions: slices.Concat(preflight.PodLifecycle(), preflight.RunLease(), preflight.Exec(), preflight.Events(), preflight.Nodes()),
-		Variant:     "profile " + b.o.Profile, Grants: ProfileGrants(b.o.Profile),
+		VariantKind: "profile", Variant: b.o.Profile, Grants: ProfileGrants(b.o.Profile),
 		Alternatives: alts, AlternativeFlag: "--profile",
 	}
 }

@@ -182,7 +182,7 @@ func For(b nodeexec.Backend, client kubernetes.Interface, node string) Options {
 	if r, ok := nodeexec.As[nodeexec.Requirer](b); ok {
 		req := r.Requirements()
 		o.Namespace, o.Level, o.Permissions = req.Namespace, req.PodSecurityLevel, req.Permissions
-		o.Variant, o.Alternatives, o.AlternativeFlag = req.Variant, req.Alternatives, req.AlternativeFlag
+		o.Variant, o.Alternatives, o.AlternativeFlag = strings.TrimSpace(req.VariantKind+" "+req.Variant), req.Alternatives, req.AlternativeFlag
 	}
 	return o
 }

@@ -270,7 +270,7 @@ func (requirer) Run(context.Context, nodeexec.Request) (nodeexec.Result, error) 
 	return nodeexec.Result{}, nil
 }
 func (requirer) Requirements() nodeexec.Requirements {
-	return nodeexec.Requirements{Namespace: "ops", PodSecurityLevel: LevelBaseline, Permissions: Exec(), Variant: "profile x",
+	return nodeexec.Requirements{Namespace: "ops", PodSecurityLevel: LevelBaseline, Permissions: Exec(), VariantKind: "profile", Variant: "x",
 		Alternatives: map[string]string{"y": LevelRestricted}, AlternativeFlag: "--profile"}
 }
 func (r requirer) Preflight(_ context.Context, node string) error {

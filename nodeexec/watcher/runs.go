@@ -1,0 +1,243 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// bootID is node n's boot ID to judge the finished run out recorded as s:
+// the cached one, or the API's when the cache still shows the boot the run
+// started on and a reboot may explain the failure. After a reboot the
+// kubelet reports the new boot ID and the dead run pod on separate
+// requests, which reach this process through separate watches: the pod's
+// failure can arrive first, and must not be recorded as the script's.
+func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, out Outcome) (string, error) {
+	cached := n.Status.NodeInfo.BootID
+	if s.Phase != PhaseRunning || s.BootID == "" || cached != s.BootID || !rebootCandidate(out) {
+		return cached, nil
+	}
+	live, err := c.w.o.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return cached, nil // gone: its pods are skipped on the next look
+	}
+	if err != nil {
+		return "", fmt.Errorf("node %s: reading its boot ID: %w", n.Name, err)
+	}
+	return live.Status.NodeInfo.BootID, nil
+}
+
+// start creates the pod of action on node n (s is its current state) and
+// records the run as Running.
+func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
+	attempt := 1
+	if action == ActionRun && s.Hash == hash {
+		attempt = s.Attempts + 1
+	}
+	pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, Now: now})
+	if err != nil {
+		return err
+	}
+	c.w.expect(pod.Name, now)
+	_, err = c.w.o.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "nodeexec-watcher"})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Created before (the cache lags, or by a previous watcher): adopt it.
+	case err != nil:
+		c.w.unexpect(pod.Name)
+		return fmt.Errorf("node %s: creating %s pod: %w", n.Name, action, err)
+	}
+	if action != ActionRun {
+		return nil
+	}
+	// One Event per run, with its result (see finish); the start is in the
+	// node's state annotation (Running, the pod, the attempt).
+	return c.w.writeState(ctx, ns.Name, n, NodeState{
+		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name, BootID: n.Status.NodeInfo.BootID,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
+	})
+}
+
+// adopt records a run pod found running as the node's run (after a restart
+// between the pod's creation and the state's write).
+func (c *controller) adopt(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod) error {
+	s, ok := c.w.state(ctx, ns.Name, n)
+	podHash := pod.Labels[nodeexec.LabelRunID]
+	if !ok || (s.Phase == PhaseRunning && s.Pod == pod.Name) || (s.Pod == pod.Name && s.Hash == podHash) {
+		return nil
+	}
+	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
+	return c.w.writeState(ctx, ns.Name, n, NodeState{
+		Hash: podHash, Phase: PhaseRunning, Attempts: attempt, Since: pod.CreationTimestamp.Time, Pod: pod.Name,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
+	})
+}
+
+// finish records a finished run pod's outcome on its node, then deletes the pod.
+func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out Outcome, now time.Time) error {
+	s, ok := c.w.state(ctx, ns.Name, n)
+	if !ok {
+		return nil
+	}
+	podHash := pod.Labels[nodeexec.LabelRunID]
+	action := pod.Labels[LabelAction]
+	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
+	result := "succeeded"
+	switch {
+	case out.Infrastructure:
+		result = "infrastructure"
+	case out.Reason == "Timeout":
+		result = "timeout"
+	case out.ExitCode != 0:
+		result = "failed"
+	}
+	msg := func() string {
+		if out.Reason != "" {
+			return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: %s %s", ns.Name, podHash, action, pod.Namespace, pod.Name, out.Reason, out.Message)
+		}
+		return fmt.Sprintf("nodescript %s (spec %s) %s attempt %d on pod %s/%s: exit code %d", ns.Name, podHash, action, attempt, pod.Namespace, pod.Name, out.ExitCode)
+	}
+	recorded := false
+	switch action {
+	case ActionRun:
+		if s.Pod == pod.Name && s.Phase != PhaseRunning {
+			break // recorded before; only the pod's deletion is left
+		}
+		next := NodeState{Hash: podHash, Attempts: attempt, Since: now, Pod: pod.Name, Reason: out.Reason,
+			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
+		output := out.Tail
+		switch result {
+		case "infrastructure":
+			next.Phase, next.Infrastructure, next.Message = PhaseFailed, true, out.Message
+			t := now.Add(backoff(ns, attempt))
+			next.NextRetry = &t
+			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
+		case "succeeded":
+			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
+			if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
+				output = c.logTail(ctx, pod)
+			}
+			c.events.Event(n, corev1.EventTypeNormal, ReasonSucceeded, msg())
+		default:
+			next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
+			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())
+		}
+		c.recordOutput(ctx, ns, n, podHash, action, output, now)
+		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+			return err
+		}
+		recorded = true
+	case ActionVerify:
+		if s.Hash != podHash || s.Phase != PhaseSucceeded || s.Verified || out.Infrastructure {
+			break
+		}
+		if result == "succeeded" {
+			s.Verified = true
+			c.events.Event(n, corev1.EventTypeNormal, ReasonVerified, msg())
+		} else {
+			s.Phase, s.Reason, s.ExitCode, s.Since = PhaseFailed, "VerifyFailed", ptr.To(out.ExitCode), now
+			c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
+			c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, msg())
+		}
+		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+			return err
+		}
+		recorded = true
+	case ActionRollback:
+		if s.Hash != podHash || s.Rollback != "Running" {
+			break
+		}
+		s.RollbackExitCode = ptr.To(out.ExitCode)
+		c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
+		if result == "succeeded" {
+			s.Rollback, s.Phase, s.Since = PhaseSucceeded, PhaseRolledBack, now
+			c.events.Event(n, corev1.EventTypeNormal, ReasonRolledBack, msg())
+		} else {
+			s.Rollback = PhaseFailed
+			c.events.Event(n, corev1.EventTypeWarning, ReasonRollbackFailed, msg())
+		}
+		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+			return err
+		}
+		recorded = true
+	}
+	if recorded {
+		c.w.metrics.runs.WithLabelValues(ns.Name, action, result).Inc()
+		c.w.metrics.duration.WithLabelValues(action).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
+	}
+	err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &pod.UID}, PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// recordOutput keeps the output of action on node n in its output record
+// when the NodeScript asks for it (spec.recordOutput). A record that cannot
+// be written is logged and reported as a Warning Event on the NodeScript
+// (ReasonOutputNotRecorded); the run's outcome, in the node's state, is
+// recorded regardless.
+func (c *controller) recordOutput(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, hash, action, output string, now time.Time) {
+	if !ns.Spec.RecordOutput {
+		return
+	}
+	if err := writeOutputRecord(ctx, c.w.o.Client, ns, n.Name, hash, action, output, now); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "output not recorded", "node", n.Name, "action", action)
+		c.events.Event(ns, corev1.EventTypeWarning, ReasonOutputNotRecorded, fmt.Sprintf("node %s, %s: %v", n.Name, action, err))
+	}
+}
+
+// logTail is the end of a finished pod's log, or "" when it cannot be read.
+func (c *controller) logTail(ctx context.Context, pod *corev1.Pod) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lines := int64(c.w.o.SuccessLogLines)
+	b, err := c.w.o.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &lines, LimitBytes: ptr.To(int64(16 << 10))}).DoRaw(ctx)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("reading the run's log", "pod", pod.Name, "error", err.Error())
+		return ""
+	}
+	return string(b)
+}
+
+// lost records a run whose pod disappeared before its outcome was recorded
+// (deleted by someone else, or with its node): an infrastructure failure.
+func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+	s.Phase, s.Infrastructure, s.Reason, s.Since = PhaseFailed, true, "PodDisappeared", now
+	t := now.Add(backoff(ns, s.Attempts))
+	s.NextRetry = &t
+	c.events.Eventf(n, corev1.EventTypeWarning, ReasonInfrastructure, "nodescript %s: run pod %s disappeared before its outcome was recorded", ns.Name, s.Pod)
+	c.w.metrics.runs.WithLabelValues(ns.Name, ActionRun, "infrastructure").Inc()
+	return c.w.writeState(ctx, ns.Name, n, s)
+}
+
+// backoff is the pause before retry number attempt: InitialBackoff doubled
+// per attempt, capped at MaxBackoff, with 10% jitter.
+func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
+	initial, maxB := 10*time.Second, 5*time.Minute
+	if r := ns.Spec.Retry.InitialBackoff; r != nil {
+		initial = r.Duration
+	}
+	if r := ns.Spec.Retry.MaxBackoff; r != nil {
+		maxB = r.Duration
+	}
+	d := time.Duration(float64(initial) * math.Pow(2, float64(max(attempt-1, 0))))
+	if d > maxB || d <= 0 {
+		d = maxB
+	}
+	return wait.Jitter(d, 0.1)
+}

@@ -1,0 +1,106 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// status is phase 4: it writes ns's status (stage, counts, conditions) from
+// the decision d taken at spec hash, with startErr, phase 3's pod creation
+// errors, as the Progressing condition (PodCreateFailed); it sets the
+// per-phase node metrics and records an Event on ns when the rollout
+// becomes Halted or Complete.
+func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, hash string, startErr error, now time.Time) error {
+	st := ns.Status.DeepCopy()
+	st.ObservedGeneration, st.SpecHash, st.Stage = ns.Generation, hash, d.Stage
+	st.Nodes, st.Pending, st.Running = int32(d.Counts.Nodes), int32(d.Counts.Pending), int32(d.Counts.Running)
+	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
+	gen := ns.Generation
+	switch d.Stage {
+	case StageHalted:
+		reason := "ErrorBudgetExceeded"
+		if strings.HasPrefix(d.HaltReason, "canary") {
+			reason = "CanaryFailed"
+		}
+		setCondition(st, v1alpha1.ConditionHalted, true, reason, d.HaltReason, gen, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, reason, "halted: "+d.HaltReason, gen, now)
+		setCondition(st, v1alpha1.ConditionComplete, false, reason, "halted", gen, now)
+	case StageComplete:
+		setCondition(st, v1alpha1.ConditionHalted, false, "Complete", "", gen, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, "Complete", "every selected node ran the script", gen, now)
+		msg := fmt.Sprintf("%d nodes succeeded", d.Counts.Succeeded)
+		if f := d.Counts.Failed + d.Counts.RolledBack; f > 0 {
+			msg += fmt.Sprintf(", %d failed (within the error budget)", f)
+		}
+		setCondition(st, v1alpha1.ConditionComplete, true, "Complete", msg, gen, now)
+	default:
+		setCondition(st, v1alpha1.ConditionHalted, false, d.Stage, "", gen, now)
+		progressing := d.Stage != StageAwaitingPromotion || d.Counts.Running > 0
+		msg := fmt.Sprintf("%d of %d nodes succeeded, %d running", d.Counts.Succeeded, d.Counts.Nodes, d.Counts.Running)
+		if d.Stage == StageAwaitingPromotion {
+			msg += "; promote with: nodeexec promote " + ns.Name + " --to all"
+		}
+		setCondition(st, v1alpha1.ConditionProgressing, progressing, d.Stage, msg, gen, now)
+		setCondition(st, v1alpha1.ConditionComplete, false, d.Stage, "", gen, now)
+	}
+	if startErr != nil {
+		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
+	}
+	for phase, v := range map[string]int{PhasePending: d.Counts.Pending, PhaseRunning: d.Counts.Running, PhaseSucceeded: d.Counts.Succeeded, PhaseFailed: d.Counts.Failed, PhaseRolledBack: d.Counts.RolledBack} {
+		c.w.metrics.nodes.WithLabelValues(ns.Name, phase).Set(float64(v))
+	}
+	if ns.Status.Stage != st.Stage {
+		switch st.Stage {
+		case StageHalted:
+			c.events.Event(ns, corev1.EventTypeWarning, ReasonHalted, d.HaltReason)
+		case StageComplete:
+			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonComplete, "%d nodes succeeded", d.Counts.Succeeded)
+		}
+	}
+	return c.writeStatus(ctx, ns, st)
+}
+
+// writeStatus updates the status subresource when st differs from ns.Status.
+func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus) error {
+	if apiEqualStatus(&ns.Status, st) {
+		return nil
+	}
+	// A merge patch of the whole status: the watcher is its only writer
+	// (one leader), so it needs no resourceVersion and cannot conflict with
+	// a spec change made meanwhile.
+	patch, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return err
+	}
+	_, err = c.w.o.Dynamic.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	if err != nil {
+		return fmt.Errorf("updating status of nodescript %s: %w", ns.Name, err)
+	}
+	return nil
+}
+
+func apiEqualStatus(a, b *v1alpha1.NodeScriptStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func setCondition(st *v1alpha1.NodeScriptStatus, typ string, status bool, reason, msg string, gen int64, now time.Time) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now),
+	})
+}

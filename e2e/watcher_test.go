@@ -646,6 +646,10 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		{"no-script", "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n", "spec.script"},
 		{"rollback", good + "  onFailure: {rollback: true}\n", "spec.rollbackScript"},
 		{"unknown-field", good + "  scirpt: 'x'\n", "scirpt"},
+		{"window-start", good + "  window: {start: \"25:00\", end: \"04:00\"}\n", "spec.window.start"},
+		{"window-day", good + "  window: {days: [Monday], start: \"22:00\", end: \"04:00\"}\n", "spec.window.days[0]"},
+		{"window-zone", good + "  window: {start: \"22:00\", end: \"04:00\", timeZone: Mars/Olympus}\n", "spec.window.timeZone"},
+		{"paused-string", good + "  paused: yes-please\n", "paused"},
 	}
 	dir := t.TempDir()
 	for _, c := range cases {

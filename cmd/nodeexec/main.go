@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // NodeScript maintenance windows name IANA time zones; the image has no zoneinfo
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"

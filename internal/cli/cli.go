@@ -92,7 +92,7 @@ func newApp(streams Streams) *ucli.App {
 		Flags:                append(clientFlags(), versionFlag()),
 		Action:               rootAction(streams),
 		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
-			applyCommand(streams), statusCommand(streams), promoteCommand(streams), watchCommand(streams),
+			applyCommand(streams), statusCommand(streams), promoteCommand(streams), pauseCommand(streams, true), pauseCommand(streams, false), watchCommand(streams),
 			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...),
 			versionCommand(streams), completionCommand(streams)},
 		// A flag value the flag package cannot parse (--timeout soon) is one

@@ -129,6 +129,12 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			fmt.Fprintf(w, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 		}
 	}
+	if ns.Spec.Paused {
+		fmt.Fprintf(w, "paused: nothing new starts (nodeexec resume %s)\n", ns.Name)
+	}
+	if st.NextWindow != nil {
+		fmt.Fprintf(w, "maintenance window closed: opens at %s (in %s)\n", st.NextWindow.UTC().Format(time.RFC3339), st.NextWindow.Sub(now).Round(time.Second))
+	}
 	if rep.OutputError != "" {
 		fmt.Fprintf(w, "output not shown: %s\n", rep.OutputError)
 	}
@@ -215,6 +221,37 @@ func promoteCommand(streams Streams) *ucli.Command {
 				return err
 			}
 			fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s promoted to %s\n", ns.Name, ns.Spec.Rollout.PromoteTo)
+			return nil
+		},
+	}
+}
+
+// pauseCommand sets (pause) or clears (resume) a NodeScript's spec.paused.
+func pauseCommand(streams Streams, paused bool) *ucli.Command {
+	name, usage, done := "resume", "let a paused NodeScript start runs again", "resumed"
+	if paused {
+		name, usage, done = "pause", "start nothing new for a NodeScript (runs in progress finish)", "paused"
+	}
+	return &ucli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "NAME",
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("%s needs one NodeScript NAME", name)
+			}
+			if err := checkNodeScriptName(c.Args().First()); err != nil {
+				return err
+			}
+			_, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			ns, err := watcher.SetPaused(c.Context, dyn, c.Args().First(), paused)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s %s\n", ns.Name, done)
 			return nil
 		},
 	}

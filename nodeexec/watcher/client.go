@@ -192,6 +192,22 @@ func Promote(ctx context.Context, dyn dynamic.Interface, name, to string) (*v1al
 	return toNodeScript(u)
 }
 
+// SetPaused sets spec.paused of NodeScript name: paused, nothing new starts
+// on any node (runs in progress finish); resumed, the rollout goes on where
+// it stopped. Neither changes the spec hash, so no node runs again. RBAC:
+// patch on nodescripts.
+func SetPaused(ctx context.Context, dyn dynamic.Interface, name string, paused bool) (*v1alpha1.NodeScript, error) {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"paused": paused}})
+	u, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec"})
+	if err != nil {
+		if crdMissing(err) {
+			return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
+		}
+		return nil, fmt.Errorf("nodescript %q: setting spec.paused: %w", name, err)
+	}
+	return toNodeScript(u)
+}
+
 func cmpOr(s, def string) string {
 	if s == "" {
 		return def

@@ -344,6 +344,13 @@ func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
 	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
 		after = 2 * time.Second
 	}
+	if !d.NextWindow.IsZero() {
+		// The window opens: look again then (a clock jump or a missed
+		// event costs at most the resync).
+		if w := max(d.NextWindow.Sub(now), time.Second); after == 0 || w < after {
+			after = w
+		}
+	}
 	return after
 }
 

@@ -59,15 +59,48 @@ type Decision struct {
 	// Stage of the rollout, and the reason when it is Halted.
 	Stage, HaltReason string
 	Counts            Counts
+	// Hold, when set, is why nothing starts although the rollout is not
+	// over: HoldPaused (spec.paused) or HoldOutsideWindow (spec.window is
+	// closed; NextWindow is when it opens). Start and Verify are then empty.
+	Hold       string
+	NextWindow time.Time
 }
+
+// Holds: why a rollout that is not over starts nothing (Decision.Hold).
+const (
+	HoldPaused        = "Paused"
+	HoldOutsideWindow = "OutsideMaintenanceWindow"
+)
 
 // Decide computes the rollout's next step from the observed state: level
 // based, so calling it again with the same inputs gives the same answer, and
 // a watcher restarted at any moment continues where the nodes' records say.
 // Nodes are taken in a deterministic order (a hash of node UID, NodeScript
 // UID and spec hash), so repeated calls pick the same canaries and batches.
-// now decides soak times and retry backoffs. Errors come from an invalid spec.
+// now decides soak times, retry backoffs and whether the maintenance
+// window is open. A paused NodeScript, or one whose window is closed,
+// starts nothing (Decision.Hold says why); runs in progress count as
+// before. Errors come from an invalid spec.
 func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
+	d, err := decideRollout(ns, nodes, now)
+	if err != nil || d.Stage == StageComplete || d.Stage == StageHalted {
+		return d, err
+	}
+	if ns.Spec.Paused {
+		d.Hold = HoldPaused
+	} else if open, opens, err := InWindow(ns.Spec.Window, now); err != nil {
+		return Decision{}, err
+	} else if !open {
+		d.Hold, d.NextWindow = HoldOutsideWindow, opens
+	}
+	if d.Hold != "" {
+		d.Start, d.Verify = nil, nil
+	}
+	return d, nil
+}
+
+// decideRollout is Decide without the holds (pause, maintenance window).
+func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
 	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
 		return Decision{}, errs.ToAggregate()
 	}

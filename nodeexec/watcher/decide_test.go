@@ -314,3 +314,43 @@ func TestStateCodec(t *testing.T) {
 		t.Errorf("key %q", StateAnnotation("fix"))
 	}
 }
+
+// A paused NodeScript, or one outside its maintenance window, starts
+// nothing (verify runs included); runs in progress still count; a
+// finished rollout is not held.
+func TestDecideHolds(t *testing.T) {
+	window := &v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00"} // UTC; t0 is 12:00
+	for _, c := range []struct {
+		name      string
+		mutate    func(*v1alpha1.NodeScriptSpec)
+		running   []string
+		succeeded []string
+		wantHold  string
+		wantStart int
+		wantNext  time.Time
+	}{
+		{"not held", nil, nil, nil, "", 1, time.Time{}},
+		{"paused", func(s *v1alpha1.NodeScriptSpec) { s.Paused = true }, []string{"a"}, nil, HoldPaused, 0, time.Time{}},
+		{"outside the window", func(s *v1alpha1.NodeScriptSpec) { s.Window = window }, nil, nil, HoldOutsideWindow, 0, time.Date(2026, 11, 21, 22, 0, 0, 0, time.UTC)},
+		{"inside the window", func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "11:00", End: "13:00"} }, nil, nil, "", 1, time.Time{}},
+		{"complete, paused", func(s *v1alpha1.NodeScriptSpec) { s.Paused = true }, nil, []string{"a", "b", "c"}, "", 0, time.Time{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := script(c.mutate)
+			cl := newCluster("a", "b", "c")
+			cl.set(ns, PhaseRunning, c.running...)
+			cl.set(ns, PhaseSucceeded, c.succeeded...)
+			d := decide(t, ns, cl, t0)
+			if d.Hold != c.wantHold || len(d.Start) != c.wantStart || len(d.Verify) != 0 || !d.NextWindow.Equal(c.wantNext) {
+				t.Errorf("decision %+v; want hold %q, %d started, next window %s", d, c.wantHold, c.wantStart, c.wantNext)
+			}
+			if d.Counts.Running != len(c.running) {
+				t.Errorf("running %d, want %d", d.Counts.Running, len(c.running))
+			}
+		})
+	}
+	// Changing the pause or the window is not a new spec: nothing reruns.
+	if v1alpha1.SpecHash(&script(func(s *v1alpha1.NodeScriptSpec) { s.Paused, s.Window = true, window }).Spec) != v1alpha1.SpecHash(&script(nil).Spec) {
+		t.Error("paused or window changes the spec hash")
+	}
+}

@@ -547,3 +547,50 @@ func TestProcessNext(t *testing.T) {
 		t.Error("processNext after shutdown")
 	}
 }
+
+// A paused NodeScript and one outside its maintenance window start
+// nothing, say why in the Progressing condition (and when the window
+// opens, looking again then); resumed or in the window, the canary starts.
+func TestReconcileHolds(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		hold       func(*v1alpha1.NodeScriptSpec)
+		release    func(*v1alpha1.NodeScriptSpec)
+		reason     string
+		nextWindow bool
+	}{
+		{"paused", func(s *v1alpha1.NodeScriptSpec) { s.Paused = true }, func(s *v1alpha1.NodeScriptSpec) { s.Paused = false }, HoldPaused, false},
+		// t0 is 12:00 UTC.
+		{"window", func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00"} },
+			func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "11:00", End: "13:00"} }, HoldOutsideWindow, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := script(c.hold)
+			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2"))
+			after := e.reconcile()
+			if pods := e.pods(); len(pods) != 0 {
+				t.Errorf("held: pods %v created", pods)
+			}
+			if got := e.condition(v1alpha1.ConditionProgressing); got.Status != metav1.ConditionFalse || got.Reason != c.reason {
+				t.Errorf("held: Progressing %+v, want False, %s", got, c.reason)
+			}
+			st := e.nodeScript().Status
+			if c.nextWindow {
+				want := time.Date(t0.Year(), t0.Month(), t0.Day(), 22, 0, 0, 0, time.UTC)
+				if st.NextWindow == nil || !st.NextWindow.Time.Equal(want) || after != want.Sub(t0) {
+					t.Errorf("next window %v, look again after %s; want %s, after %s", st.NextWindow, after, want, want.Sub(t0))
+				}
+			} else if st.NextWindow != nil {
+				t.Errorf("next window %v, want none", st.NextWindow)
+			}
+			e.setSpec(c.release)
+			e.reconcile()
+			if pods := e.pods(); len(pods) != 1 {
+				t.Errorf("released: pods %v, want the canary's", pods)
+			}
+			if st := e.nodeScript().Status; st.NextWindow != nil {
+				t.Errorf("released: next window %v", st.NextWindow)
+			}
+		})
+	}
+}

@@ -53,6 +53,16 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		setCondition(st, v1alpha1.ConditionProgressing, progressing, d.Stage, msg, gen, now)
 		setCondition(st, v1alpha1.ConditionComplete, false, d.Stage, "", gen, now)
 	}
+	st.NextWindow = nil
+	switch d.Hold {
+	case HoldPaused:
+		setCondition(st, v1alpha1.ConditionProgressing, false, HoldPaused,
+			fmt.Sprintf("paused: nothing new starts (%d running); resume with: nodeexec resume %s", d.Counts.Running, ns.Name), gen, now)
+	case HoldOutsideWindow:
+		st.NextWindow = &metav1.Time{Time: d.NextWindow}
+		setCondition(st, v1alpha1.ConditionProgressing, false, HoldOutsideWindow,
+			fmt.Sprintf("outside the maintenance window: nothing new starts (%d running) until it opens at %s", d.Counts.Running, d.NextWindow.UTC().Format(time.RFC3339)), gen, now)
+	}
 	if startErr != nil {
 		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}
@@ -77,8 +87,20 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	}
 	// A merge patch of the whole status: the watcher is its only writer
 	// (one leader), so it needs no resourceVersion and cannot conflict with
-	// a spec change made meanwhile.
-	patch, err := json.Marshal(map[string]any{"status": st})
+	// a spec change made meanwhile. An optional field now unset is written as
+	// null, which removes it (an omitted one would be kept).
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	if st.NextWindow == nil {
+		fields["nextWindow"] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": fields})
 	if err != nil {
 		return err
 	}

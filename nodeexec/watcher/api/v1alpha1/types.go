@@ -111,6 +111,18 @@ type NodeScriptSpec struct {
 	// +optional
 	// +listType=atomic
 	SecretEnv []SecretEnvSource `json:"secretEnv,omitempty"`
+	// Paused, when true, starts nothing new on any node: runs in progress
+	// finish and are recorded; the status says Paused (condition
+	// Progressing False, reason Paused). Not part of the spec hash (`nodeexec
+	// pause NAME` and `nodeexec resume NAME` set it). Defaults to false.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// Window, when set, is the maintenance window: runs start only inside
+	// it (a run in progress when it closes finishes); outside it the status
+	// says OutsideMaintenanceWindow and status.nextWindow when it opens. Not
+	// part of the spec hash. Defaults to none: runs start at any time.
+	// +optional
+	Window *MaintenanceWindow `json:"window,omitempty"`
 	// RecordOutput, when true, keeps the end of each run's output (at most
 	// 4 KiB per action: the failed run's termination message, or the last
 	// Options.SuccessLogLines lines of a successful one), redacted by the
@@ -260,6 +272,32 @@ const (
 	ConditionComplete    = "Complete"
 )
 
+// MaintenanceWindow is a recurring time of day, on some days of the week,
+// in a time zone, when runs may start. Start and End are "HH:MM" (24 h);
+// an End at or before Start closes the window the next day (an overnight
+// window: 22:00 to 04:00). Days are the days the window opens on. Times
+// are wall-clock times in TimeZone, so the window follows daylight saving
+// time (a Start that does not exist on the day of a DST change is the
+// wall-clock time it normalises to).
+type MaintenanceWindow struct {
+	// Days the window opens on: Mon, Tue, Wed, Thu, Fri, Sat, Sun. Empty
+	// means every day.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:items:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+	Days []string `json:"days,omitempty"`
+	// Start is when the window opens, "HH:MM". Required.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// End is when the window closes, "HH:MM"; at or before Start it closes
+	// the next day. Required.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	End string `json:"end"`
+	// TimeZone is an IANA time zone name, e.g. Europe/Berlin. Defaults to UTC.
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
 // NodeScriptStatus is the observed state of the rollout. Per-node state
 // lives in annotations on the nodes (see the watcher package).
 type NodeScriptStatus struct {
@@ -281,6 +319,10 @@ type NodeScriptStatus struct {
 	Succeeded  int32 `json:"succeeded"`
 	Failed     int32 `json:"failed"`
 	RolledBack int32 `json:"rolledBack"`
+	// NextWindow is when spec.window next opens, while it is closed and
+	// nodes wait for it. Unset otherwise.
+	// +optional
+	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
 	// Conditions: Progressing, Halted, Complete.
 	// +optional
 	// +listType=map

@@ -118,6 +118,9 @@ func Validate(ns *NodeScript) field.ErrorList {
 			}
 		}
 	}
+	if w := s.Window; w != nil {
+		errs = append(errs, validateWindow(w, spec.Child("window"))...)
+	}
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m"))
 	} else if s.Timeout != nil && s.Timeout.Duration > MaxTimeout {
@@ -293,6 +296,31 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 		if _, err := time.ParseDuration(str); err != nil {
 			errs = append(errs, field.Invalid(p, str, "want a duration such as 30s, 5m or 1h (units ns, us, ms, s, m, h)"))
 		}
+	}
+	return errs
+}
+
+// WindowDays are the values of spec.window.days.
+func WindowDays() []string { return []string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"} }
+
+// validateWindow checks a maintenance window: start and end as HH:MM, days
+// among WindowDays, each once, and a time zone the IANA database knows.
+func validateWindow(w *MaintenanceWindow, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct{ name, v string }{{"start", w.Start}, {"end", w.End}} {
+		if t, err := time.Parse("15:04", f.v); err != nil || len(f.v) != 5 || t.Format("15:04") != f.v {
+			errs = append(errs, field.Invalid(path.Child(f.name), f.v, "want HH:MM on a 24-hour clock, 00:00 to 23:59, e.g. 22:00"))
+		}
+	}
+	for i, d := range w.Days {
+		if !slices.Contains(WindowDays(), d) {
+			errs = append(errs, field.NotSupported(path.Child("days").Index(i), d, WindowDays()))
+		} else if slices.Index(w.Days, d) != i {
+			errs = append(errs, field.Duplicate(path.Child("days").Index(i), d))
+		}
+	}
+	if _, err := time.LoadLocation(w.TimeZone); err != nil || strings.EqualFold(w.TimeZone, "local") {
+		errs = append(errs, field.Invalid(path.Child("timeZone"), w.TimeZone, "want an IANA time zone name, e.g. Europe/Berlin or UTC"))
 	}
 	return errs
 }

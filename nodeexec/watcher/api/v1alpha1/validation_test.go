@@ -58,13 +58,27 @@ func TestValidate(t *testing.T) {
 		"negative max backoff": {func(n *NodeScript) { n.Spec.Retry.MaxBackoff = &metav1.Duration{Duration: -time.Second} }, "spec.retry.maxBackoff"},
 		"image with space":     {func(n *NodeScript) { n.Spec.Backend.Image = "busy box" }, `spec.backend.image: Invalid value: "busy box": not a valid image reference`},
 		"image ok":             {func(n *NodeScript) { n.Spec.Backend.Image = "registry.local:5000/tools/busybox:1.36" }, ""},
-		"unknown profile":      {func(n *NodeScript) { n.Spec.Backend.Profile = "admin" }, `spec.backend.profile: Unsupported value: "admin"`},
-		"bogus taint":          {func(n *NodeScript) { n.Spec.StartupTaint = &corev1.Taint{Key: "k", Effect: "Sometimes"} }, `spec.startupTaint.effect: Unsupported value: "Sometimes"`},
-		"bad taint key":        {func(n *NodeScript) { n.Spec.StartupTaint = &corev1.Taint{Key: "a b", Effect: "NoSchedule"} }, "spec.startupTaint.key"},
-		"script too long":      {func(n *NodeScript) { n.Spec.Script = strings.Repeat("x", MaxScriptBytes+1) }, "spec.script: Invalid value: \"(131072 bytes)\": at most 131071 bytes"},
-		"script at limit":      {func(n *NodeScript) { n.Spec.Script = strings.Repeat("x", MaxScriptBytes) }, ""},
-		"NUL in rollback":      {func(n *NodeScript) { n.Spec.RollbackScript = "a\x00b" }, "spec.rollbackScript: Invalid value: \"(NUL at byte 1)\""},
-		"bad exclude":          {func(n *NodeScript) { n.Spec.ExcludeNodes = []string{"Node_1"} }, "spec.excludeNodes[0]"},
+		"window ok": {func(n *NodeScript) {
+			n.Spec.Window = &MaintenanceWindow{Days: []string{"Mon", "Sat"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}
+		}, ""},
+		"window bad start":    {func(n *NodeScript) { n.Spec.Window = &MaintenanceWindow{Start: "24:00", End: "04:00"} }, `spec.window.start: Invalid value: "24:00": want HH:MM`},
+		"window 1-digit hour": {func(n *NodeScript) { n.Spec.Window = &MaintenanceWindow{Start: "22:00", End: "4:00"} }, `spec.window.end: Invalid value: "4:00"`},
+		"window bad day": {func(n *NodeScript) {
+			n.Spec.Window = &MaintenanceWindow{Days: []string{"Mon", "Monday"}, Start: "22:00", End: "04:00"}
+		}, `spec.window.days[1]: Unsupported value: "Monday"`},
+		"window twice a day": {func(n *NodeScript) {
+			n.Spec.Window = &MaintenanceWindow{Days: []string{"Mon", "Mon"}, Start: "22:00", End: "04:00"}
+		}, `spec.window.days[1]: Duplicate value: "Mon"`},
+		"window bad zone": {func(n *NodeScript) {
+			n.Spec.Window = &MaintenanceWindow{Start: "22:00", End: "04:00", TimeZone: "Mars/Olympus"}
+		}, `spec.window.timeZone: Invalid value: "Mars/Olympus"`},
+		"unknown profile": {func(n *NodeScript) { n.Spec.Backend.Profile = "admin" }, `spec.backend.profile: Unsupported value: "admin"`},
+		"bogus taint":     {func(n *NodeScript) { n.Spec.StartupTaint = &corev1.Taint{Key: "k", Effect: "Sometimes"} }, `spec.startupTaint.effect: Unsupported value: "Sometimes"`},
+		"bad taint key":   {func(n *NodeScript) { n.Spec.StartupTaint = &corev1.Taint{Key: "a b", Effect: "NoSchedule"} }, "spec.startupTaint.key"},
+		"script too long": {func(n *NodeScript) { n.Spec.Script = strings.Repeat("x", MaxScriptBytes+1) }, "spec.script: Invalid value: \"(131072 bytes)\": at most 131071 bytes"},
+		"script at limit": {func(n *NodeScript) { n.Spec.Script = strings.Repeat("x", MaxScriptBytes) }, ""},
+		"NUL in rollback": {func(n *NodeScript) { n.Spec.RollbackScript = "a\x00b" }, "spec.rollbackScript: Invalid value: \"(NUL at byte 1)\""},
+		"bad exclude":     {func(n *NodeScript) { n.Spec.ExcludeNodes = []string{"Node_1"} }, "spec.excludeNodes[0]"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

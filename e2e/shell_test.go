@@ -57,7 +57,10 @@ func managedPods(ctx context.Context, t *testing.T, ns string) []corev1.Pod {
 }
 
 // tmuxSession is a detached tmux session running one shell command, as a
-// person at a 120x40 terminal would.
+// person at a 120x40 terminal would. Each session has its own tmux server
+// (socket -L name): with one shared server, the server exiting after the
+// previous test killed the last session made the next new-session fail
+// ("server exited unexpectedly").
 type tmuxSession struct {
 	t    *testing.T
 	name string
@@ -66,16 +69,16 @@ type tmuxSession struct {
 func startTmux(t *testing.T, command string) *tmuxSession {
 	t.Helper()
 	s := &tmuxSession{t: t, name: uniqueName("nodeexec-e2e-")}
-	if out, err := exec.Command("tmux", "new-session", "-d", "-s", s.name, "-x", "120", "-y", "40", command).CombinedOutput(); err != nil {
+	if out, err := exec.Command("tmux", "-L", s.name, "new-session", "-d", "-s", s.name, "-x", "120", "-y", "40", command).CombinedOutput(); err != nil {
 		t.Fatalf("tmux new-session: %v: %s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", s.name).Run() })
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", s.name, "kill-server").Run() })
 	return s
 }
 
 func (s *tmuxSession) tmux(args ...string) string {
 	s.t.Helper()
-	out, err := exec.Command("tmux", args...).CombinedOutput()
+	out, err := exec.Command("tmux", append([]string{"-L", s.name}, args...)...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("tmux %v: %v: %s", args, err, out)
 	}

@@ -231,9 +231,6 @@ func (b *Backend) Name() string { return Name }
 // RunID is the value of the run-ID label on this backend's pods.
 func (b *Backend) RunID() string { return b.o.RunID }
 
-// Namespace is the Kubernetes namespace of the pods.
-func (b *Backend) Namespace() string { return b.o.Namespace }
-
 // PodSecurityLevel is the Pod Security level the pods need: "privileged".
 func (b *Backend) PodSecurityLevel() string { return preflight.LevelPrivileged }
 

@@ -46,13 +46,7 @@ func ProfileGrants(profile string) string {
 	return ""
 }
 
-// Profile is the backend's kubectl debug profile.
-func (b *Backend) Profile() string { return b.o.Profile }
-
-// Namespace is the namespace of the backend's pods.
-func (b *Backend) Namespace() string { return b.o.Namespace }
-
-// PodSecurityLevel is PodSecurityLevel(b.Profile()).
+// PodSecurityLevel is PodSecurityLevel of the backend's profile.
 func (b *Backend) PodSecurityLevel() string { return PodSecurityLevel(b.o.Profile) }
 
 // Requirements are the profile's Pod Security level (and the other

@@ -251,10 +251,6 @@ func (b *Backend) Name() string { return Name }
 // RunID is the value of EnvRunID in this backend's containers.
 func (b *Backend) RunID() string { return b.o.RunID }
 
-// Namespace is the target pod's namespace, where this backend's RBAC
-// permissions (patch pods/ephemeralcontainers, create pods/attach) apply.
-func (b *Backend) Namespace() string { return b.o.Namespace }
-
 // Requirements are the RBAC of an ephemeral container in the target pod's
 // namespace: read and watch the pod, add the container, attach to it, exec
 // (to stop it on timeout), and list nodes. It creates no pod, so it needs

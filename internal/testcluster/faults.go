@@ -212,6 +212,8 @@ func (c *Cluster) Restore(ctx context.Context) error {
 	return c.fault(ctx, "restore", func(r *runner, st *clusterState) error {
 		if rec, err := r.l.readProc(procAPIServer); err == nil && rec.alive() {
 			_ = syscall.Kill(rec.PID, syscall.SIGCONT)
+			_, ppid, _, _ := readStat(rec.PID)
+			r.wakeWrapper(ppid)
 		}
 		for _, name := range []string{procEtcd, procAPIServer, procCM, procScheduler, procSockFwd, procHostFwd} {
 			if err := r.restartProc(name); err != nil {
@@ -297,12 +299,14 @@ func (r *runner) killProc(name string, sig syscall.Signal) error {
 		return nil // not running
 	}
 	r.saveArgv(name)
+	_, ppid, _, _ := readStat(rec.PID)
 	if err := syscall.Kill(rec.PID, sig); err != nil {
 		return fmt.Errorf("signal %s (pid %d): %w", name, rec.PID, err)
 	}
 	for i := 0; i < 200 && rec.alive(); i++ {
 		time.Sleep(50 * time.Millisecond)
 	}
+	r.wakeWrapper(ppid)
 	if rec.alive() {
 		return fmt.Errorf("%s (pid %d) still runs 10 s after %s", name, rec.PID, unix.SignalName(sig))
 	}
@@ -320,7 +324,34 @@ func (r *runner) signalProc(name string, sig syscall.Signal) error {
 		return fmt.Errorf("signal %s (pid %d): %w", name, rec.PID, err)
 	}
 	r.logf("sent %s to %s (pid %d)", unix.SignalName(sig), name, rec.PID)
+	if sig == syscall.SIGCONT {
+		_, ppid, _, _ := readStat(rec.PID)
+		r.wakeWrapper(ppid)
+	}
 	return nil
+}
+
+// wakeWrapper resumes ppid when it is a stopped nsenter: the wrapper that
+// started a component in its namespaces and waits for it. util-linux's
+// nsenter stops itself when its child stops (SIGSTOP, a frozen API server),
+// and only a SIGCONT to itself resumes it, so a wrapper left stopped after
+// a thaw would never reap its child when that is killed later: a stopped
+// process and a zombie left behind by every freeze. Any other process is
+// left alone.
+func (r *runner) wakeWrapper(ppid int) {
+	if ppid <= 1 {
+		return
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ppid))
+	if err != nil || strings.TrimSpace(string(comm)) != "nsenter" {
+		return
+	}
+	if state, _, _, err := readStat(ppid); err != nil || state != 'T' {
+		return
+	}
+	if err := syscall.Kill(ppid, syscall.SIGCONT); err == nil {
+		r.logf("resumed the stopped nsenter wrapper (pid %d)", ppid)
+	}
 }
 
 // restartProc starts component name if it is not running: with the argv saved when

@@ -208,6 +208,23 @@ func TestFaultAPIServer(t *testing.T) {
 	if err := list(); err != nil {
 		t.Fatalf("after ThawAPIServer: %v", err)
 	}
+	// The frozen API server's nsenter wrapper stopped with it (util-linux
+	// propagates a child's stop); after the thaw it must run again, so that a
+	// later kill leaves neither a stopped wrapper nor a zombie behind.
+	frozen, err := c.r.l.readProc(procAPIServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, wrapper, _, _ := readStat(frozen.PID)
+	if state, _, _, err := readStat(wrapper); err == nil && state == 'T' {
+		t.Errorf("the API server's wrapper (pid %d) is still stopped after ThawAPIServer", wrapper)
+	}
+	if err := c.RestartAPIServer(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !waitGone(wrapper, 5*time.Second) {
+		t.Errorf("the killed API server's wrapper (pid %d) is still there", wrapper)
+	}
 	if _, err := c.RebootNode(ctx, "nodeexec-tc-77"); !errors.Is(err, ErrNoSuchNode) {
 		t.Errorf("RebootNode of an unknown node: %v, want ErrNoSuchNode", err)
 	}
@@ -299,4 +316,20 @@ func TestFaultReboot(t *testing.T) {
 			p.Status.ContainerStatuses[0].State.Running != nil
 	})
 	t.Logf("restartPolicy Always pod: container %s -> %s", containerID(always), containerID(got))
+}
+
+// waitGone reports whether process pid has exited (a zombie counts: its
+// parent reaps it) within timeout.
+func waitGone(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		state, _, _, err := readStat(pid)
+		if err != nil || state == 'X' || state == 'Z' {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

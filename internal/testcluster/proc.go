@@ -228,13 +228,15 @@ func (r *runner) stopProcs(timeout time.Duration, names ...string) {
 	type target struct {
 		name string
 		rec  procRecord
+		ppid int // its nsenter wrapper, resumed if stopped (wakeWrapper)
 	}
 	var live []target
 	for _, name := range names {
 		rec, err := r.l.readProc(name)
 		if err == nil && rec.alive() {
+			_, ppid, _, _ := readStat(rec.PID)
 			if err := syscall.Kill(rec.PID, syscall.SIGTERM); err == nil {
-				live = append(live, target{name, rec})
+				live = append(live, target{name, rec, ppid})
 			}
 		}
 	}
@@ -250,6 +252,7 @@ func (r *runner) stopProcs(timeout time.Duration, names ...string) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
+		r.wakeWrapper(t.ppid)
 		r.logf("stopped %s (pid %d)", t.name, t.rec.PID)
 	}
 	for _, name := range names {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // kubectlPath is the peer: the kubectl on this machine.
@@ -295,7 +296,7 @@ func libraryRequests(ctx context.Context, b *testing.B) libraryCounts {
 			})
 		}
 		client := kubernetes.NewForConfigOrDie(cfg)
-		be, err := debugpod.New(debugpod.Options{Client: client, Config: cfg, Image: env.image})
+		be, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: client, Config: cfg, Image: env.image}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -141,9 +141,7 @@ func TestAPIServerRestartPodDeleted(t *testing.T) {
 		t.Fatalf("command did not start: %q", out.String())
 	}
 	t.Cleanup(func() {
-		if err := env.cluster.Restore(context.WithoutCancel(ctx)); err != nil {
-			t.Errorf("Restore: %v", err)
-		}
+		restoreCluster(context.WithoutCancel(ctx), t)
 	})
 	if err := env.cluster.RestartAPIServer(ctx, 3*time.Second); err != nil {
 		t.Fatal(err)

@@ -11,16 +11,19 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // backend returns a debugpod backend on the suite's cluster.
 func backend(t *testing.T, mutate func(*debugpod.Options)) *debugpod.Backend {
 	t.Helper()
-	o := debugpod.Options{Client: env.client, Config: env.config, Image: env.image}
+	o := debugpod.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config, Image: env.image}}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -121,4 +124,68 @@ func cli(ctx context.Context, stdin string, args ...string) (stdout, stderr stri
 		e.WriteString(err.Error())
 	}
 	return o.String(), e.String(), code
+}
+
+// restoreCluster undoes every fault (testcluster's Restore) and then waits
+// until each real node's kubelet sees new pods again (kubeletsWatching).
+func restoreCluster(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := env.cluster.Restore(ctx); err != nil {
+		t.Errorf("Restore: %v", err)
+		return
+	}
+	kubeletsWatching(ctx, t, env.nodes...)
+}
+
+// kubeletsWatching waits, at most 2 minutes, until each node's kubelet runs a
+// new pod bound to it, then deletes the pods. A Ready node is not enough after
+// API server restarts: the kubelet's heartbeats are plain requests, but it
+// learns of pods (and of an ephemeral container added to one) through a watch
+// that client-go's reflector re-opens with a growing backoff (0.8 s doubling to
+// 30 s, jittered up to twice that), so after a few restarts in a row a pod
+// change can wait a minute to reach the node. Tests that inject faults call it
+// before the next case so that this wait is not charged to what they measure.
+func kubeletsWatching(ctx context.Context, t *testing.T, nodes ...string) {
+	t.Helper()
+	start := time.Now()
+	pods := env.client.CoreV1().Pods("default")
+	var names []string
+	for _, node := range nodes {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: uniqueName("kubelet-probe-"), Namespace: "default", Labels: map[string]string{"nodeexec-e2e": "kubelet-probe"}},
+			Spec: corev1.PodSpec{
+				NodeName:                      node,
+				RestartPolicy:                 corev1.RestartPolicyNever,
+				TerminationGracePeriodSeconds: ptr.To(int64(0)),
+				AutomountServiceAccountToken:  ptr.To(false),
+				Containers: []corev1.Container{{
+					Name: "probe", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
+					Command: []string{"sleep", "3600"},
+				}},
+			},
+		}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Errorf("kubelet probe on %s: %v", node, err)
+			continue
+		}
+		names = append(names, pod.Name)
+	}
+	defer func() {
+		for _, name := range names {
+			_ = pods.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		}
+	}()
+	for _, name := range names {
+		var phase corev1.PodPhase
+		if !waitFor(2*time.Minute, func() bool {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				phase = p.Status.Phase
+			}
+			return phase == corev1.PodRunning
+		}) {
+			t.Errorf("kubelet probe %s not running after 2m (phase %q): the kubelet does not see new pods", name, phase)
+		}
+	}
+	t.Logf("kubelets see new pods %.1fs after the check began", time.Since(start).Seconds())
 }

@@ -8,7 +8,7 @@
 // NODEEXEC_E2E_KUBECONFIG points the suite at another cluster instead; then
 // NODEEXEC_E2E_IMAGE must name an image every node already has, and
 // NODEEXEC_E2E_AGENT_IMAGE the nsenter backend's agent image (default
-// nsenter.DefaultAgentImage, which TestMain builds and imports into the local
+// agent.DefaultImage, which TestMain builds and imports into the local
 // test cluster).
 package e2e
 
@@ -29,8 +29,8 @@ import (
 	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/internal/testcluster"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // env is what every test uses; set up once by TestMain.
@@ -78,10 +78,10 @@ func run(m *testing.M) int {
 		// IfNotPresent would run.
 		img, err := agentimage.Build(ctx, "..")
 		if err == nil {
-			_, err = c.PushImage(ctx, nsenter.DefaultAgentImage, img)
+			_, err = c.PushImage(ctx, agent.DefaultImage, img)
 		}
 		if err == nil {
-			err = agentimage.Import(ctx, c, img, nsenter.DefaultAgentImage)
+			err = agentimage.Import(ctx, c, img, agent.DefaultImage)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: nodeexec's image: %v\n", err)

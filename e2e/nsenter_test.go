@@ -3,18 +3,19 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -24,17 +25,17 @@ func agentImage() string {
 	if v := os.Getenv("NODEEXEC_E2E_AGENT_IMAGE"); v != "" {
 		return v
 	}
-	return nsenter.DefaultAgentImage
+	return agent.DefaultImage
 }
 
 // nsenterBackend returns an nsenter backend on the suite's cluster.
-func nsenterBackend(t *testing.T, mutate func(*nsenter.Options)) *nsenter.Backend {
+func nsenterBackend(t *testing.T, mutate func(*nsenterpod.Options)) *nsenterpod.Backend {
 	t.Helper()
-	o := nsenter.Options{Client: env.client, Config: env.config, Image: agentImage()}
+	o := nsenterpod.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config, Image: agentImage()}}
 	if mutate != nil {
 		mutate(&o)
 	}
-	b, err := nsenter.New(o)
+	b, err := nsenterpod.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestNsenterHostView(t *testing.T) {
 	}
 	got := nodeLines(out.String())
 	for _, r := range results {
-		if r.Err != nil || r.ExitCode != 0 || r.Backend != nsenter.Name || r.Pod == "" {
+		if r.Err != nil || r.ExitCode != 0 || r.Backend != nsenterpod.Name || r.Pod == "" {
 			t.Errorf("node %s: exit %d err %v result %+v; stderr:\n%s", r.Node, r.ExitCode, r.Err, r.Result, errOut.String())
 			continue
 		}
@@ -151,7 +152,7 @@ func TestNsenterNamespaceSelection(t *testing.T) {
 		{"default", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := nsenterBackend(t, func(o *nsenter.Options) {
+			b := nsenterBackend(t, func(o *nsenterpod.Options) {
 				o.Namespaces = tc.namespaces
 				o.HostNetwork = new(bool)
 			})
@@ -210,59 +211,13 @@ func TestNsenterExitCodeAndStdin(t *testing.T) {
 	}
 }
 
-// TestNsenterTimeout: a command outliving its timeout ends with ErrTimeout,
-// and the pod is deleted.
-func TestNsenterTimeout(t *testing.T) {
-	ctx := t.Context()
-	b := nsenterBackend(t, nil)
-	start := time.Now()
-	res, err := b.Run(ctx, nodeexec.Request{Node: env.nodes[1], Command: []string{"sleep", "600"}, Timeout: 5 * time.Second})
-	if !errors.Is(err, nodeexec.ErrTimeout) || nodeexec.ExitCode(err) != 124 || res.Pod == "" {
-		t.Fatalf("err = %v, result %+v; want ErrTimeout (exit 124) and a pod name", err, res)
-	}
-	if took := time.Since(start); took > 15*time.Second {
-		t.Errorf("took %s to time out after 5s", took)
-	}
-	assertRunPodsGone(ctx, t, "default", b.RunID())
-}
-
-// TestNsenterCancel: cancelling mid-command ends the run and deletes the pod.
-func TestNsenterCancel(t *testing.T) {
-	b := nsenterBackend(t, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Run(ctx, nodeexec.Request{Node: env.nodes[0], Command: []string{"sh", "-c", "echo started; sleep 600"}, Stdout: &out})
-		done <- err
-	}()
-	if !waitFor(30*time.Second, func() bool { return strings.Contains(out.String(), "started") }) {
-		cancel()
-		t.Fatalf("command did not start; output %q", out.String())
-	}
-	if pods := runPods(t.Context(), t, "default", b.RunID()); len(pods) != 1 {
-		t.Errorf("pods while running: %v, want one", pods)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("err = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10s of cancellation")
-	}
-	assertRunPodsGone(t.Context(), t, "default", b.RunID())
-}
-
 // TestNsenterBadNamespace: an unknown namespace name is refused with an
 // error naming it and the valid names, before the cluster is contacted (so
 // nothing is created): the CLI gives the same error, exit 2, even against an
 // unreachable API server.
 func TestNsenterBadNamespace(t *testing.T) {
 	ctx := t.Context()
-	if _, err := nsenter.New(nsenter.Options{Client: env.client, Config: env.config, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}}); err == nil ||
+	if _, err := nsenterpod.New(nsenterpod.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config}, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}}); err == nil ||
 		!strings.Contains(err.Error(), `"netz"`) || !strings.Contains(err.Error(), "mnt, uts, ipc, net, pid") {
 		t.Errorf("New: err = %v, want one naming \"netz\" and the valid names", err)
 	}
@@ -308,7 +263,7 @@ func TestNsenterCLI(t *testing.T) {
 // creation (Run), with an error wrapping ErrForbidden; no pod remains.
 func TestNsenterPodSecurity(t *testing.T) {
 	ctx := t.Context()
-	b := nsenterBackend(t, func(o *nsenter.Options) { o.Namespace = "nodeexec-baseline" })
+	b := nsenterBackend(t, func(o *nsenterpod.Options) { o.Namespace = "nodeexec-baseline" })
 	if err := b.Preflight(ctx, env.nodes[0]); !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), "baseline") {
 		t.Errorf("Preflight: err = %v, want ErrForbidden naming the baseline level", err)
 	}

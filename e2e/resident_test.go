@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
 	"github.com/nodeexec/nodeexec/nodeexec/resident"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // podCreations watches pods labelled with runID in every namespace and
@@ -138,14 +138,14 @@ func TestResidentAgents(t *testing.T) {
 
 	// Library, nsenter backend: the node's view, no pod.
 	ne := nsenterBackend(t, nil)
-	nw, err := resident.Wrap(ne, resident.WrapOptions{Client: env.client, Config: env.config, Namespace: ns, Commander: resident.NSEnter(ne)})
+	nw, err := resident.Wrap(ne, resident.WrapOptions{Client: env.client, Config: env.config, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	created = podCreations(ctx, t, ne.RunID())
 	out = syncBuffer{}
 	res, err = nw.Run(ctx, nodeexec.Request{Node: node, Command: []string{"sh", "-c", "cat /etc/hostname; tr '\\0' ' ' </proc/1/cmdline"}, Stdout: &out})
-	if err != nil || res.Pod != agentPod || res.Backend != nsenter.Name || strings.Contains(out.String(), "nodeexec-agent") || strings.Contains(out.String(), "hold") {
+	if err != nil || res.Pod != agentPod || res.Backend != nsenterpod.Name || strings.Contains(out.String(), "nodeexec-agent") || strings.Contains(out.String(), "hold") {
 		t.Errorf("nsenter via resident: err %v, output %q, result %+v", err, out.String(), res)
 	}
 	if pods := created(); len(pods) != 0 {

@@ -33,9 +33,7 @@ func TestAPIServerRestartResumes(t *testing.T) {
 	ctx := t.Context()
 	node := env.nodes[0]
 	t.Cleanup(func() {
-		if err := env.cluster.Restore(context.WithoutCancel(ctx)); err != nil {
-			t.Errorf("Restore: %v", err)
-		}
+		restoreCluster(context.WithoutCancel(ctx), t)
 	})
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-resume-", map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
 	agentNS := uniqueName("nodeexec-e2e-resume-agents-")
@@ -85,6 +83,9 @@ func TestAPIServerRestartResumes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// The faults before this case may have left the node's kubelet
+			// re-opening its pod watch with a long backoff.
+			kubeletsWatching(ctx, t, node)
 			args := append(append(append([]string{}, base...), tc.args...), "--", "sh", "-c", resumeScript)
 			cmd := exec.CommandContext(ctx, env.cli, args...)
 			var out, errOut syncBuffer

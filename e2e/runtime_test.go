@@ -16,6 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
@@ -83,7 +85,7 @@ func rtTargetPod(ctx context.Context, t *testing.T, node, script string, wantRun
 func runtimeBackend(t *testing.T, target *corev1.Pod, mutate func(*runtimeexec.Options)) *runtimeexec.Backend {
 	t.Helper()
 	o := runtimeexec.Options{
-		Client: env.client, Config: env.config, Image: agentImage(),
+		PodOptions:   podexec.PodOptions{Client: env.client, Config: env.config, Image: agentImage()},
 		PodNamespace: target.Namespace, Pod: target.Name,
 		RuntimeEndpoints: testClusterSockets(),
 	}
@@ -144,7 +146,7 @@ func TestRuntimeEntersContainer(t *testing.T) {
 // TestRuntimeSocketAbsent: with only a missing socket (and the test nodes
 // have none at the well-known paths), the agent finds the container by
 // scanning /proc/*/cgroup; with that fallback off, the run fails with
-// ErrAgent naming the sockets it tried. Nothing is left behind either way.
+// agent.ErrNotRun naming the sockets it tried. Nothing is left behind either way.
 func TestRuntimeSocketAbsent(t *testing.T) {
 	ctx := t.Context()
 	node := env.nodes[0]
@@ -163,7 +165,7 @@ func TestRuntimeSocketAbsent(t *testing.T) {
 	b = runtimeBackend(t, target, func(o *runtimeexec.Options) { o.RuntimeEndpoints = missing; o.NoProcFallback = true })
 	errOut = syncBuffer{}
 	res, err := b.Run(ctx, nodeexec.Request{Command: []string{"cat", "/tmp/" + mark}, Stderr: &errOut})
-	if !errors.Is(err, runtimeexec.ErrAgent) || !strings.Contains(err.Error(), missing[0]+": absent") || !strings.Contains(err.Error(), "fallback is off") {
+	if !errors.Is(err, agent.ErrNotRun) || !strings.Contains(err.Error(), missing[0]+": absent") || !strings.Contains(err.Error(), "fallback is off") {
 		t.Errorf("no fallback: err %v (result %+v), stderr %q", err, res, errOut.String())
 	}
 	assertRunPodsGone(ctx, t, "default", b.RunID())
@@ -199,7 +201,7 @@ func TestRuntimeBadInput(t *testing.T) {
 		})
 	}
 	// An unknown Linux namespace is refused by New, before any API call.
-	_, err := runtimeexec.New(runtimeexec.Options{Client: env.client, Config: env.config, Pod: exited.Name, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}})
+	_, err := runtimeexec.New(runtimeexec.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config}, Pod: exited.Name, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}})
 	if !errors.Is(err, nsenter.ErrUnknownNamespace) || !strings.Contains(err.Error(), "netz") {
 		t.Errorf("unknown namespace: %v", err)
 	}

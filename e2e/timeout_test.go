@@ -43,36 +43,6 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-// TestCancel: cancelling the context mid-command ends the run at once and
-// deletes the pod.
-func TestCancel(t *testing.T) {
-	b := backend(t, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Run(ctx, nodeexec.Request{Node: env.nodes[1], Command: []string{"sh", "-c", "echo started; sleep 600"}, Stdout: &out})
-		done <- err
-	}()
-	if !waitFor(30*time.Second, func() bool { return strings.Contains(out.String(), "started") }) {
-		cancel()
-		t.Fatalf("command did not start; output %q", out.String())
-	}
-	if pods := runPods(t.Context(), t, "default", b.RunID()); len(pods) != 1 {
-		t.Errorf("pods while running: %v, want one", pods)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("err = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10s of cancellation")
-	}
-	assertRunPodsGone(t.Context(), t, "default", b.RunID())
-}
-
 // TestCLIInterrupt: Ctrl-C (SIGINT) on `nodeexec run` deletes the pod and exits.
 func TestCLIInterrupt(t *testing.T) {
 	ctx := t.Context()
@@ -198,9 +168,7 @@ func TestCLIInterruptTwice(t *testing.T) {
 		t.Fatalf("command did not start everywhere; stdout %q stderr %q", out.String(), errOut.String())
 	}
 	t.Cleanup(func() {
-		if err := env.cluster.Restore(context.WithoutCancel(ctx)); err != nil {
-			t.Errorf("Restore: %v", err)
-		}
+		restoreCluster(context.WithoutCancel(ctx), t)
 	})
 	if err := env.cluster.FreezeAPIServer(ctx); err != nil {
 		t.Fatal(err)

@@ -106,6 +106,13 @@ spec:
 		if s, _ := nodeState(ctx, t, n, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, n, watcher.ActionRun) != "deployed watcher on "+n+"\n" {
 			t.Errorf("node %s: state %+v", n, s)
 		}
+		// The NodeScript's Node condition, under deploy/'s nodes/status right.
+		if !waitFor(15*time.Second, func() bool {
+			c := nodeCondition(ctx, t, n, name)
+			return c != nil && c.Reason == watcher.ConditionApplied
+		}) {
+			t.Errorf("node %s: no condition %s Applied (%+v)", n, watcher.ConditionType(name), nodeCondition(ctx, t, n, name))
+		}
 	}
 	// Events about cluster-scoped objects land in default: the watcher's
 	// Role there lets it record them.

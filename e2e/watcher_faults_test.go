@@ -77,9 +77,7 @@ func startFaultRollout(t *testing.T, prefix, selector string, firstSleep time.Du
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if err := env.cluster.Restore(ctx); err != nil {
-			t.Errorf("restoring the cluster: %v", err)
-		}
+		restoreCluster(ctx, t)
 	})
 	script := fmt.Sprintf(`f=%s; n=$(cat "$f" 2>/dev/null | wc -l); date +%%s.%%N >> "$f"; if [ "$n" -eq 0 ]; then sleep %d; fi; echo "done on $NODE_NAME"`,
 		f.logFile, int(firstSleep.Seconds()))

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -122,8 +123,8 @@ func applyNodeScript(ctx context.Context, t testing.TB, dyn dynamic.Interface, d
 	}
 }
 
-// cleanupNodeScript deletes the NodeScript and its state annotations, and
-// uncordons the nodes listed.
+// cleanupNodeScript deletes the NodeScript, its annotations (state, rerun,
+// ignore) and its condition from the nodes, and uncordons the nodes listed.
 func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordon ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -132,14 +133,30 @@ func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordo
 		sel := watcher.LabelNodeScript + "=" + name
 		_ = env.client.CoreV1().Pods(watcher.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 		nodes, _ := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		keys := []string{watcher.StateAnnotation(name), watcher.RerunAnnotation(name), watcher.IgnoreAnnotation(name)}
 		for _, n := range nodes.Items {
-			if _, has := n.Annotations[watcher.StateAnnotation(name)]; !has && !slices.Contains(uncordon, n.Name) || n.Labels["type"] == "kwok" {
+			if n.Labels["type"] == "kwok" {
 				continue // simulated nodes are deleted with their annotations
 			}
-			patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, watcher.StateAnnotation(name)))
-			if slices.Contains(uncordon, n.Name) {
-				patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, watcher.StateAnnotation(name)))
+			for _, c := range n.Status.Conditions {
+				if c.Type == watcher.ConditionType(name) {
+					patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, c.Type)
+					_, _ = env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+				}
 			}
+			has := slices.ContainsFunc(keys, func(k string) bool { _, ok := n.Annotations[k]; return ok })
+			if !has && !slices.Contains(uncordon, n.Name) {
+				continue
+			}
+			ann := map[string]any{}
+			for _, k := range keys {
+				ann[k] = nil
+			}
+			p := map[string]any{"metadata": map[string]any{"annotations": ann}}
+			if slices.Contains(uncordon, n.Name) {
+				p["spec"] = map[string]any{"unschedulable": nil}
+			}
+			patch, _ := json.Marshal(p)
 			_, _ = env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		}
 		// The watcher's finalizer goes too, in case no watcher runs any more.

@@ -2,6 +2,7 @@ package nodeexec
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -77,6 +78,19 @@ type Requirer interface {
 // is the pod they would create on req.Node for req. It makes no API call.
 type PodDescriber interface {
 	Pod(req Request) (*corev1.Pod, error)
+}
+
+// CompletionPodBuilder is implemented by pod backends that can run a
+// request to completion in a pod of their own, without exec: CompletionPod
+// is the pod Pod(req) would be, named name and created at now, whose
+// container runs Argv(req) as its own process (the kubelet's $(VAR)
+// expansion escaped) instead of holding for an exec, with
+// terminationMessagePolicy FallbackToLogsOnError. Its exit code and the end
+// of its output stay in the pod's status whether or not the caller still
+// runs: the NodeScript watcher creates these pods and reads the outcome from
+// its pod informer. It is a pure function; req.Node must be set.
+type CompletionPodBuilder interface {
+	CompletionPod(req Request, name string, now time.Time) (*corev1.Pod, error)
 }
 
 // CommandDescriber is implemented by backends that run req as a command

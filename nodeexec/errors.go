@@ -54,6 +54,11 @@ var (
 	ErrContainerNotRunning = errors.New("target container is not running")
 	// ErrWrongNode: Request.Node is set and is not the target pod's node.
 	ErrWrongNode = errors.New("the pod is not on the requested node")
+	// ErrUnsupported: a resident agent cannot run the request (for example
+	// the nsenter backend's Env, which its pods get as their environment);
+	// a wrapper such as package resident runs it with the wrapped backend
+	// instead.
+	ErrUnsupported = errors.New("not supported by a resident agent")
 )
 
 // Exit statuses of nodeexec's own, besides the command's (see ExitCode).

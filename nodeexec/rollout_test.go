@@ -222,13 +222,27 @@ func TestRunOutputSummaries(t *testing.T) {
 	}
 }
 
-func TestRunNoPreflight(t *testing.T) {
-	be := &preflightBackend{}
-	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("a", "b")...), Backend: be, NoPreflight: true})
-	if _, err := r.Run(t.Context(), nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"x"}}); err != nil {
-		t.Fatal(err)
+// TestRunPreflightHook: RunnerOptions.Preflight replaces the backend's
+// Preflight, is called once with the first node whatever the node count, and
+// its refusal runs nothing.
+func TestRunPreflightHook(t *testing.T) {
+	for _, nodes := range [][]string{{"a"}, {"a", "b"}} {
+		be := &preflightBackend{}
+		var hooked []string
+		r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes(nodes...)...), Backend: be,
+			Preflight: func(_ context.Context, node string) error { hooked = append(hooked, node); return nil }})
+		if _, err := r.Run(t.Context(), nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(be.preflights) != 0 || len(hooked) != 1 || hooked[0] != "a" || len(be.called()) != len(nodes) {
+			t.Errorf("%d nodes: backend preflights %v, hook %v, runs %v; want none, [a], %d", len(nodes), be.preflights, hooked, be.called(), len(nodes))
+		}
 	}
-	if len(be.preflights) != 0 || len(be.called()) != 2 {
-		t.Errorf("preflights %v, runs %v; want none and two", be.preflights, be.called())
+	be := &preflightBackend{}
+	refused := errors.New("refused by the hook")
+	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("a", "b")...), Backend: be,
+		Preflight: func(context.Context, string) error { return refused }})
+	if res, err := r.Run(t.Context(), nodeexec.Targets{All: true}, nodeexec.Request{Command: []string{"x"}}); !errors.Is(err, refused) || res != nil || len(be.called()) != 0 {
+		t.Errorf("refusing hook: (%v, %v), runs %v; want the refusal and nothing run", res, err, be.called())
 	}
 }

@@ -115,10 +115,15 @@ type RunnerOptions struct {
 	// OnResult, when set, is called with each node's result as soon as the
 	// node is done (from the goroutine that ran it; calls may be concurrent).
 	OnResult func(NodeResult)
-	// NoPreflight skips the backend's Preflight in multi-node runs, for a
-	// caller that has already checked (for example with
-	// nodeexec/preflight.Check, which makes the same dry-run). Defaults to false.
-	NoPreflight bool
+	// Preflight, when set, is called once with the first node before any
+	// node runs, whatever the number of nodes; an error stops the run with
+	// nothing created (RunNodes returns it). A caller sets it to its own
+	// check, for example nodeexec/preflight.Check with its report, which
+	// makes the backend's dry-run among other checks. Defaults to the
+	// backend's Preflight (Preflighter, found through wrappers with As) on
+	// runs of more than one node: with one node the create itself is the
+	// admission check, and a refused create leaves nothing behind.
+	Preflight func(ctx context.Context, node string) error
 	// Clock measures durations and times retries. Defaults to the real clock.
 	Clock clock.Clock
 }
@@ -156,9 +161,9 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	return &Runner{o: o}, nil
 }
 
-// Run resolves targets, checks with the backend's Preflight (when it has one
-// and there is more than one node) that the cluster will accept the pods, and
-// then runs req on every target
+// Run resolves targets, checks with RunnerOptions.Preflight (by default
+// the backend's Preflight, when it has one and there is more than one node)
+// that the cluster will accept the pods, and then runs req on every target
 // node, at most MaxConcurrency at a time. req.Node is ignored; req.Stdout and
 // req.Stderr receive every node's output, line by line with a "[node] "
 // prefix unless NoPrefix is set.
@@ -192,12 +197,15 @@ func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request
 		return nil, err
 	}
 	var err error
-	// With one node the create itself is the admission check, and a refused
-	// create leaves nothing behind; with several, check once before any is made.
-	if p, ok := r.o.Backend.(Preflighter); ok && len(nodes) > 1 && !r.o.NoPreflight {
-		if err := p.Preflight(ctx, nodes[0].Name); err != nil {
-			return nil, err
-		}
+	switch p, ok := As[Preflighter](r.o.Backend); {
+	case r.o.Preflight != nil:
+		err = r.o.Preflight(ctx, nodes[0].Name)
+	case ok && len(nodes) > 1:
+		// With several nodes, check once before any pod is made.
+		err = p.Preflight(ctx, nodes[0].Name)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var stdin []byte
 	if req.Stdin != nil && len(nodes) > 1 {

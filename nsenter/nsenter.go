@@ -212,3 +212,35 @@ type Cmd struct {
 
 // DefaultKillAfter is Cmd.KillAfter's default: 5 seconds.
 const DefaultKillAfter = 5 * time.Second
+
+// ValidateNamespaces rejects an empty list, unknown and repeated names;
+// errors for unknown names wrap ErrUnknownNamespace.
+func ValidateNamespaces(nss []Namespace) error {
+	if len(nss) == 0 {
+		return fmt.Errorf("empty: give at least one of %s (or leave it nil for the default)", JoinNamespaces(allNamespaces()))
+	}
+	seen := map[Namespace]bool{}
+	for _, n := range nss {
+		// ParseNamespaces names an unknown namespace and lists the valid ones.
+		if parsed, err := ParseNamespaces(string(n)); err != nil {
+			return err
+		} else if len(parsed) != 1 || parsed[0] != n {
+			return fmt.Errorf("%w %q: valid names are %s", ErrUnknownNamespace, n, JoinNamespaces(allNamespaces()))
+		}
+		if seen[n] {
+			return fmt.Errorf("%q is listed twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// JoinNamespaces is the comma-separated list of the names, as ParseNamespaces
+// reads it and the agent's --namespaces flag takes it.
+func JoinNamespaces(nss []Namespace) string {
+	names := make([]string, len(nss))
+	for i, n := range nss {
+		names[i] = string(n)
+	}
+	return strings.Join(names, ",")
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 func main() {
@@ -33,7 +34,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	backend, err := debugpod.New(debugpod.Options{Client: client, Config: cfg, Namespace: ns, Profile: "sysadmin"})
+	backend, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: client, Config: cfg, Namespace: ns}, Profile: "sysadmin"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -1,6 +1,6 @@
 // Package agentimage builds nodeexec's one container image, with
 // go-containerregistry and nothing else: FROM scratch plus the static
-// nodeexec binary at /usr/local/bin/nodeexec (nsenter.AgentPath). The same
+// nodeexec binary at /usr/local/bin/nodeexec (agent.Path). The same
 // image is the agent of the nsenter and runtime backends and of the resident
 // DaemonSet (whose holder process is `nodeexec agent hold`) and the
 // NodeScript watcher's controller (deploy/, `nodeexec watch`), so client,
@@ -39,15 +39,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-
-	"github.com/nodeexec/nodeexec/nsenter"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
 
 // The image's layout and configuration. The Dockerfile at the repository's
 // root says the same (a unit test compares them).
 const (
 	// BinaryPath is where the image holds the nodeexec binary.
-	BinaryPath = nsenter.AgentPath
+	BinaryPath = agent.Path
 	// PathEnv is the image's only environment variable. The agent passes its
 	// environment to the commands it starts in the node's namespaces, where
 	// they are looked up in this PATH.

@@ -16,8 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-
-	"github.com/nodeexec/nodeexec/nsenter"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
 
 // fakeELF returns a minimal ELF64 little-endian executable for machine,
@@ -115,7 +114,7 @@ func TestImageLayout(t *testing.T) {
 	if cf.OS != "linux" || cf.Architecture != "arm64" || !cf.Created.Time.Equal(time.Unix(0, 0)) {
 		t.Errorf("platform %s/%s created %s, want linux/arm64 at the epoch", cf.OS, cf.Architecture, cf.Created)
 	}
-	if diff := cmp.Diff(v1.Config{Entrypoint: []string{nsenter.AgentPath}, Env: []string{PathEnv}}, cf.Config); diff != "" {
+	if diff := cmp.Diff(v1.Config{Entrypoint: []string{agent.Path}, Env: []string{PathEnv}}, cf.Config); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 	layers, err := img.Layers()
@@ -215,9 +214,9 @@ func TestDockerfileMatches(t *testing.T) {
 }
 
 func TestDefaultAgentImageIsPinned(t *testing.T) {
-	ref := nsenter.DefaultAgentImage
-	if !strings.HasPrefix(ref, "nodeexec.local/agent:") || strings.HasSuffix(ref, ":latest") || !strings.HasSuffix(ref, ":"+nsenter.AgentVersion) {
-		t.Errorf("DefaultAgentImage = %q, want nodeexec.local/agent:%s", ref, nsenter.AgentVersion)
+	ref := agent.DefaultImage
+	if !strings.HasPrefix(ref, "nodeexec.local/agent:") || strings.HasSuffix(ref, ":latest") || !strings.HasSuffix(ref, ":"+agent.Version) {
+		t.Errorf("agent.DefaultImage = %q, want nodeexec.local/agent:%s", ref, agent.Version)
 	}
 }
 
@@ -228,7 +227,7 @@ func TestDeployRunsTheImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "image: "+nsenter.DefaultAgentImage+"\n") {
-		t.Errorf("deploy/deployment.yaml does not run %s", nsenter.DefaultAgentImage)
+	if !strings.Contains(string(b), "image: "+agent.DefaultImage+"\n") {
+		t.Errorf("deploy/deployment.yaml does not run %s", agent.DefaultImage)
 	}
 }

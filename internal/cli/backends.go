@@ -11,17 +11,19 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
-	"github.com/nodeexec/nodeexec/nodeexec/resident"
+	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // backendNames lists the values of --backend.
 func backendNames() []string {
-	return []string{debugpod.Name, nsenter.Name, ephemeral.Name, runtimeexec.Name}
+	return []string{debugpod.Name, nsenterpod.Name, ephemeral.Name, runtimeexec.Name}
 }
 
 // backendFlags are the flags that choose and configure a backend; each maps
@@ -39,7 +41,7 @@ func backendFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "pod", Usage: "ephemeral backend: the running pod `[NAMESPACE/]NAME` to add the ephemeral container to; the run targets its node (no --node, --selector or --all)"},
 		&ucli.StringFlag{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
 		&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
-		&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", nsenter.DefaultAgentImage), Usage: "nsenter backend: the agent image (nodeexec at " + nsenter.AgentPath + "; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
+		&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", agent.DefaultImage), Usage: "nsenter backend: the agent image (nodeexec at " + agent.Path + "; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
 	}, runtimeFlags()...)
 }
 
@@ -52,7 +54,7 @@ func checkBackendFlags(c *ucli.Context) error {
 	if _, err := requests(c); err != nil {
 		return err
 	}
-	if name == nsenter.Name || name == runtimeexec.Name {
+	if name == nsenterpod.Name || name == runtimeexec.Name {
 		if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
 			return fmt.Errorf("--namespaces: %w", err)
 		}
@@ -65,7 +67,7 @@ func checkBackendFlags(c *ucli.Context) error {
 	// The image the backend's pod or container runs: --image for debugpod
 	// and ephemeral, --agent-image for nsenter and runtime.
 	image := "image"
-	if name == nsenter.Name || name == runtimeexec.Name {
+	if name == nsenterpod.Name || name == runtimeexec.Name {
 		image = "agent-image"
 	}
 	if err := checkImage(image, c.String(image)); err != nil {
@@ -98,40 +100,41 @@ func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 		return newEphemeral(c, client, cfg, ns)
 	case debugpod.Name:
 		return debugpod.New(debugpod.Options{
-			Client:            client,
-			Config:            cfg,
-			Namespace:         ns,
-			Profile:           c.String("profile"),
-			Image:             c.String("image"),
-			ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
-			ImagePullSecrets:  c.StringSlice("image-pull-secret"),
-			PriorityClassName: c.String("priority-class"),
-			Requests:          reqs,
+			PodOptions: podOptions(c, client, cfg, ns, c.String("image"), reqs),
+			Profile:    c.String("profile"),
 		})
-	case nsenter.Name:
+	case nsenterpod.Name:
 		nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
 		if err != nil {
 			return nil, fmt.Errorf("--namespaces: %w", err)
 		}
-		b, err := nsenter.New(nsenter.Options{
-			Client:            client,
-			Config:            cfg,
-			Namespace:         ns,
-			Namespaces:        nss,
-			Image:             c.String("agent-image"),
-			ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
-			ImagePullSecrets:  c.StringSlice("image-pull-secret"),
-			PriorityClassName: c.String("priority-class"),
-			Requests:          reqs,
+		b, err := nsenterpod.New(nsenterpod.Options{
+			PodOptions: podOptions(c, client, cfg, ns, c.String("agent-image"), reqs),
+			Namespaces: nss,
 		})
 		if err != nil {
 			return nil, err
 		}
-		return withResident(c, client, cfg, b, resident.NSEnter(b))
+		return withResident(c, client, cfg, b)
 	case runtimeexec.Name:
 		return newRuntime(c, client, cfg, ns, reqs)
 	default:
 		return nil, fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	}
+}
+
+// podOptions are the pod backends' shared options from the flags: image is
+// --image or --agent-image, reqs from requests.
+func podOptions(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns, image string, reqs corev1.ResourceList) podexec.PodOptions {
+	return podexec.PodOptions{
+		Client:            client,
+		Config:            cfg,
+		Namespace:         ns,
+		Image:             image,
+		ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
+		ImagePullSecrets:  c.StringSlice("image-pull-secret"),
+		PriorityClassName: c.String("priority-class"),
+		Requests:          reqs,
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodeexec/nodeexec/internal/agentcmd"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -51,11 +52,14 @@ func Run(ctx context.Context, streams Streams, args []string) int {
 		err = app.RunContext(ctx, args)
 	}
 	var ec exitCoder
+	var as agentcmd.ExitStatus
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ec):
 		return ec.code
+	case errors.As(err, &as):
+		return as.Code
 	default:
 		fmt.Fprintf(streams.ErrOut, "error: %v%s\n", err, errorHint(err))
 		return 2
@@ -92,8 +96,9 @@ func newApp(streams Streams) *ucli.App {
 		Flags:                append(clientFlags(), versionFlag()),
 		Action:               rootAction(streams),
 		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
-			applyCommand(streams), statusCommand(streams), promoteCommand(streams), pauseCommand(streams, true), pauseCommand(streams, false), watchCommand(streams),
-			imageCommand(streams), agentCommand(streams, agentExtraCommands(streams)...),
+			applyCommand(streams), statusCommand(streams), promoteCommand(streams), pauseCommand(streams, true), pauseCommand(streams, false),
+			rerunCommand(streams), ignoreCommand(streams, true), ignoreCommand(streams, false), runNowCommand(streams), watchCommand(streams),
+			imageCommand(streams), agentCommand(streams),
 			versionCommand(streams), completionCommand(streams)},
 		// A flag value the flag package cannot parse (--timeout soon) is one
 		// error naming the flag, not the usage on stdout.

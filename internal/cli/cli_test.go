@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -228,6 +229,23 @@ func TestRunBadInput(t *testing.T) {
 		{name: "status without name", args: []string{"status"}, want: []string{"NAME"}},
 		{name: "status bad output", args: []string{"status", "x", "-o", "yaml"}, want: []string{`--output "yaml"`}},
 		{name: "promote without name", args: []string{"promote", "--to", "all"}, want: []string{"NAME"}},
+		{name: "rerun without name", args: []string{"rerun", "--node", "n1"}, want: []string{"rerun needs one NodeScript NAME"}},
+		{name: "rerun bad name", args: []string{"rerun", "Fix_It", "--node", "n1"}, want: []string{`NodeScript NAME "Fix_It"`}},
+		{name: "rerun no target", args: []string{"rerun", "fix"}, want: []string{"exactly one of", "--node", "--selector", "--all"}},
+		{name: "rerun node and selector", args: []string{"rerun", "fix", "--node", "n1", "--selector", "pool=a"}, want: []string{"exactly one of"}},
+		{name: "rerun bad node", args: []string{"rerun", "fix", "--node", "N_1"}, want: []string{`--node "N_1"`, "not a node name"}},
+		{name: "rerun empty node", args: []string{"rerun", "fix", "--node", ""}, want: []string{`--node ""`}},
+		{name: "rerun empty selector", args: []string{"rerun", "fix", "--selector", ""}, want: []string{"--selector is empty"}},
+		{name: "rerun malformed selector", args: []string{"rerun", "fix", "--selector", "a in ("}, want: []string{`--selector "a in ("`}},
+		{name: "ignore without node", args: []string{"ignore", "fix"}, want: []string{"ignore needs --node NODE"}},
+		{name: "ignore bad node", args: []string{"ignore", "fix", "--node", "a b"}, want: []string{`--node "a b"`, "not a node name"}},
+		{name: "ignore two names", args: []string{"ignore", "fix", "fix-2", "--node", "n1"}, want: []string{"ignore needs one NodeScript NAME"}},
+		{name: "unignore bad name", args: []string{"unignore", "Fix", "--node", "n1"}, want: []string{`NodeScript NAME "Fix"`}},
+		{name: "run-now without name", args: []string{"run-now"}, want: []string{"run-now needs one NodeScript NAME"}},
+		{name: "run-now negative for", args: []string{"run-now", "fix", "--for", "-1h"}, want: []string{"--for -1h0m0s", "positive"}},
+		{name: "run-now zero for", args: []string{"run-now", "fix", "--for", "0s"}, want: []string{"--for 0s"}},
+		{name: "run-now malformed for", args: []string{"run-now", "fix", "--for", "tonight"}, want: []string{`--for "tonight"`}},
+		{name: "run-now cancel and for", args: []string{"run-now", "fix", "--cancel", "--for", "1h"}, want: []string{"--cancel", "--for"}},
 		{name: "apply unreadable file", args: []string{"apply", "-f", missing}, want: []string{"missing.sh"}},
 		{name: "apply invalid nodescript", args: []string{"apply", "-f", script}, want: []string{"document 1"}},
 	}
@@ -469,13 +487,13 @@ func TestParseEnv(t *testing.T) {
 		{in: []string{"=1"}, wantErr: true},
 	}
 	for _, tt := range tests {
-		got, err := parseEnv(tt.in)
+		got, err := envflag.Parse(tt.in)
 		if (err != nil) != tt.wantErr {
-			t.Errorf("parseEnv(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
+			t.Errorf("envflag.Parse(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
 			continue
 		}
 		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("parseEnv(%q) mismatch (-want +got):\n%s", tt.in, diff)
+			t.Errorf("envflag.Parse(%q) mismatch (-want +got):\n%s", tt.in, diff)
 		}
 	}
 }

@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/resident"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // podRef parses --pod [NAMESPACE/]NAME; the namespace defaults to ns.
@@ -99,7 +99,7 @@ func newEphemeral(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config
 		if !ok {
 			return nil, fmt.Errorf("no ready resident agent on node %q in namespace %q: install them with `nodeexec agent install`, or give --pod", nodes[0], namespace)
 		}
-		pod, container = name, nsenter.AgentContainerName
+		pod, container = name, agent.ContainerName
 	} else {
 		var err error
 		if namespace, pod, err = podRef(c, ns); err != nil {

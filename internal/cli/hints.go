@@ -6,10 +6,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // pullHint is the fix for an image that cannot be pulled, naming the flags
@@ -33,7 +33,7 @@ func pullHint(err error, command, backend string) string {
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s (kubectl create secret docker-registry NAME -n %s ...)", image, pe.Namespace, pe.Namespace)
 	case backend == ephemeral.Name:
 		return fmt.Sprintf("hint: the node cannot pull %s: give another --image; an ephemeral container pulls with its pod's own imagePullSecrets", image)
-	case backend == nsenter.Name || backend == runtimeexec.Name:
+	case backend == nsenterpod.Name || backend == runtimeexec.Name:
 		return fmt.Sprintf("hint: the node cannot pull %s: give an image it can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE), "+
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s", image, pe.Namespace)
 	default:
@@ -57,7 +57,7 @@ func printPullHint(w io.Writer, backend string, results []nodeexec.NodeResult) {
 // ephemeral containers) run: --agent-image for agent install and the
 // agent-based backends, --image for the others.
 func imageFlag(command, backend string) string {
-	if command == "agent install" || backend == nsenter.Name || backend == runtimeexec.Name {
+	if command == "agent install" || backend == nsenterpod.Name || backend == runtimeexec.Name {
 		return "--agent-image"
 	}
 	return "--image"

@@ -10,7 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
-	"github.com/nodeexec/nodeexec/nsenter"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
 
 // imageCommand is `nodeexec image`: the one image nodeexec runs in the
@@ -28,7 +28,7 @@ func imagePushCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "push",
 		Usage:     "push this binary as nodeexec's image (FROM scratch + the binary) to a registry; prints REPOSITORY@sha256:...",
-		UsageText: "nodeexec image push [--binary PATH] REGISTRY/REPOSITORY[:TAG]   (TAG defaults to " + nsenter.AgentVersion + ")",
+		UsageText: "nodeexec image push [--binary PATH] REGISTRY/REPOSITORY[:TAG]   (TAG defaults to " + agent.Version + ")",
 		Description: "Builds the image of the agent (nsenter and runtime backends, resident agents) and of the NodeScript\n" +
 			"watcher: the nodeexec binary at " + agentimage.BinaryPath + " and nothing else, reproducibly (the same binary\n" +
 			"always gives the same digest), and pushes it with the credentials of `docker login`\n" +
@@ -44,7 +44,7 @@ func imagePushCommand(streams Streams) *ucli.Command {
 			if c.NArg() != 1 {
 				return fmt.Errorf("image push: give exactly one REGISTRY/REPOSITORY[:TAG], e.g. `nodeexec image push registry.example.com/nodeexec` (got %d arguments)", c.NArg())
 			}
-			tag, err := agentimage.ParseTag(c.Args().First(), nsenter.AgentVersion)
+			tag, err := agentimage.ParseTag(c.Args().First(), agent.Version)
 			if err != nil {
 				return err
 			}
@@ -81,7 +81,7 @@ func imagePushCommand(streams Streams) *ucli.Command {
 			fmt.Fprintf(streams.ErrOut, "use it as the agent:   nodeexec run --agent-image %s ...   (or export NODEEXEC_AGENT_IMAGE=%s)\n", ref, ref)
 			fmt.Fprintf(streams.ErrOut, "                       nodeexec agent install --agent-image %s; NodeScripts: spec.backend.image\n", ref)
 			fmt.Fprintf(streams.ErrOut, "and as the watcher:    in a kustomization over deploy/:  images: [{name: %s, newName: %s, digest: %s}]\n",
-				nsenter.DefaultAgentImage[:len(nsenter.DefaultAgentImage)-len(nsenter.AgentVersion)-1], ref.Context().Name(), ref.DigestStr())
+				agent.DefaultImage[:len(agent.DefaultImage)-len(agent.Version)-1], ref.Context().Name(), ref.DigestStr())
 			return nil
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
@@ -16,14 +17,14 @@ import (
 func envOf(t *testing.T, args ...string) (map[string]string, error) {
 	t.Helper()
 	var got []string
-	app := &ucli.App{Commands: []*ucli.Command{{Name: "x", Flags: []ucli.Flag{envFlag("")}, Action: func(c *ucli.Context) error {
-		got = envValues(c)
+	app := &ucli.App{Commands: []*ucli.Command{{Name: "x", Flags: []ucli.Flag{envflag.Flag("")}, Action: func(c *ucli.Context) error {
+		got = envflag.Values(c)
 		return nil
 	}}}}
 	if err := app.Run(append([]string{"nodeexec", "x"}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	return parseEnv(got)
+	return envflag.Parse(got)
 }
 
 // -e is never split on commas nor trimmed: one -e, one variable, byte for
@@ -42,7 +43,7 @@ func TestEnvNotSplit(t *testing.T) {
 	app := newApp(Streams{})
 	for _, c := range app.Command("agent").Subcommands {
 		if c.Name == "container-exec" {
-			c.Action = func(c *ucli.Context) error { agentEnv = envValues(c); return nil }
+			c.Action = func(c *ucli.Context) error { agentEnv = envflag.Values(c); return nil }
 		}
 	}
 	if err := app.Run([]string{"nodeexec", "agent", "container-exec", "--container-id", "x", "-e", "OPTS=a=1,b=2", "--", "true"}); err != nil {
@@ -61,7 +62,7 @@ func FuzzParseEnv(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, kv string) {
-		env, err := parseEnv([]string{kv})
+		env, err := envflag.Parse([]string{kv})
 		if err != nil {
 			if !strings.Contains(err.Error(), "--env") {
 				t.Fatalf("error %q does not name --env", err)

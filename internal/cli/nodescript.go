@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 )
@@ -91,10 +92,8 @@ func statusCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
 		},
 		Action: func(c *ucli.Context) error {
-			if c.NArg() != 1 {
-				return errors.New("status needs one NodeScript NAME")
-			}
-			if err := checkNodeScriptName(c.Args().First()); err != nil {
+			nsName, err := nodeScriptArg(c, "status")
+			if err != nil {
 				return err
 			}
 			if o := c.String("output"); o != "text" && o != "json" {
@@ -104,7 +103,7 @@ func statusCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := watcher.Status(c.Context, cs, dyn, c.Args().First())
+			rep, err := watcher.Status(c.Context, cs, dyn, nsName)
 			if err != nil {
 				return err
 			}
@@ -135,6 +134,14 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	if st.NextWindow != nil {
 		fmt.Fprintf(w, "maintenance window closed: opens at %s (in %s)\n", st.NextWindow.UTC().Format(time.RFC3339), st.NextWindow.Sub(now).Round(time.Second))
 	}
+	if until, set, err := watcher.RunNowUntil(ns); set {
+		if err != nil {
+			fmt.Fprintf(w, "run-now: %v\n", err)
+		} else {
+			fmt.Fprintf(w, "run-now: runs may start outside the maintenance window until %s (asked by %s; nodeexec run-now %s --cancel)\n",
+				until.UTC().Format(time.RFC3339), orDash(ns.Annotations[watcher.AnnotationRunNowBy]), ns.Name)
+		}
+	}
 	if rep.OutputError != "" {
 		fmt.Fprintf(w, "output not shown: %s\n", rep.OutputError)
 	}
@@ -147,8 +154,14 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		if !n.Current && s.Hash != "" {
 			phase = "Pending (ran " + s.Hash + ": " + s.Phase + ")"
 		}
-		if !n.Selected {
+		switch {
+		case n.Ignored:
+			phase = "Ignored (by " + orDash(n.IgnoredBy) + "; was " + phase + ")"
+		case !n.Selected:
 			phase += " (not selected)"
+		}
+		if n.Rerun != "" {
+			phase += " (rerun requested)"
 		}
 		exit, age, cordoned := "-", "-", "-"
 		if s.ExitCode != nil {
@@ -197,10 +210,8 @@ func promoteCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "to", Required: true, Usage: "\"all\", or a label `SELECTOR` of the nodes to promote to"},
 		},
 		Action: func(c *ucli.Context) error {
-			if c.NArg() != 1 {
-				return errors.New("promote needs one NodeScript NAME")
-			}
-			if err := checkNodeScriptName(c.Args().First()); err != nil {
+			nsName, err := nodeScriptArg(c, "promote")
+			if err != nil {
 				return err
 			}
 			if to := c.String("to"); to != "all" {
@@ -216,7 +227,7 @@ func promoteCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			ns, err := watcher.Promote(c.Context, dyn, c.Args().First(), c.String("to"))
+			ns, err := watcher.Promote(c.Context, dyn, nsName, c.String("to"))
 			if err != nil {
 				return err
 			}
@@ -237,21 +248,160 @@ func pauseCommand(streams Streams, paused bool) *ucli.Command {
 		Usage:     usage,
 		ArgsUsage: "NAME",
 		Action: func(c *ucli.Context) error {
-			if c.NArg() != 1 {
-				return fmt.Errorf("%s needs one NodeScript NAME", name)
-			}
-			if err := checkNodeScriptName(c.Args().First()); err != nil {
+			nsName, err := nodeScriptArg(c, name)
+			if err != nil {
 				return err
 			}
 			_, dyn, err := watcherClients(c)
 			if err != nil {
 				return err
 			}
-			ns, err := watcher.SetPaused(c.Context, dyn, c.Args().First(), paused)
+			ns, err := watcher.SetPaused(c.Context, dyn, nsName, paused)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s %s\n", ns.Name, done)
+			return nil
+		},
+	}
+}
+
+// rerunCommand asks the watcher to run a NodeScript's current spec again on some nodes.
+func rerunCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "rerun",
+		Usage:     "run a NodeScript's current spec again on nodes that ran it (the watcher forgets their record)",
+		ArgsUsage: "NAME",
+		UsageText: "rerun NAME (--node NODE... | --selector SEL | --all)",
+		Description: "Every node is checked first: it must exist, be selected by the NodeScript and have run its current\n" +
+			"spec; then each gets the annotation NAME.nodescript.nodeexec.io/rerun. The watcher runs it again there under\n" +
+			"the rollout's pace, pause and maintenance window (after a run in progress), attempts counting on.",
+		Flags: []ucli.Flag{
+			&ucli.StringSliceFlag{Name: "node", Usage: "node `NAME` to run again (repeatable, or comma-separated)"},
+			&ucli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "the nodes matching this label `SELECTOR` that ran the current spec"},
+			&ucli.BoolFlag{Name: "all", Usage: "every node that ran the current spec"},
+		},
+		Action: func(c *ucli.Context) error {
+			nsName, err := nodeScriptArg(c, "rerun")
+			if err != nil {
+				return err
+			}
+			targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
+			if err := checkNodeNames(c, targets.Nodes); err != nil {
+				return err
+			}
+			if err := checkSelectorFlag(c); err != nil {
+				return err
+			}
+			if err := targets.Validate(); err != nil {
+				return err
+			}
+			cs, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			res, err := watcher.Rerun(c.Context, cs, dyn, nsName, targets)
+			if err != nil {
+				return err
+			}
+			for _, n := range res.Nodes {
+				fmt.Fprintf(streams.Out, "node/%s: nodescript %s spec %s runs again\n", n, nsName, res.Hash)
+			}
+			return nil
+		},
+	}
+}
+
+// ignoreCommand makes a NodeScript ignore (or no longer ignore) nodes.
+func ignoreCommand(streams Streams, ignore bool) *ucli.Command {
+	name, usage, done := "unignore", "let a NodeScript select nodes it was told to ignore again", "no longer ignored"
+	if ignore {
+		name, usage, done = "ignore", "leave nodes out of a NodeScript's rollout without editing its spec", "ignored"
+	}
+	return &ucli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "NAME",
+		UsageText: name + " NAME --node NODE...",
+		Description: "Sets (ignore) or removes (unignore) the annotation NAME.nodescript.nodeexec.io/ignore on each node,\n" +
+			"with who asked as its value. An ignored node is treated as in spec.excludeNodes; its record is kept.",
+		Flags: []ucli.Flag{
+			&ucli.StringSliceFlag{Name: "node", Usage: "node `NAME` (repeatable, or comma-separated)"},
+		},
+		Action: func(c *ucli.Context) error {
+			nsName, err := nodeScriptArg(c, name)
+			if err != nil {
+				return err
+			}
+			nodes := splitCSV(c.StringSlice("node"))
+			if !c.IsSet("node") {
+				return fmt.Errorf("%s needs --node NODE: name the nodes (repeat --node, or separate them with commas)", name)
+			}
+			if err := checkNodeNames(c, nodes); err != nil {
+				return err
+			}
+			cs, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			who, err := watcher.SetIgnored(c.Context, cs, dyn, nsName, nodes, ignore)
+			if err != nil {
+				return err
+			}
+			if who.Unknown != "" {
+				fmt.Fprintf(streams.ErrOut, "note: recorded as asked by %q: %s\n", who.User, who.Unknown)
+			}
+			for _, n := range nodes {
+				fmt.Fprintf(streams.Out, "node/%s %s by nodescript %s\n", n, done, nsName)
+			}
+			return nil
+		},
+	}
+}
+
+// runNowCommand lets a NodeScript start runs outside its maintenance window for a while.
+func runNowCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "run-now",
+		Usage:     "let a NodeScript start runs outside its maintenance window for a while (or --cancel)",
+		ArgsUsage: "NAME",
+		Description: "Sets the annotations " + watcher.AnnotationRunNow + " (until when, RFC 3339) and " + watcher.AnnotationRunNowBy + " (who asked,\n" +
+			"from a SelfSubjectReview) on the NodeScript; the watcher records them in an Event and removes them once expired.",
+		Flags: []ucli.Flag{
+			&ucli.DurationFlag{Name: "for", Value: watcher.DefaultRunNowFor, Usage: "how long runs may start outside the window"},
+			&ucli.BoolFlag{Name: "cancel", Usage: "remove the override: runs start only inside the window again"},
+		},
+		Action: func(c *ucli.Context) error {
+			nsName, err := nodeScriptArg(c, "run-now")
+			if err != nil {
+				return err
+			}
+			o := watcher.RunNowOptions{For: c.Duration("for"), Cancel: c.Bool("cancel")}
+			switch {
+			case o.Cancel && c.IsSet("for"):
+				return errors.New("--cancel removes the override: give --for only to set one")
+			case o.Cancel:
+				o.For = 0
+			case o.For <= 0:
+				return fmt.Errorf("--for %s: give a positive duration such as 1h", o.For)
+			}
+			cs, dyn, err := watcherClients(c)
+			if err != nil {
+				return err
+			}
+			res, err := watcher.RunNow(c.Context, cs, dyn, nsName, o)
+			if err != nil {
+				return err
+			}
+			if o.Cancel {
+				fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s: run-now override removed\n", nsName)
+				return nil
+			}
+			if res.By.Unknown != "" {
+				fmt.Fprintf(streams.ErrOut, "note: recorded as asked by %q: %s\n", res.By.User, res.By.Unknown)
+			}
+			fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s: runs may start outside the maintenance window until %s (asked by %s)\n",
+				nsName, res.Until.Format(time.RFC3339), res.By.User)
 			return nil
 		},
 	}
@@ -390,6 +540,14 @@ func serveHTTP(log logr.Logger, flag, addr string, mux *http.ServeMux) (stop fun
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("serving", "flag", flag, "address", ln.Addr().String())
 	return func() { _ = srv.Close() }, nil
+}
+
+// nodeScriptArg is the one argument of command cmd, a NodeScript NAME, checked.
+func nodeScriptArg(c *ucli.Context, cmd string) (string, error) {
+	if c.NArg() != 1 {
+		return "", fmt.Errorf("%s needs one NodeScript NAME", cmd)
+	}
+	return c.Args().First(), checkNodeScriptName(c.Args().First())
 }
 
 // checkNodeScriptName: NodeScript names are DNS labels (they label pods).

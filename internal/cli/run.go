@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
@@ -32,7 +36,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.IntFlag{Name: "max-concurrency", Value: nodeexec.DefaultMaxConcurrency, Usage: "nodes worked on at once"},
 			&ucli.StringFlag{Name: "script", Usage: "run this script `FILE` with sh on the node (in chroot /host when the profile mounts it)"},
 			&ucli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass standard input to the command (to every node)"},
-			envFlag("environment variable `KEY=VALUE` for the command; repeat -e for several (the value is kept whole: commas, '=' and spaces included)"),
+			envflag.Flag("environment variable `KEY=VALUE` for the command; repeat -e for several (the value is kept whole: commas, '=' and spaces included)"),
 			&ucli.StringSliceFlag{Name: "env-from-secret", Usage: "environment variables from a Secret in the pod's namespace, read by the kubelet (the value is never in the pod spec): `NAME:KEY` for the variable KEY, NAME for every key; repeatable. debugpod, nsenter and ephemeral"},
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
@@ -46,74 +50,21 @@ func runCommand(streams Streams) *ucli.Command {
 }
 
 func runAction(c *ucli.Context, streams Streams) error {
-	targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
 	// The progress line (several nodes, -o text, stderr a terminal) is
 	// erased before each line of output or log reaches the terminal: stderr,
 	// and stdout when it is a terminal too (the same screen, presumably).
 	prog := runProgress(c, streams)
-	_, outOnTerm := term.Fd(streams.Out)
 	errOut := prog.writer(streams.ErrOut, true)
-	req := nodeexec.Request{
-		Command: c.Args().Slice(),
-		Stdout:  prog.writer(streams.Out, outOnTerm),
-		Stderr:  errOut,
-		Timeout: c.Duration("timeout"),
-	}
-	if f := c.String("script"); f != "" {
-		if len(req.Command) > 0 {
-			return errors.New("give either --script FILE or a command after --, not both")
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("cannot read --script file: %w", err)
-		}
-		if len(b) == 0 {
-			return fmt.Errorf("--script file %q is empty", f)
-		}
-		req.Script = string(b)
-	}
-	if c.Bool("stdin") {
-		req.Stdin = streams.In
-	}
-	env, err := parseEnv(envValues(c))
+	req, targets, err := runRequest(c, streams, prog, errOut)
 	if err != nil {
-		return err
-	}
-	req.Env = env
-	if req.SecretEnv, err = parseSecretEnv(c.StringSlice("env-from-secret")); err != nil {
-		return err
-	}
-	if c.Duration("timeout") <= 0 {
-		return fmt.Errorf("--timeout %s: give a positive duration such as 30s or 5m", c.Duration("timeout"))
-	}
-	if c.Int("max-concurrency") <= 0 {
-		return fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))
-	}
-	// Check the request and targets before touching the cluster.
-	if err := checkNodeNames(c, targets.Nodes); err != nil {
-		return err
-	}
-	if err := checkSelectorFlag(c); err != nil {
-		return err
-	}
-	if err := checkTargets(c, targets); err != nil {
-		return err
-	}
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	if err := checkBackendFlags(c); err != nil {
 		return err
 	}
 	client, cfg, ns, err := client(c)
 	if err != nil {
 		return err
 	}
-	backend, err := newBackend(c, client, cfg, ns)
+	backend, targets, err := runBackend(c, client, cfg, ns, targets)
 	if err != nil {
-		return err
-	}
-	if targets, err = podTargets(c, backend, targets); err != nil {
 		return err
 	}
 	opts := nodeexec.RunnerOptions{
@@ -122,26 +73,35 @@ func runAction(c *ucli.Context, streams Streams) error {
 		MaxConcurrency:  c.Int("max-concurrency"),
 		NoPrefix:        c.Bool("no-prefix"),
 		IncludeNotReady: c.Bool("include-not-ready"),
-		// runPreflight below makes the same dry-run, with the full report.
-		NoPreflight: true,
+	}
+	ctx := withLogger(c.Context, errOut, c.Int("v"))
+	// Refusals (Pod Security, RBAC, admission) are reported before anything
+	// is created: the full preflight report, which includes the backend's
+	// dry-run, once, on the first node. Once it passes, the pods of dead
+	// clients in the namespace are collected.
+	opts.Preflight = func(ctx context.Context, node string) error {
+		first := req
+		first.Node = node
+		if err := runPreflight(ctx, streams.Out, backend, client, ns, first, false); err != nil {
+			return err
+		}
+		collectExpired(ctx, client, ns)
+		return nil
 	}
 	prog.hooks(&opts)
 	runner, err := newRunner(c, streams, opts)
 	if err != nil {
 		return err
 	}
-	ctx := withLogger(c.Context, errOut, c.Int("v"))
-	// Refusals (Pod Security, RBAC, admission) are reported before anything is created.
 	nodes, err := runner.Resolve(ctx, targets)
 	if err != nil {
 		return err
 	}
-	first := req
-	first.Node = nodes[0].Name
-	if err := runPreflight(ctx, streams.Out, backend, client, ns, first, c.Bool("explain")); err != nil || c.Bool("explain") {
-		return err
+	if c.Bool("explain") {
+		first := req
+		first.Node = nodes[0].Name
+		return runPreflight(ctx, streams.Out, backend, client, ns, first, true)
 	}
-	collectExpired(ctx, client, ns)
 	prog.start(len(nodes))
 	results, err := runner.RunNodes(ctx, nodes, outputRequest(c, req))
 	prog.stop()
@@ -156,6 +116,78 @@ func runAction(c *ucli.Context, streams Streams) error {
 	printResults(c, streams, results)
 	printPullHint(streams.ErrOut, c.String("backend"), results)
 	return exitStatus(results)
+}
+
+// runRequest turns run's flags into the Request and the Targets, and checks
+// them and the backend flags, before anything touches the cluster: errors
+// name the flag (exit 2).
+func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writer) (nodeexec.Request, nodeexec.Targets, error) {
+	targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
+	_, outOnTerm := term.Fd(streams.Out)
+	req := nodeexec.Request{
+		Command: c.Args().Slice(),
+		Stdout:  prog.writer(streams.Out, outOnTerm),
+		Stderr:  errOut,
+		Timeout: c.Duration("timeout"),
+	}
+	if f := c.String("script"); f != "" {
+		if len(req.Command) > 0 {
+			return req, targets, errors.New("give either --script FILE or a command after --, not both")
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return req, targets, fmt.Errorf("cannot read --script file: %w", err)
+		}
+		if len(b) == 0 {
+			return req, targets, fmt.Errorf("--script file %q is empty", f)
+		}
+		req.Script = string(b)
+	}
+	if c.Bool("stdin") {
+		req.Stdin = streams.In
+	}
+	env, err := envflag.Parse(envflag.Values(c))
+	if err != nil {
+		return req, targets, err
+	}
+	req.Env = env
+	if req.SecretEnv, err = parseSecretEnv(c.StringSlice("env-from-secret")); err != nil {
+		return req, targets, err
+	}
+	if c.Duration("timeout") <= 0 {
+		return req, targets, fmt.Errorf("--timeout %s: give a positive duration such as 30s or 5m", c.Duration("timeout"))
+	}
+	if c.Int("max-concurrency") <= 0 {
+		return req, targets, fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))
+	}
+	// Check the request and targets before touching the cluster.
+	if err := checkNodeNames(c, targets.Nodes); err != nil {
+		return req, targets, err
+	}
+	if err := checkSelectorFlag(c); err != nil {
+		return req, targets, err
+	}
+	if err := checkTargets(c, targets); err != nil {
+		return req, targets, err
+	}
+	if err := req.Validate(); err != nil {
+		return req, targets, err
+	}
+	if err := checkBackendFlags(c); err != nil {
+		return req, targets, err
+	}
+	return req, targets, nil
+}
+
+// runBackend builds the backend of run's flags and, for a backend that
+// targets a container (TargetResolver), replaces targets with its pod's node.
+func runBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns string, targets nodeexec.Targets) (nodeexec.Backend, nodeexec.Targets, error) {
+	backend, err := newBackend(c, client, cfg, ns)
+	if err != nil {
+		return nil, targets, err
+	}
+	targets, err = podTargets(c, backend, targets)
+	return backend, targets, err
 }
 
 // printSummary writes one line per node: name, exit code, duration, and the error if any.

@@ -38,33 +38,26 @@ func newRuntime(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 		}
 	}
 	b, err := runtimeexec.New(runtimeexec.Options{
-		Client:            client,
-		Config:            cfg,
-		PodNamespace:      podNS,
-		Pod:               pod,
-		Container:         c.String("container"),
-		Namespace:         ns,
-		Namespaces:        nss,
-		RuntimeEndpoints:  c.StringSlice("runtime-endpoint"),
-		NoProcFallback:    c.Bool("no-proc-fallback"),
-		Image:             c.String("agent-image"),
-		ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
-		ImagePullSecrets:  c.StringSlice("image-pull-secret"),
-		PriorityClassName: c.String("priority-class"),
-		Requests:          reqs,
+		PodOptions:       podOptions(c, client, cfg, ns, c.String("agent-image"), reqs),
+		PodNamespace:     podNS,
+		Pod:              pod,
+		Container:        c.String("container"),
+		Namespaces:       nss,
+		RuntimeEndpoints: c.StringSlice("runtime-endpoint"),
+		NoProcFallback:   c.Bool("no-proc-fallback"),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return withResident(c, client, cfg, b, nil)
+	return withResident(c, client, cfg, b)
 }
 
 // withResident wraps b with resident.Wrap when --use-resident is set.
-func withResident(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, b nodeexec.Backend, cmd resident.Commander) (nodeexec.Backend, error) {
+func withResident(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, b nodeexec.Backend) (nodeexec.Backend, error) {
 	if !c.Bool("use-resident") {
 		return b, nil
 	}
-	return resident.Wrap(b, resident.WrapOptions{Client: client, Config: cfg, Namespace: c.String("resident-namespace"), Commander: cmd})
+	return resident.Wrap(b, resident.WrapOptions{Client: client, Config: cfg, Namespace: c.String("resident-namespace")})
 }
 
 // checkRuntimeTargets: the runtime backend targets the pod of --pod, on its

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/resident"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // version is the release version, set at link time:
@@ -177,7 +177,7 @@ func clusterVersions(ctx context.Context, cs kubernetes.Interface, cfg *rest.Con
 		return sv.GitVersion, av, nil
 	}
 	for _, ctr := range ds.Spec.Template.Spec.Containers {
-		if ctr.Name == nsenter.AgentContainerName {
+		if ctr.Name == agent.ContainerName {
 			av.Image = ctr.Image
 		}
 	}
@@ -194,7 +194,7 @@ func clusterVersions(ctx context.Context, cs kubernetes.Interface, cfg *rest.Con
 		}
 		var stdout, stderr bytes.Buffer
 		err := podexec.NewStreamer(cfg, cs.CoreV1().RESTClient()).Exec(ctx, namespace, p.Name,
-			&corev1.PodExecOptions{Container: nsenter.AgentContainerName, Command: []string{nsenter.AgentPath, "version", "--client", "-o", "json"}, Stdout: true, Stderr: true},
+			&corev1.PodExecOptions{Container: agent.ContainerName, Command: []string{agent.Path, "version", "--client", "-o", "json"}, Stdout: true, Stderr: true},
 			remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
 		if err != nil {
 			av.Error = fmt.Sprintf("asking agent pod %s for its version: %v %s", p.Name, err, bytes.TrimSpace(stderr.Bytes()))

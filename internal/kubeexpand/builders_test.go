@@ -8,14 +8,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/internal/kubeexpand"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/ephemeral"
+	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // nasty are strings the kubelet's expansion would change if a builder put
@@ -76,7 +78,7 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 		checkEnv(t, pod.Spec.Containers[0])
 	})
 	t.Run("nsenter", func(t *testing.T) {
-		pod, err := nsenter.BuildPod(nsenter.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Image: "agent",
+		pod, err := agent.BuildPod(agent.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Image: "agent",
 			Env: env, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
 		if err != nil {
 			t.Fatal(err)
@@ -100,7 +102,7 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 			t.Errorf("command after expansion (-want +got):\n%s", diff)
 		}
 	})
-	for _, backend := range []string{debugpod.Name, nsenter.Name} {
+	for _, backend := range []string{debugpod.Name, nsenterpod.Name} {
 		t.Run("watcher/"+backend, func(t *testing.T) {
 			for _, script := range nasty[:len(nasty)-1] {
 				if script == "" {
@@ -108,7 +110,7 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 				}
 				ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"},
 					Spec: v1alpha1.NodeScriptSpec{Script: script, Backend: v1alpha1.BackendSpec{Name: backend}}}
-				pod, err := watcher.RunPod(watcher.RunPodSpec{NodeScript: ns, Node: "n", Action: watcher.ActionRun, Attempt: 1, Now: now})
+				pod, err := watcher.RunPod(watcher.RunPodSpec{NodeScript: ns, Backend: mustNodeBackend(t, ns), Node: "n", Action: watcher.ActionRun, Attempt: 1, Now: now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -145,4 +147,13 @@ func TestSecretEnvByReference(t *testing.T) {
 	if err := (&nodeexec.Request{Command: []string{"x"}, SecretEnv: []nodeexec.SecretEnv{{Secret: "Bad Name"}}}).Validate(); err == nil || !strings.Contains(err.Error(), "SecretEnv[0].Secret") {
 		t.Errorf("Validate: %v", err)
 	}
+}
+
+func mustNodeBackend(t *testing.T, ns *v1alpha1.NodeScript) nodeexec.Backend {
+	t.Helper()
+	b, err := watcher.NodeBackend(ns, fake.NewClientset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -20,17 +20,12 @@ package debugpod
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/kubectl/pkg/cmd/debug"
-	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
@@ -48,49 +43,27 @@ const (
 	// root filesystem, which fixing a node needs.
 	DefaultProfile = debug.ProfileSysadmin
 	// DefaultNamespace is used when Options.Namespace is empty.
-	DefaultNamespace = "default"
+	DefaultNamespace = podexec.DefaultNamespace
 )
 
 // Options configure a Backend.
 type Options struct {
-	// Client talks to the API server. Required.
-	Client kubernetes.Interface
-	// Config is the client configuration, used for the exec streams. Required
-	// unless Streamer is set.
-	Config *rest.Config
-	// Namespace for the pods. Defaults to DefaultNamespace.
-	Namespace string
+	// PodOptions are the client, the namespace of the pods (default
+	// DefaultNamespace), the image of the debugging container (default
+	// DefaultImage), its pull policy, secrets, priority class and requests,
+	// the run ID and the test hooks; see podexec.PodOptions for each
+	// field's default.
+	podexec.PodOptions
 	// Profile is kubectl debug's profile: legacy, general, baseline,
 	// restricted, netadmin or sysadmin. Defaults to DefaultProfile.
 	Profile string
-	// Image of the debugging container. Defaults to DefaultImage.
-	Image string
-	// ImagePullPolicy defaults to IfNotPresent.
-	ImagePullPolicy corev1.PullPolicy
-	// ImagePullSecrets names secrets in Namespace for pulling Image. Optional.
-	ImagePullSecrets []string
-	// PriorityClassName for the pods. Optional.
-	PriorityClassName string
-	// Requests are the container's resource requests. Defaults to podexec.DefaultRequests().
-	Requests corev1.ResourceList
-	// RunID labels every pod of this Backend (nodeexec.LabelRunID). Defaults
-	// to a random 10-character ID.
-	RunID string
-	// Clock drives timers and timestamps. Defaults to the real clock.
-	Clock clock.WithTicker
-	// NameSuffix returns the random part of a pod name. Defaults to 5 random
-	// lowercase letters and digits.
-	NameSuffix func() string
-	// Streamer overrides how commands are run in the pod (tests). Defaults to
-	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
-	Streamer podexec.Streamer
 }
 
 // Backend is the debug-pod backend. It is safe for concurrent use; all its
 // pods share one watch.
 type Backend struct {
 	o    Options
-	exec *podexec.Executor
+	base *podexec.PodBackend
 }
 
 var (
@@ -100,17 +73,8 @@ var (
 
 // New validates o and returns a Backend. Errors name the bad field.
 func New(o Options) (*Backend, error) {
-	if o.Client == nil {
-		return nil, errors.New("debugpod: Options.Client is nil: give a Kubernetes client")
-	}
-	if o.Config == nil && o.Streamer == nil {
-		return nil, errors.New("debugpod: Options.Config is nil: give the rest.Config the client was built from")
-	}
-	if o.Namespace == "" {
-		o.Namespace = DefaultNamespace
-	}
-	if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
-		return nil, fmt.Errorf("debugpod: invalid namespace %q: %s", o.Namespace, strings.Join(msgs, "; "))
+	if err := o.Complete(Name, DefaultImage); err != nil {
+		return nil, err
 	}
 	if o.Profile == "" {
 		o.Profile = DefaultProfile
@@ -118,50 +82,11 @@ func New(o Options) (*Backend, error) {
 	if _, err := debug.NewProfileApplier(o.Profile, debug.KeepFlags{}); err != nil {
 		return nil, fmt.Errorf("debugpod: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles(), ", "))
 	}
-	if o.Image == "" {
-		o.Image = DefaultImage
-	}
-	switch o.ImagePullPolicy {
-	case "":
-		o.ImagePullPolicy = corev1.PullIfNotPresent
-	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-	default:
-		return nil, fmt.Errorf("debugpod: invalid image pull policy %q: want Always, IfNotPresent or Never", o.ImagePullPolicy)
-	}
-	if o.Requests == nil {
-		o.Requests = podexec.DefaultRequests()
-	}
-	if o.RunID == "" {
-		o.RunID = podexec.RandomSuffix(10)
-	}
-	if msgs := validation.IsValidLabelValue(o.RunID); len(msgs) > 0 {
-		return nil, fmt.Errorf("debugpod: invalid RunID %q: %s", o.RunID, strings.Join(msgs, "; "))
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.NameSuffix == nil {
-		o.NameSuffix = func() string { return podexec.RandomSuffix(5) }
-	}
-	if o.Streamer == nil {
-		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
-	}
-	lease, err := podexec.NewLease(podexec.LeaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
+	base, err := podexec.NewPodBackend(Name, o.PodOptions)
 	if err != nil {
 		return nil, err
 	}
-	exec, err := podexec.New(podexec.Options{
-		Client:   o.Client,
-		Streamer: o.Streamer,
-		Tracker:  podexec.NewTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
-		Backend:  Name,
-		Clock:    o.Clock,
-		Lease:    lease,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{o: o, exec: exec}, nil
+	return &Backend{o: o, base: base}, nil
 }
 
 // Name returns "debugpod".
@@ -172,10 +97,14 @@ func (b *Backend) RunID() string { return b.o.RunID }
 
 // Pod builds the pod that Run would create for req, without creating it.
 func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
-	now := b.o.Clock.Now()
-	return BuildPod(PodSpec{
+	return BuildPod(b.podSpec(req, PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now()))
+}
+
+// podSpec is the PodSpec of req's pod, named name and created at now.
+func (b *Backend) podSpec(req nodeexec.Request, name string, now time.Time) PodSpec {
+	return PodSpec{
 		Node:              req.Node,
-		Name:              PodName(req.Node, b.o.NameSuffix()),
+		Name:              name,
 		Namespace:         b.o.Namespace,
 		RunID:             b.o.RunID,
 		Profile:           b.o.Profile,
@@ -191,7 +120,7 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 		Command:           b.Argv(req),
 		Stdin:             req.Stdin != nil,
 		TTY:               req.TTY,
-	})
+	}
 }
 
 // Argv is what runs in the container for req: req.Command as given, or the
@@ -204,33 +133,21 @@ func (b *Backend) Argv(req nodeexec.Request) []string {
 	return req.Argv()
 }
 
+// launch is the pod for req and Argv run in its container.
+func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
+	pod, err := b.Pod(req)
+	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
+}
+
 // Run runs req on req.Node in a new debug pod and deletes the pod. See
 // nodeexec.Backend for the errors.
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
-	if req.Node == "" {
-		return nodeexec.Result{ExitCode: -1, Backend: Name}, errors.New("debugpod: Request.Node is empty: give the target node")
-	}
-	if err := req.Validate(); err != nil {
-		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: Name}, err
-	}
-	pod, err := b.Pod(req)
-	if err != nil {
-		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: Name}, err
-	}
-	return b.exec.Run(ctx, pod, ContainerName, b.Argv(req), req)
+	return b.base.Run(ctx, req, b.launch)
 }
 
 // Preflight asks the API server to admit the pod for node without creating
 // it (a server-side dry-run create), so that an RBAC refusal or a Pod Security
 // rejection is reported before any pod exists. Errors wrap nodeexec.ErrForbidden.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
-	pod, err := b.Pod(nodeexec.Request{Node: node, Command: []string{"true"}})
-	if err != nil {
-		return err
-	}
-	_, err = b.o.Client.CoreV1().Pods(b.o.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return podexec.CreateError(pod, err)
-	}
-	return nil
+	return b.base.Preflight(ctx, node, b.launch)
 }

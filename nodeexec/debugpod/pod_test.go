@@ -158,12 +158,12 @@ func TestNewValidation(t *testing.T) {
 		want string
 	}{
 		"no client":      {Options{}, "Options.Client is nil"},
-		"no config":      {Options{Client: client}, "Options.Config is nil"},
-		"bad profile":    {Options{Client: client, Streamer: nopStreamer{}, Profile: "root"}, `unknown profile "root"`},
-		"bad policy":     {Options{Client: client, Streamer: nopStreamer{}, ImagePullPolicy: "Sometimes"}, `invalid image pull policy "Sometimes"`},
-		"bad namespace":  {Options{Client: client, Streamer: nopStreamer{}, Namespace: "Not_OK"}, `invalid namespace "Not_OK"`},
-		"bad run ID":     {Options{Client: client, Streamer: nopStreamer{}, RunID: "no spaces"}, `invalid RunID "no spaces"`},
-		"defaults apply": {Options{Client: client, Streamer: nopStreamer{}}, ""},
+		"no config":      {Options{PodOptions: podexec.PodOptions{Client: client}}, "Options.Config is nil"},
+		"bad profile":    {Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}}, Profile: "root"}, `unknown profile "root"`},
+		"bad policy":     {Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}, ImagePullPolicy: "Sometimes"}}, `invalid image pull policy "Sometimes"`},
+		"bad namespace":  {Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}, Namespace: "Not_OK"}}, `invalid namespace "Not_OK"`},
+		"bad run ID":     {Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}, RunID: "no spaces"}}, `invalid RunID "no spaces"`},
+		"defaults apply": {Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}}}, ""},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -197,7 +197,7 @@ func TestArgv(t *testing.T) {
 		{"sysadmin", nodeexec.Request{Command: []string{"uname", "-r"}}, []string{"uname", "-r"}},
 	}
 	for _, tc := range tests {
-		b, err := New(Options{Client: fake.NewClientset(), Streamer: nopStreamer{}, Profile: tc.profile})
+		b, err := New(Options{PodOptions: podexec.PodOptions{Client: fake.NewClientset(), Streamer: nopStreamer{}}, Profile: tc.profile})
 		if err != nil {
 			t.Fatal(err)
 		}

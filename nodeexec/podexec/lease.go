@@ -70,11 +70,16 @@ type LeaseOptions struct {
 type RunLease struct {
 	o LeaseOptions
 
-	mu    sync.Mutex
-	refs  int
-	lease *coordinationv1.Lease // held: the last written state
-	stop  context.CancelFunc
-	done  chan struct{}
+	// mu serialises Acquire and release (refs, stop, done). release holds
+	// it while it waits for the renewal loop to end, so the loop never takes
+	// it: it takes leaseMu, which guards lease alone.
+	mu   sync.Mutex
+	refs int
+	stop context.CancelFunc
+	done chan struct{}
+
+	leaseMu sync.Mutex
+	lease   *coordinationv1.Lease // held: the last written state
 }
 
 // NewLease validates o and returns a RunLease (nothing is created yet).
@@ -117,7 +122,7 @@ func (l *RunLease) Name() string { return LeaseName(l.o.RunID) }
 func (l *RunLease) Acquire(ctx context.Context) (*coordinationv1.Lease, func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lease == nil {
+	if l.done == nil { // not held
 		now := metav1.NewMicroTime(l.o.Clock.Now())
 		lease := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
@@ -154,15 +159,23 @@ func (l *RunLease) Acquire(ctx context.Context) (*coordinationv1.Lease, func(), 
 			}
 			return nil, nil, fmt.Errorf("creating the run's Lease %s/%s: %w", l.o.Namespace, lease.Name, err)
 		}
-		l.lease = created
+		l.setLease(created)
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		l.stop, l.done = cancel, make(chan struct{})
 		go l.renewLoop(rctx, l.done)
 	}
 	l.refs++
+	l.leaseMu.Lock()
 	lease := l.lease.DeepCopy()
+	l.leaseMu.Unlock()
 	var once sync.Once
 	return lease, func() { once.Do(func() { l.release(ctx) }) }, nil
+}
+
+func (l *RunLease) setLease(lease *coordinationv1.Lease) {
+	l.leaseMu.Lock()
+	defer l.leaseMu.Unlock()
+	l.lease = lease
 }
 
 func (l *RunLease) expiry(renewed time.Time) string {
@@ -178,8 +191,11 @@ func (l *RunLease) release(ctx context.Context) {
 	}
 	l.stop()
 	<-l.done
+	l.leaseMu.Lock()
 	lease := l.lease
-	l.lease, l.stop, l.done = nil, nil, nil
+	l.lease = nil
+	l.leaseMu.Unlock()
+	l.stop, l.done = nil, nil
 	log := logr.FromContextOrDiscard(ctx)
 	// Past its expiry the Lease is the collector's; until then (and for at
 	// most CancelCleanupBudget) keep trying.
@@ -221,9 +237,9 @@ func (l *RunLease) renewLoop(ctx context.Context, done chan struct{}) {
 
 // renew writes a new renewTime, re-reading the Lease on a conflict.
 func (l *RunLease) renew(ctx context.Context) error {
-	l.mu.Lock()
+	l.leaseMu.Lock()
 	cur := l.lease.DeepCopy()
-	l.mu.Unlock()
+	l.leaseMu.Unlock()
 	leases := l.o.Client.CoordinationV1().Leases(l.o.Namespace)
 	for range 2 {
 		now := metav1.NewMicroTime(l.o.Clock.Now())
@@ -236,11 +252,11 @@ func (l *RunLease) renew(ctx context.Context) error {
 		updated, err := leases.Update(rctx, cur, metav1.UpdateOptions{})
 		cancel()
 		if err == nil {
-			l.mu.Lock()
+			l.leaseMu.Lock()
 			if l.lease != nil {
 				l.lease = updated
 			}
-			l.mu.Unlock()
+			l.leaseMu.Unlock()
 			return nil
 		}
 		if !apierrors.IsConflict(err) {

@@ -35,6 +35,51 @@ func getLease(t *testing.T, cs *fake.Clientset, name string) *coordinationv1.Lea
 	return l
 }
 
+// TestRunLeaseReleaseDuringRenewal: the last release while a renewal is in
+// flight waits for it and deletes the Lease; it used to deadlock (release
+// held the lock the renewal needed to record its result, while waiting for
+// the renewal loop to end).
+func TestRunLeaseReleaseDuringRenewal(t *testing.T) {
+	cs := fake.NewClientset()
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	cs.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if once.CompareAndSwap(false, true) {
+			close(entered)
+			<-unblock
+		}
+		return false, nil, nil // on to the tracker
+	})
+	clk := clocktesting.NewFakeClock(t0)
+	l, err := podexec.NewLease(podexec.LeaseOptions{Client: cs, Namespace: testNS, RunID: "run1", Holder: "me", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, release, err := l.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a timer", clk.HasWaiters)
+	clk.Step(podexec.DefaultLeaseRenewInterval)
+	select {
+	case <-entered:
+	case <-time.After(waitLimit):
+		t.Fatal("no renewal started")
+	}
+	released := make(chan struct{})
+	go func() { release(); close(released) }()
+	time.Sleep(200 * time.Millisecond) // let release take the lock and wait for the loop
+	close(unblock)
+	select {
+	case <-released:
+	case <-time.After(waitLimit):
+		t.Fatal("release did not return: deadlocked with the renewal in flight")
+	}
+	if _, err := cs.CoordinationV1().Leases(testNS).Get(t.Context(), lease.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("lease not deleted by the release: %v", err)
+	}
+}
+
 func TestRunLeaseLifecycle(t *testing.T) {
 	cs := fake.NewClientset()
 	clk := clocktesting.NewFakeClock(t0)

@@ -21,7 +21,7 @@ import (
 
 // Resume is how a run whose exec stream was cut gets the rest of its output
 // and its exit status: its command line ran under a spool in the container
-// (package nodeexec/spool; nsenter.SpoolFor builds both), which these command
+// (package nodeexec/spool; agent.SpoolFor builds both), which these command
 // lines read over new execs.
 type Resume struct {
 	// Check is the command line that exits 0 when the spool exists and
@@ -32,6 +32,12 @@ type Resume struct {
 	// offsets (bytes of stdout and stderr received so far) and exits with the
 	// command's status.
 	Attach func(stdoutOffset, stderrOffset int64) []string
+	// Stop is the command line that ends the spooled command and exits 0
+	// once it ended: for a client that gives up on the run (cancelled, or
+	// past its timeout) where nothing else ends the command (a resident
+	// agent; a pod backend deletes its pod instead). ExecResuming does not
+	// run it.
+	Stop []string
 }
 
 // Backoff between reconnection attempts after a cut stream: it starts at

@@ -15,7 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
 
 // pullingPod is an agent pod of the DaemonSet with UID agentDSUID whose
@@ -23,9 +23,9 @@ import (
 func pullingPod(ns, reason, msg string) *corev1.Pod {
 	p := agentPod("agent-x", "node-1", false)
 	p.Namespace = ns
-	p.Spec.Containers = []corev1.Container{{Name: nsenter.AgentContainerName, Image: "registry.test/nodeexec/agent:missing"}}
+	p.Spec.Containers = []corev1.Container{{Name: agent.ContainerName, Image: "registry.test/nodeexec/agent:missing"}}
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: nsenter.AgentContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}},
+		Name: agent.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}},
 	}}}
 	return p
 }

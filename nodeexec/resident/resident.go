@@ -65,9 +65,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // Names and labels.
@@ -98,7 +97,7 @@ type Options struct {
 	// Namespace for the DaemonSet; created by Install, deleted by Uninstall.
 	// Defaults to DefaultNamespace.
 	Namespace string
-	// Image is the agent image. Defaults to nsenter.DefaultAgentImage.
+	// Image is the agent image. Defaults to agent.DefaultImage.
 	Image string
 	// ImagePullPolicy defaults to IfNotPresent.
 	ImagePullPolicy corev1.PullPolicy
@@ -125,7 +124,7 @@ func (o Options) withDefaults(now time.Time) (Options, error) {
 		return o, fmt.Errorf("resident: invalid namespace %q: %s", o.Namespace, strings.Join(msgs, "; "))
 	}
 	if o.Image == "" {
-		o.Image = nsenter.DefaultAgentImage
+		o.Image = agent.DefaultImage
 	}
 	switch o.ImagePullPolicy {
 	case "":
@@ -181,16 +180,16 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 	sel := map[string]string{nodeexec.LabelManagedBy: nodeexec.ManagedByValue, LabelComponent: ComponentAgent}
 	pod := corev1.PodSpec{
 		Containers: []corev1.Container{{
-			Name:                     nsenter.AgentContainerName,
+			Name:                     agent.ContainerName,
 			Image:                    o.Image,
 			ImagePullPolicy:          o.ImagePullPolicy,
-			Command:                  []string{nsenter.AgentPath, "agent", "hold"},
+			Command:                  []string{agent.Path, "agent", "hold"},
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			Resources:                corev1.ResourceRequirements{Requests: o.Requests},
 			SecurityContext:          &corev1.SecurityContext{Privileged: ptr.To(true)},
-			VolumeMounts:             []corev1.VolumeMount{runtimeexec.HostRootMount()},
+			VolumeMounts:             []corev1.VolumeMount{agent.HostRootMount()},
 		}},
-		Volumes:                       []corev1.Volume{runtimeexec.HostRootVolumeSource()},
+		Volumes:                       []corev1.Volume{agent.HostRootVolumeSource()},
 		HostPID:                       true,
 		Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		PriorityClassName:             o.PriorityClassName,
@@ -333,7 +332,7 @@ func AgentPodFailure(ds *appsv1.DaemonSet, pods []corev1.Pod) *nodeexec.PodError
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != nsenter.AgentContainerName || cs.State.Waiting == nil || !podexec.FatalWaiting(cs.State.Waiting.Reason) {
+			if cs.Name != agent.ContainerName || cs.State.Waiting == nil || !podexec.FatalWaiting(cs.State.Waiting.Reason) {
 				continue
 			}
 			if pe := podexec.PodFailure(p, cs.Name, p.Spec.NodeName); pe != nil {
@@ -513,7 +512,7 @@ func Find(ctx context.Context, client kubernetes.Interface, namespace, node stri
 
 func ready(p *corev1.Pod) bool {
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == nsenter.AgentContainerName {
+		if cs.Name == agent.ContainerName {
 			return cs.Ready && cs.State.Running != nil
 		}
 	}
@@ -526,7 +525,3 @@ func apiError(what string, err error) error {
 	}
 	return fmt.Errorf("resident: %s: %w", what, err)
 }
-
-// ErrUnsupported is returned by a Commander when the request cannot be run
-// by a resident agent; the wrapped backend runs it instead.
-var ErrUnsupported = errors.New("not supported by a resident agent")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +19,8 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/spool"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 func TestBuildGolden(t *testing.T) {
@@ -52,10 +52,10 @@ func TestBuildProperties(t *testing.T) {
 		"install id":            ds.Labels[nodeexec.LabelRunID] == "install-20261121t120000",
 		"selector matches":      ds.Spec.Selector.MatchLabels[LabelComponent] == "agent" && len(ds.Spec.Selector.MatchLabels) == 2,
 		"hostPID privileged":    p.HostPID && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged,
-		"holder":                strings.Join(c.Command, " ") == nsenter.AgentPath+" agent hold",
+		"holder":                strings.Join(c.Command, " ") == agent.Path+" agent hold",
 		"tolerates all":         len(p.Tolerations) == 1 && p.Tolerations[0].Operator == corev1.TolerationOpExists,
 		"tiny requests":         c.Resources.Requests.Cpu().MilliValue() == 5,
-		"host root":             len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == runtimeexec.HostRoot && c.VolumeMounts[0].ReadOnly,
+		"host root":             len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == agent.HostRoot && c.VolumeMounts[0].ReadOnly,
 		"no token":              !*p.AutomountServiceAccountToken,
 	} {
 		if !ok {
@@ -85,7 +85,7 @@ func agentPod(name, node string, ready bool) *corev1.Pod {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: DaemonSetName, UID: agentDSUID, Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
-			{Name: nsenter.AgentContainerName, Ready: ready, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+			{Name: agent.ContainerName, Ready: ready, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
 		}},
 	}
 }
@@ -141,7 +141,7 @@ func (c fixedCommander) argv() []string {
 	if c.rawArgv != nil {
 		return c.rawArgv
 	}
-	return []string{nsenter.AgentPath, "agent", "nsenter", "--", "id"}
+	return []string{agent.Path, "agent", "nsenter", "--", "id"}
 }
 
 func (c fixedCommander) AgentCommand(context.Context, nodeexec.Request) (string, []string, error) {
@@ -184,11 +184,12 @@ func TestWrap(t *testing.T) {
 	}{
 		"resident":            {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, wantCode: 0},
 		"no agent on node":    {inner: "nsenter", cmd: fixedCommander{node: "node-2"}, wantInner: true},
-		"unsupported":         {inner: "nsenter", cmd: fixedCommander{err: ErrUnsupported}, wantInner: true},
+		"unsupported":         {inner: "nsenter", cmd: fixedCommander{err: nodeexec.ErrUnsupported}, wantInner: true},
 		"commander error":     {inner: "runtime", cmd: fixedCommander{err: nodeexec.ErrPodNotFound}, wantErr: nodeexec.ErrPodNotFound, wantCode: -1},
+		"nsenter exit 125":    {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 125}, wantCode: 125},
 		"exit code":           {inner: "nsenter", cmd: fixedCommander{node: "node-1"}, streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 3}, wantCode: 3},
 		"not the agent":       {inner: "nsenter", cmd: fixedCommander{node: "node-1", rawArgv: []string{"timeout", "15", "id"}}, wantErr: errNotAgent, wantCode: -1},
-		"runtime agent error": {inner: "runtime", cmd: fixedCommander{node: "node-1"}, stderr: "nodeexec agent: not found\n", streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 125}, wantErr: runtimeexec.ErrAgent, wantCode: 125},
+		"runtime agent error": {inner: "runtime", cmd: fixedCommander{node: "node-1", rawArgv: agent.ContainerExecArgv(agent.ContainerExecArgs{ContainerID: "containerd://c", Argv: []string{"id"}})}, stderr: "nodeexec agent: not found\n", streamErr: utilexec.CodeExitError{Err: errors.New("x"), Code: 125}, wantErr: agent.ErrNotRun, wantCode: 125},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -212,7 +213,11 @@ func TestWrap(t *testing.T) {
 				t.Errorf("exit code %d (err %v), want %d", res.ExitCode, err, tt.wantCode)
 			}
 			if tt.wantCode >= 0 {
-				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != nsenter.AgentPath+" agent nsenter --spool /tmp/nodeexec/spool/s1 --timeout 15s -- id" || s.got.Container != "agent" {
+				sub, rest := "nsenter", "-- id"
+				if tt.cmd.rawArgv != nil {
+					sub, rest = tt.cmd.rawArgv[2], strings.Join(tt.cmd.rawArgv[3:], " ")
+				}
+				if s.pod != "a-1" || strings.Join(s.got.Command, " ") != agent.Path+" agent "+sub+" --spool /tmp/nodeexec/spool/s1 --timeout 15s "+rest || s.got.Container != "agent" {
 					t.Errorf("exec in %q: %+v", s.pod, s.got)
 				}
 				if res.Pod != "a-1" || res.Namespace != DefaultNamespace || res.Backend != tt.inner || res.FirstOutput.IsZero() {
@@ -301,4 +306,85 @@ func TestWrapPreflight(t *testing.T) {
 	if b.Unwrap() != inner {
 		t.Error("Unwrap")
 	}
+}
+
+// hangingStreamer runs the command line of a run until ctx ends (it says
+// "started" first) and records every other exec, with whether its context
+// was live.
+type hangingStreamer struct {
+	mu     sync.Mutex
+	others []*corev1.PodExecOptions
+	live   []bool
+}
+
+func (s *hangingStreamer) Exec(ctx context.Context, _, _ string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+	if slices.Contains(opts.Command, "nsenter") {
+		_, _ = streams.Stdout.Write([]byte("started\n"))
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.others = append(s.others, opts)
+	s.live = append(s.live, ctx.Err() == nil)
+	return nil
+}
+
+// TestWrapStopsAbandonedRun: a cancelled or timed-out run has the agent
+// stop its command (the spool's stop command line, in the agent container,
+// over a live context) before Run returns; a TTY run has no spool to stop.
+func TestWrapStopsAbandonedRun(t *testing.T) {
+	client := fake.NewClientset(agentDS(), agentPod("a-1", "node-1", true))
+	stop := agent.StopSpoolArgv("/tmp/nodeexec/spool/s1")
+	for name, tt := range map[string]struct {
+		timeout  time.Duration
+		cancel   bool // once the command started
+		tty      bool
+		wantErr  error
+		wantStop bool
+	}{
+		"cancelled": {timeout: time.Minute, cancel: true, wantErr: context.Canceled, wantStop: true},
+		"timed out": {timeout: 50 * time.Millisecond, wantErr: nodeexec.ErrTimeout, wantStop: true},
+		"tty":       {timeout: time.Minute, cancel: true, tty: true, wantErr: context.Canceled},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &hangingStreamer{}
+			b, err := Wrap(&fakeInner{name: "nsenter"}, WrapOptions{Client: client, Streamer: s, Commander: fixedCommander{node: "node-1"}, SpoolName: func() string { return "s1" }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			out := &notifyWriter{ch: make(chan struct{})}
+			if tt.cancel {
+				go func() { <-out.ch; cancel() }()
+			}
+			_, err = b.Run(ctx, nodeexec.Request{Command: []string{"id"}, Stdout: out, TTY: tt.tty, Timeout: tt.timeout})
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("err %v, want %v", err, tt.wantErr)
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !tt.wantStop {
+				if len(s.others) != 0 {
+					t.Errorf("execs after the run: %+v, want none", s.others)
+				}
+				return
+			}
+			if len(s.others) != 1 || !slices.Equal(s.others[0].Command, stop) || s.others[0].Container != agent.ContainerName || !s.live[0] {
+				t.Fatalf("execs after the run: %+v (context live %v), want one running %q in the agent container", s.others, s.live, stop)
+			}
+		})
+	}
+}
+
+// notifyWriter closes ch at its first write: the run's command started.
+type notifyWriter struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ch) })
+	return len(p), nil
 }

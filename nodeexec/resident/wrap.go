@@ -17,33 +17,17 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // Commander is implemented by backends whose pods run the agent binary: it
 // returns the node to run req on and the agent command line, which a
 // resident agent runs just as the backend's own pod would. It returns an
-// error wrapping ErrUnsupported when a resident agent cannot run req.
-// *runtimeexec.Backend implements it; NSEnter adapts *nsenter.Backend.
+// error wrapping nodeexec.ErrUnsupported when a resident agent cannot run req.
+// The runtime and nsenter backends implement it.
 type Commander interface {
 	AgentCommand(ctx context.Context, req nodeexec.Request) (node string, argv []string, err error)
-}
-
-// NSEnter adapts the nsenter backend: the node is req.Node and the command
-// line b.Argv(req). A request with Env is unsupported (the nsenter backend
-// passes it as the pod's environment, which a resident pod does not have),
-// so it creates its pod as usual.
-func NSEnter(b *nsenter.Backend) Commander { return nsenterCommander{b} }
-
-type nsenterCommander struct{ b *nsenter.Backend }
-
-func (c nsenterCommander) AgentCommand(_ context.Context, req nodeexec.Request) (string, []string, error) {
-	if len(req.Env) > 0 || len(req.SecretEnv) > 0 {
-		return "", nil, fmt.Errorf("%w: environment variables for the nsenter backend", ErrUnsupported)
-	}
-	return req.Node, c.b.Argv(req), nil
 }
 
 // WrapOptions configure Wrap.
@@ -64,7 +48,7 @@ type WrapOptions struct {
 	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
 	Streamer podexec.Streamer
 	// SpoolName names each run's spool in the agent container (see
-	// nsenter.SpoolFor), which must be unique among the agent's runs.
+	// agent.SpoolFor), which must be unique among the agent's runs.
 	// Defaults to 16 random lowercase letters and digits.
 	SpoolName func() string
 }
@@ -82,7 +66,7 @@ var _ nodeexec.Backend = (*Backend)(nil)
 // node and agent command line, looks for a resident agent on that node
 // (Find), and runs the command line there over exec (RBAC: create
 // pods/exec in the namespace); with no resident agent on the node, or
-// ErrUnsupported from the Commander, it calls inner.Run. Results name
+// nodeexec.ErrUnsupported from the Commander, it calls inner.Run. Results name
 // inner's backend and the resident pod.
 func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	if inner == nil {
@@ -123,7 +107,7 @@ func (b *Backend) Unwrap() nodeexec.Backend { return b.inner }
 func (b *Backend) Namespace() string { return b.o.Namespace }
 
 // AgentCommand is the command line a resident agent on the node would run
-// for req (the Commander's), with the node; an error wrapping ErrUnsupported
+// for req (the Commander's), with the node; an error wrapping nodeexec.ErrUnsupported
 // when req goes to the wrapped backend.
 func (b *Backend) AgentCommand(ctx context.Context, req nodeexec.Request) (string, []string, error) {
 	return b.o.Commander.AgentCommand(ctx, req)
@@ -160,20 +144,26 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 }
 
 // Run runs req in the node's resident agent, or with the wrapped backend.
-// The agent itself bounds the command (its --timeout, nsenter.WithAgentTimeout)
+// The agent itself bounds the command (its --timeout, agent.WithTimeout)
 // to the request's timeout plus 5 s: then the command's process group gets
 // SIGTERM, and SIGKILL 5 s later, so that it cannot outlive a client that is
 // gone; the client side ends at the timeout with an error wrapping
-// nodeexec.ErrTimeout. A Commander's command line must be the agent's
+// nodeexec.ErrTimeout. When the timeout expires or ctx is cancelled, Run
+// ends the command before it returns, as the pod backends do by deleting
+// their pod: over one more exec (agent.StopSpoolArgv, bounded by
+// StopTimeout) it has the agent stop the command the same way, and waits
+// until it ended (if that fails, it is logged, and the agent's --timeout
+// still ends the command). A TTY run has no spool and cannot be stopped so:
+// its command ends with its terminal, or at the agent's --timeout. A Commander's command line must be the agent's
 // (`nodeexec agent SUBCOMMAND ...`), else Run fails without running it. Errors are nodeexec.Backend's (for the
-// runtime backend also runtimeexec.ErrAgent).
+// runtime backend's command lines also agent.ErrNotRun; see agent.ReportsNotRun).
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	if err := req.Validate(); err != nil {
 		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: b.Name()}, err
 	}
 	node, argv, err := b.o.Commander.AgentCommand(ctx, req)
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, nodeexec.ErrUnsupported) {
 		log.V(1).Info("not using the resident agent", "reason", err)
 		return b.inner.Run(ctx, req)
 	}
@@ -202,7 +192,7 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("node %q: %w after %s", req.Node, nodeexec.ErrTimeout, timeout))
 	defer cancel()
 
-	tail := &runtimeexec.TailWriter{W: req.Stderr}
+	tail := &agent.TailWriter{W: req.Stderr}
 	streams := remotecommand.StreamOptions{
 		Stdin:             req.Stdin,
 		Stdout:            orDiscard(req.Stdout),
@@ -212,13 +202,13 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	if !req.TTY {
 		streams.Stderr = tail
 	}
-	bounded, ok := nsenter.WithAgentTimeout(argv, timeout+agentTimeoutSlack)
+	bounded, ok := agent.WithTimeout(argv, timeout+agentTimeoutSlack)
 	if !ok {
-		return res, fmt.Errorf("resident: the Commander's command line %q %w (%s agent SUBCOMMAND ...): cannot bound it with the agent's --timeout", argv, errNotAgent, nsenter.AgentPath)
+		return res, fmt.Errorf("resident: the Commander's command line %q %w (%s agent SUBCOMMAND ...): cannot bound it with the agent's --timeout", argv, errNotAgent, agent.Path)
 	}
-	bounded, resume := nsenter.SpoolFor(bounded, b.o.SpoolName(), req)
+	bounded, resume := agent.SpoolFor(bounded, b.o.SpoolName(), req)
 	opts := &corev1.PodExecOptions{
-		Container: nsenter.AgentContainerName,
+		Container: agent.ContainerName,
 		Command:   bounded,
 		Stdin:     req.Stdin != nil,
 		Stdout:    true,
@@ -238,12 +228,15 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	if errors.As(xerr, &ce) {
 		res.ExitCode = ce.Code
 		err := error(&nodeexec.ExitError{Node: req.Node, Code: ce.Code})
-		if b.inner.Name() == runtimeexec.Name {
-			err = runtimeexec.AgentError(err, tail)
+		if agent.ReportsNotRun(argv) {
+			err = agent.NotRunError(err, tail)
 		}
 		return res, err
 	}
 	if ctx.Err() != nil {
+		if resume != nil && len(resume.Stop) > 0 {
+			b.stop(ctx, pod, resume.Stop)
+		}
 		return res, context.Cause(ctx)
 	}
 	if errors.Is(xerr, nodeexec.ErrOutcomeUnknown) {
@@ -256,6 +249,23 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 			b.o.Namespace, pod, req.Node, nodeexec.ErrOutcomeUnknown, xerr)
 	}
 	return res, fmt.Errorf("exec in resident agent %s/%s on node %q: %w", b.o.Namespace, pod, req.Node, xerr)
+}
+
+// StopTimeout bounds the exec that stops the command of a cancelled or
+// timed-out run: the agent's SIGKILL comes 5 s after its SIGTERM.
+const StopTimeout = 15 * time.Second
+
+// stop runs argv (agent.StopSpoolArgv) in the agent pod, whatever ctx's
+// state, and logs a failure.
+func (b *Backend) stop(ctx context.Context, pod string, argv []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StopTimeout)
+	defer cancel()
+	tail := &agent.TailWriter{}
+	opts := &corev1.PodExecOptions{Container: agent.ContainerName, Command: argv, Stdout: true, Stderr: true}
+	if err := b.o.Streamer.Exec(ctx, b.o.Namespace, pod, opts, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: tail}); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "could not stop the command of the cancelled or timed-out run: it runs on until the agent's --timeout",
+			"namespace", b.o.Namespace, "pod", pod, "agentSaid", tail.LastLine())
+	}
 }
 
 // errNotAgent is wrapped by Run's error for a Commander whose command line is

@@ -32,20 +32,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 	"github.com/nodeexec/nodeexec/nsenter"
@@ -56,36 +52,22 @@ const Name = "runtime"
 
 // DefaultNamespace is the namespace of the agent pods when Options.Namespace
 // is empty.
-const DefaultNamespace = "default"
-
-// Sentinel errors: the run was refused and nothing was created. Returned
-// errors wrap them; test with errors.Is. A missing pod or container, a
-// container not running and a pod on another node wrap the shared
-// nodeexec.ErrPodNotFound, nodeexec.ErrContainerNotFound, ErrContainerNotRunning and
-// nodeexec.ErrWrongNode.
-var (
-	// ErrAgent: the agent ran but could not run the command (the container
-	// runtime did not know the container and the /proc scan failed, or
-	// entering its namespaces failed); the message is the agent's.
-	ErrAgent = errors.New("the agent could not run the command")
-)
+const DefaultNamespace = podexec.DefaultNamespace
 
 // Options configure a Backend.
 type Options struct {
-	// Client talks to the API server. Required.
-	Client kubernetes.Interface
-	// Config is the client configuration, used for the exec streams. Required
-	// unless Streamer is set.
-	Config *rest.Config
+	// PodOptions are the client, the namespace where the agent pods are
+	// created (default DefaultNamespace; its Pod Security level must be
+	// "privileged"), the agent image (default agent.DefaultImage), its pull
+	// policy, secrets, priority class and requests, the run ID and the test
+	// hooks; see podexec.PodOptions for each field's default.
+	podexec.PodOptions
 	// PodNamespace and Pod name the target pod. Pod is required;
 	// PodNamespace defaults to Namespace.
 	PodNamespace, Pod string
 	// Container is the target container. Defaults to the pod's
 	// kubectl.kubernetes.io/default-container annotation, else its first container.
 	Container string
-	// Namespace is where the agent pods are created; its Pod Security level
-	// must be "privileged". Defaults to DefaultNamespace.
-	Namespace string
 	// Namespaces are the Linux namespaces of the container the command
 	// enters. Defaults to nsenter.DefaultNamespaces() (mnt, uts, ipc, net, pid).
 	Namespaces []nsenter.Namespace
@@ -94,35 +76,14 @@ type Options struct {
 	RuntimeEndpoints []string
 	// NoProcFallback stops the agent from scanning /proc/*/cgroup for the
 	// container when no runtime socket answers (the run then fails with
-	// ErrAgent).
+	// agent.ErrNotRun).
 	NoProcFallback bool
-	// Image is the agent image. Defaults to nsenter.DefaultAgentImage.
-	Image string
-	// ImagePullPolicy defaults to IfNotPresent.
-	ImagePullPolicy corev1.PullPolicy
-	// ImagePullSecrets names secrets in Namespace for pulling Image. Optional.
-	ImagePullSecrets []string
-	// PriorityClassName of the agent pods. Optional.
-	PriorityClassName string
-	// Requests of the agent container. Defaults to 10m CPU, 16Mi memory.
-	Requests corev1.ResourceList
-	// RunID labels every agent pod (nodeexec.LabelRunID). Defaults to a
-	// random 10-character ID.
-	RunID string
-	// Clock drives timers and timestamps. Defaults to the real clock.
-	Clock clock.WithTicker
-	// NameSuffix returns the random part of a pod name. Defaults to 5 random
-	// lowercase letters and digits.
-	NameSuffix func() string
-	// Streamer overrides how commands are run in the pod (tests). Defaults to
-	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
-	Streamer podexec.Streamer
 }
 
 // Backend is the runtime backend. It is safe for concurrent use.
 type Backend struct {
 	o    Options
-	exec *podexec.Executor
+	base *podexec.PodBackend
 }
 
 var (
@@ -133,22 +94,14 @@ var (
 // New validates o and returns a Backend. Errors name the bad field; the API
 // server is not contacted.
 func New(o Options) (*Backend, error) {
-	if o.Client == nil {
-		return nil, errors.New("runtime: Options.Client is nil: give a Kubernetes client")
-	}
-	if o.Config == nil && o.Streamer == nil {
-		return nil, errors.New("runtime: Options.Config is nil: give the rest.Config the client was built from")
-	}
-	if o.Namespace == "" {
-		o.Namespace = DefaultNamespace
+	if err := o.Complete(Name, agent.DefaultImage); err != nil {
+		return nil, err
 	}
 	if o.PodNamespace == "" {
 		o.PodNamespace = o.Namespace
 	}
-	for _, ns := range []string{o.Namespace, o.PodNamespace} {
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			return nil, fmt.Errorf("runtime: invalid namespace %q: %s", ns, strings.Join(msgs, "; "))
-		}
+	if msgs := validation.IsDNS1123Label(o.PodNamespace); len(msgs) > 0 {
+		return nil, fmt.Errorf("runtime: invalid namespace %q: %s", o.PodNamespace, strings.Join(msgs, "; "))
 	}
 	if o.Pod == "" {
 		return nil, errors.New("runtime: Options.Pod is empty: give the target pod (--pod [NAMESPACE/]NAME)")
@@ -173,50 +126,11 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("runtime: runtime endpoint %q: give an absolute socket path on the node", ep)
 		}
 	}
-	if o.Image == "" {
-		o.Image = nsenter.DefaultAgentImage
-	}
-	switch o.ImagePullPolicy {
-	case "":
-		o.ImagePullPolicy = corev1.PullIfNotPresent
-	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-	default:
-		return nil, fmt.Errorf("runtime: invalid image pull policy %q: want Always, IfNotPresent or Never", o.ImagePullPolicy)
-	}
-	if o.Requests == nil {
-		o.Requests = podexec.DefaultRequests()
-	}
-	if o.RunID == "" {
-		o.RunID = podexec.RandomSuffix(10)
-	}
-	if msgs := validation.IsValidLabelValue(o.RunID); len(msgs) > 0 {
-		return nil, fmt.Errorf("runtime: invalid RunID %q: %s", o.RunID, strings.Join(msgs, "; "))
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.NameSuffix == nil {
-		o.NameSuffix = func() string { return podexec.RandomSuffix(5) }
-	}
-	if o.Streamer == nil {
-		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
-	}
-	lease, err := podexec.NewLease(podexec.LeaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
+	base, err := podexec.NewPodBackend(Name, o.PodOptions)
 	if err != nil {
 		return nil, err
 	}
-	exec, err := podexec.New(podexec.Options{
-		Client:   o.Client,
-		Streamer: o.Streamer,
-		Tracker:  podexec.NewTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
-		Backend:  Name,
-		Clock:    o.Clock,
-		Lease:    lease,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{o: o, exec: exec}, nil
+	return &Backend{o: o, base: base}, nil
 }
 
 // Name returns "runtime".
@@ -307,18 +221,25 @@ func (b *Backend) AgentCommand(ctx context.Context, req nodeexec.Request) (node 
 	if err := noSecretEnv(req); err != nil {
 		return "", nil, err
 	}
-	node, _, id, err := b.Target(ctx)
+	node, _, id, err := b.targetOn(ctx, req.Node)
 	if err != nil {
 		return "", nil, err
-	}
-	if req.Node != "" && req.Node != node {
-		return "", nil, fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, node, req.Node)
 	}
 	return node, b.agentArgv(id, req), nil
 }
 
+// targetOn is Target, refused with nodeexec.ErrWrongNode when node is set
+// and is not the target pod's node.
+func (b *Backend) targetOn(ctx context.Context, node string) (pnode, container, containerID string, err error) {
+	pnode, container, containerID, err = b.Target(ctx)
+	if err == nil && node != "" && node != pnode {
+		err = fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, pnode, node)
+	}
+	return pnode, container, containerID, err
+}
+
 func (b *Backend) agentArgv(id string, req nodeexec.Request) []string {
-	return AgentArgv(AgentArgs{ContainerID: id, Endpoints: b.o.RuntimeEndpoints, Namespaces: b.o.Namespaces, NoProcFallback: b.o.NoProcFallback, Env: req.Env, Argv: req.Argv()})
+	return agent.ContainerExecArgv(agent.ContainerExecArgs{ContainerID: id, Endpoints: b.o.RuntimeEndpoints, Namespaces: b.o.Namespaces, NoProcFallback: b.o.NoProcFallback, Env: req.Env, Argv: req.Argv()})
 }
 
 // Pod builds the agent pod Run would create on node for req, without creating it.
@@ -336,15 +257,27 @@ func (b *Backend) Pod(node, container string, req nodeexec.Request) (*corev1.Pod
 		Requests:          b.o.Requests,
 		Target:            b.o.PodNamespace + "/" + b.o.Pod + "/" + container,
 		Now:               now,
-		Deadline:          deadline(now, req.EffectiveTimeout()),
+		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
 		Command:           req.Argv(),
 	})
+}
+
+// launch is the agent pod on req.Node for the target container and the
+// agent command line that enters the container of ID id, resumable through
+// the agent's spool (agent.SpoolFor).
+func (b *Backend) launch(container, id string, req nodeexec.Request) (podexec.Launch, error) {
+	pod, err := b.Pod(req.Node, container, req)
+	if err != nil {
+		return podexec.Launch{}, err
+	}
+	argv, resume := agent.SpoolFor(b.agentArgv(id, req), pod.Name, req)
+	return podexec.Launch{Pod: pod, Container: agent.ContainerName, Argv: argv, Resume: resume}, nil
 }
 
 // Run runs req inside the target container and deletes the agent pod. The
 // target is looked up first (errors of Target, nothing created then);
 // req.Node, when set, must be the pod's node (nodeexec.ErrWrongNode). Other errors
-// are nodeexec.Backend's, plus ErrAgent when the agent could not find the
+// are nodeexec.Backend's, plus agent.ErrNotRun when the agent could not find the
 // container or enter it.
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
 	fail := func(err error) (nodeexec.Result, error) {
@@ -357,67 +290,15 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 	if err := noSecretEnv(req); err != nil {
 		return fail(err)
 	}
-	node, container, id, err := b.Target(ctx)
+	node, container, id, err := b.targetOn(ctx, req.Node)
 	if err != nil {
 		return fail(err)
-	}
-	if req.Node != "" && req.Node != node {
-		return fail(fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, node, req.Node))
 	}
 	req.Node = node
-	pod, err := b.Pod(node, container, req)
-	if err != nil {
-		return fail(err)
-	}
-	argv, resume := nsenter.SpoolFor(b.agentArgv(id, req), pod.Name, req)
-	tail := &TailWriter{W: req.Stderr}
+	tail := &agent.TailWriter{W: req.Stderr}
 	req.Stderr = tail
-	res, err := b.exec.RunResumable(ctx, pod, nsenter.AgentContainerName, argv, req, resume)
-	return res, AgentError(err, tail)
-}
-
-// AgentError turns the agent's AgentErrorExitCode into an error wrapping
-// ErrAgent with the agent's message (the last line of its stderr, from
-// tail); other errors are returned unchanged.
-func AgentError(err error, tail *TailWriter) error {
-	var ee *nodeexec.ExitError
-	if !errors.As(err, &ee) || ee.Code != AgentErrorExitCode {
-		return err
-	}
-	msg := tail.LastLine()
-	if msg == "" {
-		msg = fmt.Sprintf("exit code %d and no message", AgentErrorExitCode)
-	}
-	return fmt.Errorf("%w on node %q: %s", ErrAgent, ee.Node, msg)
-}
-
-// TailWriter passes writes to W (when non-nil) and keeps the last 4 KiB.
-type TailWriter struct {
-	W   io.Writer
-	mu  sync.Mutex
-	buf []byte
-}
-
-// Write implements io.Writer.
-func (t *TailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 4096 {
-		t.buf = t.buf[len(t.buf)-4096:]
-	}
-	t.mu.Unlock()
-	if t.W == nil {
-		return len(p), nil
-	}
-	return t.W.Write(p)
-}
-
-// LastLine is the last non-empty line written.
-func (t *TailWriter) LastLine() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(string(t.buf), "\n"), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	res, err := b.base.Run(ctx, req, func(req nodeexec.Request) (podexec.Launch, error) { return b.launch(container, id, req) })
+	return res, agent.NotRunError(err, tail)
 }
 
 // Preflight looks the target up (errors of Target) and asks the API server
@@ -426,22 +307,11 @@ func (t *TailWriter) LastLine() string {
 // pod needs "privileged") is reported before any pod exists. Errors wrap
 // nodeexec.ErrForbidden for those. node, when set, must be the pod's node.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
-	pnode, container, _, err := b.Target(ctx)
+	node, container, id, err := b.targetOn(ctx, node)
 	if err != nil {
 		return err
 	}
-	if node != "" && node != pnode {
-		return fmt.Errorf("%w: pod %s/%s runs on node %q, not %q", nodeexec.ErrWrongNode, b.o.PodNamespace, b.o.Pod, pnode, node)
-	}
-	pod, err := b.Pod(pnode, container, nodeexec.Request{Node: pnode, Command: []string{"true"}})
-	if err != nil {
-		return err
-	}
-	_, err = b.o.Client.CoreV1().Pods(b.o.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return podexec.CreateError(pod, err)
-	}
-	return nil
+	return b.base.Preflight(ctx, node, func(req nodeexec.Request) (podexec.Launch, error) { return b.launch(container, id, req) })
 }
 
 // noSecretEnv refuses Request.SecretEnv: the command runs in the target

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -27,7 +29,7 @@ func spec() PodSpec {
 		Name:             "nodeexec-node-a-x2x2x",
 		Namespace:        "default",
 		RunID:            "run1234567",
-		Image:            nsenter.DefaultAgentImage,
+		Image:            agent.DefaultImage,
 		ImagePullPolicy:  corev1.PullIfNotPresent,
 		ImagePullSecrets: []string{"regcred"},
 		Requests:         corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
@@ -77,7 +79,7 @@ func TestBuildPodProperties(t *testing.T) {
 		"activeDeadlineSeconds rounded": pod.Spec.ActiveDeadlineSeconds != nil && *pod.Spec.ActiveDeadlineSeconds == 91,
 		"target annotation":             pod.Annotations[AnnotationTarget] == "apps/web-0/nginx",
 		"host root volume":              len(pod.Spec.Volumes) == 1 && pod.Spec.Volumes[0].HostPath != nil && pod.Spec.Volumes[0].HostPath.Path == "/",
-		"mounted read-only at /host":    len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == HostRoot && c.VolumeMounts[0].ReadOnly,
+		"mounted read-only at /host":    len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == agent.HostRoot && c.VolumeMounts[0].ReadOnly,
 		"no env":                        len(c.Env) == 0,
 		"no token":                      pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken,
 	}
@@ -96,16 +98,6 @@ func TestBuildPodProperties(t *testing.T) {
 		if _, err := BuildPod(s); err == nil {
 			t.Errorf("%s: BuildPod accepted %+v", name, s)
 		}
-	}
-}
-
-func TestAgentArgv(t *testing.T) {
-	got := AgentArgv(AgentArgs{ContainerID: cid, Endpoints: []string{"/run/x.sock"}, Namespaces: []nsenter.Namespace{nsenter.Mount, nsenter.Net},
-		NoProcFallback: true, Env: map[string]string{"B": "2", "A": "1 1"}, Argv: []string{"sh", "-c", "echo --"}})
-	want := []string{nsenter.AgentPath, "agent", "container-exec", "--container-id", cid, "--runtime-endpoint", "/run/x.sock",
-		"--namespaces", "mnt,net", "--no-proc-fallback", "-e", "A=1 1", "-e", "B=2", "--", "sh", "-c", "echo --"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 
@@ -145,7 +137,7 @@ func TestContainerTarget(t *testing.T) {
 
 func newTestBackend(t *testing.T, client *fake.Clientset, mutate func(*Options)) (*Backend, error) {
 	t.Helper()
-	o := Options{Client: client, Config: &rest.Config{Host: "https://127.0.0.1:1"}, PodNamespace: "apps", Pod: "web-0", Container: "nginx"}
+	o := Options{PodOptions: podexec.PodOptions{Client: client, Config: &rest.Config{Host: "https://127.0.0.1:1"}}, PodNamespace: "apps", Pod: "web-0", Container: "nginx"}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -196,7 +188,7 @@ func TestPodAndAgentCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{nsenter.AgentPath, "agent", "container-exec", "--container-id", cid, "--runtime-endpoint", "/run/k.sock", "--namespaces", "mnt,uts,ipc,net,pid", "-e", "X=1", "--", "id"}
+	want := []string{agent.Path, "agent", "container-exec", "--container-id", cid, "--runtime-endpoint", "/run/k.sock", "--namespaces", "mnt,uts,ipc,net,pid", "-e", "X=1", "--", "id"}
 	if diff := cmp.Diff(want, argv); diff != "" || node != "node-b" {
 		t.Errorf("node %q argv (-want +got):\n%s", node, diff)
 	}
@@ -207,7 +199,7 @@ func TestPodAndAgentCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod.Namespace != "nodeexec-ops" || pod.Name != "nodeexec-node-b-x2x2x" || pod.Spec.Containers[0].Image != nsenter.DefaultAgentImage ||
+	if pod.Namespace != "nodeexec-ops" || pod.Name != "nodeexec-node-b-x2x2x" || pod.Spec.Containers[0].Image != agent.DefaultImage ||
 		pod.Annotations[AnnotationTarget] != "apps/web-0/nginx" || *pod.Spec.ActiveDeadlineSeconds != 90 {
 		t.Errorf("pod = %+v", pod)
 	}
@@ -248,21 +240,5 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestAgentError(t *testing.T) {
-	tail := &TailWriter{}
-	_, _ = tail.Write([]byte("some output\nnodeexec agent: container not found: no runtime socket answered\n"))
-	err := AgentError(&nodeexec.ExitError{Node: "n", Code: AgentErrorExitCode}, tail)
-	if !errors.Is(err, ErrAgent) || !strings.Contains(err.Error(), "no runtime socket answered") {
-		t.Errorf("AgentError = %v", err)
-	}
-	other := &nodeexec.ExitError{Node: "n", Code: 3}
-	if err := AgentError(other, tail); err != other {
-		t.Errorf("exit 3 changed to %v", err)
-	}
-	if err := AgentError(nil, tail); err != nil {
-		t.Errorf("nil changed to %v", err)
 	}
 }

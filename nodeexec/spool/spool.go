@@ -45,6 +45,9 @@ const (
 	// ExitFile holds the exit status in decimal, written (atomically, by
 	// rename) once the command ended and all its output was written.
 	ExitFile = "exit"
+	// PIDFile holds, in decimal, the PID of the process that created the
+	// spool: the agent that runs its command, which Stop signals.
+	PIDFile = "pid"
 )
 
 // Defaults.
@@ -82,8 +85,8 @@ type Spool struct {
 }
 
 // Create makes the spool directory dir (its parents too, mode 0700), which
-// must not exist yet (else an error wrapping ErrExists), and its empty
-// stdout and stderr files.
+// must not exist yet (else an error wrapping ErrExists), its PIDFile (the
+// calling process's PID) and its empty stdout and stderr files.
 func Create(dir string) (*Spool, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("spool: directory %q: give an absolute path", dir)
@@ -97,6 +100,9 @@ func Create(dir string) (*Spool, error) {
 		}
 		return nil, fmt.Errorf("spool: %w", err)
 	}
+	if err := writeAtomic(dir, PIDFile, strconv.Itoa(os.Getpid())); err != nil {
+		return nil, err
+	}
 	s := &Spool{dir: dir, wake: make(chan struct{}, 1)}
 	var err error
 	if s.out, err = os.OpenFile(filepath.Join(dir, StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600); err != nil {
@@ -107,6 +113,19 @@ func Create(dir string) (*Spool, error) {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	return s, nil
+}
+
+// writeAtomic writes value and a newline to the file name in dir, through
+// a temporary name and a rename: a reader sees all of it or nothing.
+func writeAtomic(dir, name, value string) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, []byte(value+"\n"), 0o600); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
 }
 
 // Dir is the spool's directory.
@@ -138,12 +157,8 @@ func (w *writer) Write(p []byte) (int, error) {
 // the command ended and nothing writes to Stdout or Stderr any more.
 func (s *Spool) Finish(code int) error {
 	errs := errors.Join(s.out.Close(), s.err.Close())
-	tmp := filepath.Join(s.dir, ExitFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(code)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("spool: %w", errors.Join(errs, err))
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, ExitFile)); err != nil {
-		return fmt.Errorf("spool: %w", errors.Join(errs, err))
+	if err := writeAtomic(s.dir, ExitFile, strconv.Itoa(code)); err != nil {
+		return errors.Join(err, errs)
 	}
 	s.mu.Lock()
 	s.finished, s.code = true, code

@@ -223,14 +223,24 @@ type NodeReport struct {
 	// Current is whether State refers to the current spec hash.
 	Current bool      `json:"current"`
 	State   NodeState `json:"state"`
+	// Ignored is set when the node carries the NodeScript's
+	// IgnoreAnnotation (nodeexec ignore): it is then not Selected.
+	// IgnoredBy is the annotation's value, who asked.
+	Ignored   bool   `json:"ignored,omitempty"`
+	IgnoredBy string `json:"ignoredBy,omitempty"`
+	// Rerun is the spec hash of a rerun request (nodeexec rerun) the
+	// watcher has not applied yet; empty without one.
+	Rerun string `json:"rerun,omitempty"`
+	// Condition is the NodeScript's condition on the node (ConditionType), nil without one.
+	Condition *corev1.NodeCondition `json:"condition,omitempty"`
 	// Output is the node's output record (spec.recordOutput): per action
 	// (run, verify, rollback), the redacted end of its last output. Nil
 	// without a record.
 	Output map[string]string `json:"output,omitempty"`
 }
 
-// Report is a NodeScript with the state of each node that is selected or
-// has a state for it.
+// Report is a NodeScript with the state of each node that is selected,
+// ignored, or has a state for it.
 type Report struct {
 	NodeScript *v1alpha1.NodeScript `json:"nodeScript"`
 	Nodes      []NodeReport         `json:"nodes"`
@@ -274,15 +284,19 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 		for i := range list.Items {
 			n := &list.Items[i]
 			_, has := n.Annotations[StateAnnotation(name)]
-			isSel := selects(&ns.Spec, sel, n.Name, n.Labels)
-			if !has && !isSel {
+			by, isIgnored := n.Annotations[IgnoreAnnotation(name)]
+			isSel := selectsNode(ns, sel, n)
+			if !has && !isSel && !isIgnored {
 				continue
 			}
 			s, err := DecodeState(n.Annotations, name)
 			if err != nil {
 				s = NodeState{Phase: "Unknown", Reason: err.Error()}
 			}
-			rep.Nodes = append(rep.Nodes, NodeReport{Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: outputOf(records, n.Name)})
+			rep.Nodes = append(rep.Nodes, NodeReport{
+				Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: outputOf(records, n.Name),
+				Ignored: isIgnored, IgnoredBy: by, Rerun: n.Annotations[RerunAnnotation(name)], Condition: findCondition(n, ConditionType(name)),
+			})
 		}
 		if cont = list.Continue; cont == "" {
 			break

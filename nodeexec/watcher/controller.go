@@ -42,6 +42,21 @@ const (
 	// ReasonLeftCordoned: the NodeScript that cordoned the node after a
 	// failure was deleted; the node stays cordoned (on the node).
 	ReasonLeftCordoned = "LeftCordoned"
+	// ReasonRerun: a rerun request (nodeexec rerun) was applied: the node
+	// runs the spec again (on the node).
+	ReasonRerun = "RerunRequested"
+	// ReasonRerunDropped: a rerun request for another spec, or on a node
+	// not selected, was removed (on the node).
+	ReasonRerunDropped = "RerunDropped"
+	// ReasonRunNow: a run-now override (nodeexec run-now) is in effect,
+	// with who asked and until when (on the NodeScript).
+	ReasonRunNow = "RunNow"
+	// ReasonRunNowExpired, ReasonRunNowInvalid, ReasonRunNowCancelled: the
+	// run-now override ended, was unreadable, or was removed (on the
+	// NodeScript).
+	ReasonRunNowExpired   = "RunNowExpired"
+	ReasonRunNowInvalid   = "RunNowInvalid"
+	ReasonRunNowCancelled = "RunNowCancelled"
 )
 
 // controller is one run of the watcher: its caches, queue and recorder.
@@ -79,9 +94,10 @@ func (c *controller) processNext(ctx context.Context) bool {
 }
 
 // reconcile brings one NodeScript's nodes a step closer to the spec, phase
-// by phase: it admits the NodeScript (or finalizes it), records the runs
-// that finished, applies the failure policy and removes startup taints,
-// starts what Decide allows, and writes the status. It returns when to look
+// by phase: it admits the NodeScript (or finalizes it) and reads its
+// run-now override, records the runs that finished, applies rerun
+// requests and the failure policy and removes startup taints, starts what
+// Decide allows, sets its condition on the nodes, and writes the status. It returns when to look
 // again (0: on the next change or resync).
 func (c *controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
 	// 0. The NodeScript, its deletion, its finalizer and its validity.
@@ -91,6 +107,9 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	now := c.w.o.Clock.Now()
 	if invalid, err := c.haltInvalid(ctx, ns, now); invalid || err != nil {
+		return 0, err
+	}
+	if ns, err = c.runNow(ctx, ns, now); err != nil {
 		return 0, err
 	}
 	hash := v1alpha1.SpecHash(&ns.Spec)
@@ -114,12 +133,14 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, err
 	}
 	startErr := c.startRuns(ctx, ns, d, cached, nodes, going, now)
-	// 4. Status.
+	// 4. The NodeScript's condition on each node.
+	condErr := c.nodeConditions(ctx, ns, hash, cached, now)
+	// 5. Status.
 	if err := c.status(ctx, ns, d, hash, startErr, now); err != nil {
 		return 0, err
 	}
-	if startErr != nil {
-		return 0, startErr
+	if err := errors.Join(startErr, condErr); err != nil {
+		return 0, err
 	}
 	return requeueAfter(d, retryAt, now), nil
 }
@@ -257,14 +278,15 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 }
 
 // nodePolicies is phase 2. Inputs: ns at spec hash, the cached nodes, the
-// pods still going (phase 1) and now. For each node selected at hash, in
-// parallel: a run recorded Running whose pod is gone is recorded lost (an
-// infrastructure failure); a script failure gets ns's failure policy
-// (rollback, cordon, drain); after a success the startup taint is removed
-// and the watcher's own cordon undone. Outputs: every node with a readable
-// state, as Decide takes them (a node still running a run of an older spec
-// counts as Running), and the earliest NextRetry of the infrastructure
-// failures waiting for one (zero when none).
+// pods still going (phase 1) and now. A node's rerun request is applied
+// first (rerun: the node becomes Pending). Then for each node selected at
+// hash (and not ignored), in parallel: a run recorded Running whose pod is
+// gone is recorded lost (an infrastructure failure); a script failure gets
+// ns's failure policy (rollback, cordon, drain); after a success the
+// startup taint is removed and the watcher's own cordon undone. Outputs:
+// every node with a readable state, as Decide takes them (a node still
+// running a run of an older spec counts as Running), and the earliest
+// NextRetry of the infrastructure failures waiting for one (zero when none).
 func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, going runPods, now time.Time) ([]Node, time.Time, error) {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var (
@@ -277,13 +299,18 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 		if !ok {
 			continue
 		}
+		selected := selectsNode(ns, sel, n)
+		s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
+		if write != nil {
+			work = append(work, write)
+		}
 		ready, _ := nodeReady(n)
 		if going.busy[n.Name] && !(s.Hash == hash && s.Phase == PhaseRunning) {
 			// A run of an older spec still going: it counts as running.
 			s = NodeState{Hash: hash, Phase: PhaseRunning}
 		}
-		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, State: s})
-		if !selects(&ns.Spec, sel, n.Name, n.Labels) || s.Hash != hash {
+		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ignored(n, ns.Name), State: s})
+		if !selected || s.Hash != hash {
 			continue
 		}
 		switch {
@@ -333,9 +360,9 @@ func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d D
 }
 
 // requeueAfter is when to reconcile again after a reconcile at now that
-// decided d: at the earliest retryAt (phase 2), at least a second from now;
-// every 2 seconds at most while the canaries soak; 0 otherwise (on the next
-// change or resync).
+// decided d: at the earliest retryAt (phase 2), when the window opens or the
+// run-now override ends, at least a second from now; every 2 seconds at
+// most while the canaries soak; 0 otherwise (on the next change or resync).
 func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
 	var after time.Duration
 	if !retryAt.IsZero() {
@@ -344,10 +371,13 @@ func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
 	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
 		after = 2 * time.Second
 	}
-	if !d.NextWindow.IsZero() {
-		// The window opens: look again then (a clock jump or a missed
-		// event costs at most the resync).
-		if w := max(d.NextWindow.Sub(now), time.Second); after == 0 || w < after {
+	for _, t := range []time.Time{d.NextWindow, d.RunNow} {
+		if t.IsZero() {
+			continue
+		}
+		// The window opens, or the run-now override ends: look again then
+		// (a clock jump or a missed event costs at most the resync).
+		if w := max(t.Sub(now), time.Second); after == 0 || w < after {
 			after = w
 		}
 	}

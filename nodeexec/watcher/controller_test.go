@@ -169,7 +169,7 @@ func TestRecordFinished(t *testing.T) {
 		{phaseCase: phaseCase{
 			name: "node not ready past the grace", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, running, nil),
 			node: func(n *corev1.Node) {
-				n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionUnknown, metav1.NewTime(t0.Add(-2*time.Minute))
+				ready(n).Status, ready(n).LastTransitionTime = corev1.ConditionUnknown, metav1.NewTime(t0.Add(-2*time.Minute))
 			},
 			want: infra("NodeNotReady"), wantCalls: deleted(run), wantReasons: []string{ReasonInfrastructure},
 		}},
@@ -335,6 +335,7 @@ func TestNodePolicies(t *testing.T) {
 
 func TestStartRuns(t *testing.T) {
 	ns := script(nil)
+	withVerify := func(s *v1alpha1.NodeScriptSpec) { s.VerifyScript = "true" }
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	run := func(attempt int) string { return podName(ns, "n1", ActionRun, attempt) }
 	infra := state(ns, PhaseFailed, func(s *NodeState) { s.Attempts, s.Infrastructure, s.CordonedByUs, s.Cordoned = 2, true, true, true })
@@ -370,7 +371,7 @@ func TestStartRuns(t *testing.T) {
 			wantCalls: []string{"create pods " + run(1)}, wantErr: "node n1: creating run pod: quota exceeded",
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
-			name: "verify", state: succeeded, wantCalls: []string{"create pods " + podName(ns, "n1", ActionVerify, 1)},
+			name: "verify", spec: withVerify, state: succeeded, wantCalls: []string{"create pods " + podName(script(withVerify), "n1", ActionVerify, 1)},
 		}, verify: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "verify pod going", state: succeeded, going: []string{ActionVerify},

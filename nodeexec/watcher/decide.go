@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -37,6 +38,9 @@ type Node struct {
 	Labels    map[string]string
 	// Ready is the node's Ready condition; a node that is not Ready is not started.
 	Ready bool
+	// Ignored is set when the node carries the NodeScript's
+	// IgnoreAnnotation: it is not selected, as if in spec.excludeNodes.
+	Ignored bool
 	// State is the node's recorded state for this NodeScript (DecodeState).
 	State NodeState
 }
@@ -64,6 +68,9 @@ type Decision struct {
 	// closed; NextWindow is when it opens). Start and Verify are then empty.
 	Hold       string
 	NextWindow time.Time
+	// RunNow, when set, is when the run-now override (AnnotationRunNow)
+	// that lets runs start while spec.window is closed ends.
+	RunNow time.Time
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -80,7 +87,9 @@ const (
 // now decides soak times, retry backoffs and whether the maintenance
 // window is open. A paused NodeScript, or one whose window is closed,
 // starts nothing (Decision.Hold says why); runs in progress count as
-// before. Errors come from an invalid spec.
+// before. A run-now override in effect at now (AnnotationRunNow, see
+// RunNowUntil) lets runs start while the window is closed, not while
+// paused. Errors come from an invalid spec.
 func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
 	d, err := decideRollout(ns, nodes, now)
 	if err != nil || d.Stage == StageComplete || d.Stage == StageHalted {
@@ -91,7 +100,11 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 	} else if open, opens, err := InWindow(ns.Spec.Window, now); err != nil {
 		return Decision{}, err
 	} else if !open {
-		d.Hold, d.NextWindow = HoldOutsideWindow, opens
+		if until, set, err := RunNowUntil(ns); err == nil && set && now.Before(until) {
+			d.RunNow = until
+		} else {
+			d.Hold, d.NextWindow = HoldOutsideWindow, opens
+		}
 	}
 	if d.Hold != "" {
 		d.Start, d.Verify = nil, nil
@@ -112,7 +125,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	// have for the current hash.
 	var all []entry
 	for _, n := range nodes {
-		if !selects(s, sel, n.Name, n.Labels) {
+		if n.Ignored || !selects(s, sel, n.Name, n.Labels) {
 			continue
 		}
 		phase := PhasePending
@@ -130,7 +143,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	}
 	// retryable: a failure of the infrastructure, not of the script, with retries left.
 	retryable := func(e entry) bool {
-		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts <= retryLimit
+		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts-e.State.AttemptsBefore <= retryLimit
 	}
 	failures := 0
 	for _, e := range all {
@@ -241,6 +254,18 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 // excluded.
 func selects(s *v1alpha1.NodeScriptSpec, sel labels.Selector, name string, nodeLabels map[string]string) bool {
 	return !slices.Contains(s.ExcludeNodes, name) && sel.Matches(labels.Set(nodeLabels))
+}
+
+// selectsNode reports whether NodeScript ns (sel its parsed nodeSelector)
+// selects node n: selects, and n does not carry ns's IgnoreAnnotation.
+func selectsNode(ns *v1alpha1.NodeScript, sel labels.Selector, n *corev1.Node) bool {
+	return !ignored(n, ns.Name) && selects(&ns.Spec, sel, n.Name, n.Labels)
+}
+
+// ignored reports whether node n carries NodeScript name's IgnoreAnnotation.
+func ignored(n *corev1.Node, name string) bool {
+	_, ok := n.Annotations[IgnoreAnnotation(name)]
+	return ok
 }
 
 // promotedNodes is the selector of nodes promoted by PromoteTo ("all" or a

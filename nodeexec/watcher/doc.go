@@ -6,5 +6,9 @@
 // recorded state (an annotation on the node, see NodeState), Decide says
 // which nodes to start now, the stage, the counts per phase, and whether the
 // rollout must halt. The controller around it (informers, workqueue, leader
-// election, runs through a nodeexec.Backend) calls it on every change.
+// election) calls it on every change, and runs each script in the pod of
+// the NodeScript's backend: Options.Backends (package backends by default)
+// builds the nodeexec.Backend spec.backend names, and the watcher creates its
+// CompletionPod (nodeexec.CompletionPodBuilder), reading the outcome from
+// the pod's status. It knows no backend by name.
 package watcher

@@ -17,8 +17,8 @@ import (
 )
 
 // Finalizer is on every NodeScript the watcher has reconciled. Deleting the
-// NodeScript first removes its state annotation from every node, then the
-// finalizer; the garbage collector then deletes its run pods and output
+// NodeScript first removes its annotations (state, rerun, ignore) and its
+// condition from every node, then the finalizer; the garbage collector then deletes its run pods and output
 // records (both owned by it). A node the NodeScript cordoned after a
 // failure stays cordoned (a Warning Event, ReasonLeftCordoned, on the node
 // says so). While no watcher runs, a deleted NodeScript waits for it;
@@ -64,47 +64,62 @@ func patchFinalizers(ctx context.Context, dyn dynamic.Interface, ns *v1alpha1.No
 	return nil
 }
 
-// removeState deletes the state annotation of NodeScript name from node (a
-// merge patch; a node that is gone has nothing to remove). RBAC: patch on
-// nodes.
-func removeState(ctx context.Context, client kubernetes.Interface, node, name string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{StateAnnotation(name): nil}}})
+// removeAnnotations deletes the annotations keys from node (a merge patch;
+// a node that is gone has nothing to remove). RBAC: patch on nodes.
+func removeAnnotations(ctx context.Context, client kubernetes.Interface, node string, keys ...string) error {
+	ann := map[string]any{}
+	for _, k := range keys {
+		ann[k] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return err
 	}
 	_, err = client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %s: removing the state of nodescript %s: %w", node, name, err)
+		return fmt.Errorf("node %s: removing annotations %v: %w", node, keys, err)
 	}
 	return nil
 }
 
-// finalize is the reconcile of a NodeScript being deleted: the state
-// annotation is removed from every node that has one (or that this process
-// wrote one to and the informer does not show yet), then Finalizer.
+// finalize is the reconcile of a NodeScript being deleted: its per-node
+// annotations (state, rerun, ignore) are removed from every node that has
+// one (or that this process wrote a state to and the informer does not show
+// yet), and its condition from every node that has it (or that this
+// process wrote it to), then Finalizer.
 func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, nodes []*corev1.Node) error {
 	if !hasFinalizer(ns) {
 		return nil
 	}
-	written := map[string]bool{}
+	written, condWritten := map[string]bool{}, map[string]bool{}
 	c.w.mu.Lock()
 	for node := range c.w.overlay[ns.Name] {
 		written[node] = true
 	}
+	for node, cond := range c.w.conds[ns.Name] {
+		condWritten[node] = cond != nil
+	}
 	c.w.mu.Unlock()
+	keys := []string{StateAnnotation(ns.Name), RerunAnnotation(ns.Name), IgnoreAnnotation(ns.Name)}
 	var work []func() error
 	for _, n := range nodes {
-		_, has := n.Annotations[StateAnnotation(ns.Name)]
-		if !has && !written[n.Name] {
-			continue
+		has := written[n.Name]
+		for _, k := range keys {
+			_, h := n.Annotations[k]
+			has = has || h
 		}
-		work = append(work, func() error {
-			if s, ok := c.w.state(ctx, ns.Name, n); ok && s.CordonedByUs && n.Spec.Unschedulable {
-				c.events.Eventf(n, corev1.EventTypeWarning, ReasonLeftCordoned,
-					"nodescript %s was deleted; the node stays cordoned (it was cordoned after a failure): kubectl uncordon %s once it is fixed", ns.Name, n.Name)
-			}
-			return removeState(ctx, c.w.o.Client, n.Name, ns.Name)
-		})
+		if has {
+			work = append(work, func() error {
+				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.CordonedByUs && n.Spec.Unschedulable {
+					c.events.Eventf(n, corev1.EventTypeWarning, ReasonLeftCordoned,
+						"nodescript %s was deleted; the node stays cordoned (it was cordoned after a failure): kubectl uncordon %s once it is fixed", ns.Name, n.Name)
+				}
+				return removeAnnotations(ctx, c.w.o.Client, n.Name, keys...)
+			})
+		}
+		if condWritten[n.Name] || findCondition(n, ConditionType(ns.Name)) != nil {
+			work = append(work, func() error { return removeCondition(ctx, c.w.o.Client, n.Name, ns.Name) })
+		}
 	}
 	if err := c.parallel(work); err != nil {
 		return err

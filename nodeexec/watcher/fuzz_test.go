@@ -26,8 +26,11 @@ import (
 func checkBuildsEveryPod(t *testing.T, ns *v1alpha1.NodeScript) {
 	t.Helper()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	for _, action := range []string{ActionRun, ActionVerify, ActionRollback} {
-		pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: "node-1", Action: action, Attempt: 1, Now: now})
+	for action, script := range map[string]string{ActionRun: ns.Spec.Script, ActionVerify: ns.Spec.VerifyScript, ActionRollback: ns.Spec.RollbackScript} {
+		if script == "" {
+			continue // nothing to run: the controller starts no such pod
+		}
+		pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "node-1", Action: action, Attempt: 1, Now: now})
 		if err != nil {
 			t.Fatalf("Validate accepted the spec, RunPod(%s) refused it: %v\nspec: %+v", action, err, ns.Spec)
 		}

@@ -43,7 +43,9 @@ type env struct {
 	nodeCache, podCache cache.Indexer
 	scriptCache         cache.Store
 	// calls are the last reconcile's calls to the clientset ("") and the
-	// dynamic client ("dyn"), as "verb resource[/subresource] name".
+	// dynamic client ("dyn"), as "verb resource[/subresource] name"; the
+	// clientset's patches of nodes/status (phase 4, the node conditions,
+	// made in parallel) apart, sorted ("conditions").
 	calls map[string][]string
 }
 
@@ -118,7 +120,15 @@ func (e *env) reconcile() time.Duration {
 	if err != nil {
 		e.t.Fatalf("reconcile: %v", err)
 	}
-	e.calls = map[string][]string{"": describe(e.cs.Actions()), "dyn": describe(e.dyn.Actions())}
+	e.calls = map[string][]string{"dyn": describe(e.dyn.Actions())}
+	for _, call := range describe(e.cs.Actions()) {
+		if strings.HasPrefix(call, "patch nodes/status ") {
+			e.calls["conditions"] = append(e.calls["conditions"], call)
+		} else {
+			e.calls[""] = append(e.calls[""], call)
+		}
+	}
+	slices.Sort(e.calls["conditions"])
 	return after
 }
 
@@ -270,6 +280,16 @@ func testNode(name string, mutate ...func(*corev1.Node)) *corev1.Node {
 	return n
 }
 
+// ready is node n's Ready condition, to change.
+func ready(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
+		}
+	}
+	panic("node " + n.Name + " has no Ready condition")
+}
+
 // withState gives a node the state s of NodeScript "fix".
 func withState(s NodeState) func(*corev1.Node) {
 	return func(n *corev1.Node) {
@@ -280,13 +300,21 @@ func withState(s NodeState) func(*corev1.Node) {
 	}
 }
 
-// runPod is the pod of action attempt on node for ns, as the watcher creates it.
+// runPod is the pod of action attempt on node for ns, as the watcher creates
+// it. For a verify or rollback action of a NodeScript without that script,
+// which has no such pod (RunPod refuses it), it is the run pod named and
+// labelled as that action's: the phase tests only read its status.
 func runPod(t *testing.T, ns *v1alpha1.NodeScript, node, action string, attempt int) *corev1.Pod {
 	t.Helper()
-	p, err := RunPod(RunPodSpec{NodeScript: ns, Node: node, Action: action, Attempt: attempt, Now: t0})
+	build := action
+	if (action == ActionVerify && ns.Spec.VerifyScript == "") || (action == ActionRollback && ns.Spec.RollbackScript == "") {
+		build = ActionRun
+	}
+	p, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: node, Action: build, Attempt: attempt, Now: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Name, p.Labels[LabelAction] = podName(ns, node, action, attempt), action
 	p.CreationTimestamp = metav1.NewTime(t0)
 	return p
 }
@@ -318,3 +346,13 @@ func waiting(reason string) corev1.PodStatus {
 var running = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 	Name: "nodeexec", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
 }}}
+
+// testBackend is the backend ns's spec.backend names, on a fake client.
+func testBackend(t testing.TB, ns *v1alpha1.NodeScript) nodeexec.Backend {
+	t.Helper()
+	b, err := NodeBackend(ns, fake.NewClientset())
+	if err != nil {
+		t.Fatalf("NodeBackend: %v", err)
+	}
+	return b
+}

@@ -12,7 +12,7 @@ import (
 // trimNode is the node informer's transform: the cache keeps of a node only
 // what the watcher reads (name, UID, labels, its own annotations,
 // unschedulable, taints, the Ready condition's status and last transition,
-// and the boot ID), so that 5,000 nodes cost little memory and heartbeats do not
+// the NodeScripts' conditions without their heartbeat, and the boot ID), so that 5,000 nodes cost little memory and heartbeats do not
 // look like changes. Objects other than nodes pass unchanged.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -28,18 +28,24 @@ func trimNode(obj any) (any, error) {
 	}
 	out.Status.NodeInfo.BootID = n.Status.NodeInfo.BootID
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+		switch {
+		case c.Type == corev1.NodeReady:
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+		case strings.HasPrefix(string(c.Type), ConditionPrefix):
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{
+				Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime,
+			})
 		}
 	}
 	return out, nil
 }
 
-// ourAnnotations keeps the NodeScript state annotations; nil when there are none.
+// ourAnnotations keeps the NodeScripts' per-node annotations (state,
+// rerun, ignore); nil when there are none.
 func ourAnnotations(a map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range a {
-		if strings.HasSuffix(k, "."+AnnotationPrefix+"/state") {
+		if _, ok := nodeAnnotation(k); ok {
 			if out == nil {
 				out = map[string]string{}
 			}

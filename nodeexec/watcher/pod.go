@@ -3,19 +3,21 @@ package watcher
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // Labels and annotations of the watcher's pods, besides nodeexec's own
@@ -60,8 +62,13 @@ func RunPodName(name, hash, node, action string, attempt int) string {
 
 // RunPodSpec says which pod RunPod builds.
 type RunPodSpec struct {
-	// NodeScript is the validated NodeScript; its backend, scripts and timeout are used.
+	// NodeScript is the validated NodeScript; its scripts, timeout and
+	// secretEnv are used.
 	NodeScript *v1alpha1.NodeScript
+	// Backend builds the pod: the backend the NodeScript's spec.backend
+	// names (NodeBackend), which must implement
+	// nodeexec.CompletionPodBuilder. Required.
+	Backend nodeexec.Backend
 	// Node to run on; Action is ActionRun, ActionVerify or ActionRollback;
 	// Attempt numbers the run (1 for the first).
 	Node, Action string
@@ -70,20 +77,62 @@ type RunPodSpec struct {
 	Now time.Time
 }
 
+// NodeBackendOptions are the options of the backend that NodeScript ns's
+// spec.backend names (package backends): its name, the run namespace
+// (RunNamespace), the spec hash as the run ID, the image, pull secrets,
+// profile and namespaces. The nsenter backend's run pods stay in the pod
+// network (no hostNetwork, no hostIPC): the agent enters the node's
+// namespaces itself. Client is left for the caller to set.
+func NodeBackendOptions(ns *v1alpha1.NodeScript) backends.NodeOptions {
+	spec := &ns.Spec
+	o := backends.NodeOptions{
+		Name: spec.Backend.Name, Namespace: RunNamespace(spec), RunID: v1alpha1.SpecHash(spec),
+		Image: spec.Backend.Image, Profile: spec.Backend.Profile, Namespaces: spec.Backend.Namespaces,
+		HostNetwork: ptr.To(false), HostIPC: ptr.To(false),
+	}
+	for _, r := range spec.Backend.ImagePullSecrets {
+		o.ImagePullSecrets = append(o.ImagePullSecrets, r.Name)
+	}
+	return o
+}
+
+// NodeBackend returns the backend NodeScript ns's spec.backend names, built
+// by backends.NewNode from NodeBackendOptions(ns) with client: what the
+// watcher runs ns with by default. It makes no API call.
+func NodeBackend(ns *v1alpha1.NodeScript, client kubernetes.Interface) (nodeexec.Backend, error) {
+	o := NodeBackendOptions(ns)
+	o.Client = client
+	return backends.NewNode(o)
+}
+
+// runPod is RunPod with the backend spec.backend names, built by
+// Options.Backends.
+func (w *Watcher) runPod(s RunPodSpec) (*corev1.Pod, error) {
+	o := NodeBackendOptions(s.NodeScript)
+	o.Client = w.o.Client
+	b, err := w.o.Backends(o)
+	if err != nil {
+		return nil, fmt.Errorf("spec.backend: %w", err)
+	}
+	s.Backend = b
+	return RunPod(s)
+}
+
 // RunPod returns the pod that runs one of a NodeScript's scripts on a node
-// to completion: the pod the backend (debugpod or nsenter) builds for the
-// same command, with the script as the container's own process instead of
-// an exec'd command, so that its exit code and output tail are kept in the
-// pod's status (terminationMessagePolicy FallbackToLogsOnError) whether or
-// not the watcher is running. The name is derived from the NodeScript, spec
-// hash, node, action and attempt, so a restarted watcher finds the pod it
-// created and two watchers cannot both create it. It is a pure function.
+// to completion: the backend's CompletionPod (nodeexec.CompletionPodBuilder)
+// for the script, so that the script is the container's own process and its
+// exit code and output tail are kept in the pod's status
+// (terminationMessagePolicy FallbackToLogsOnError) whether or not the
+// watcher is running, plus the NodeScript's owner reference, labels and
+// attempt annotation. The name is derived from the NodeScript, spec hash,
+// node, action and attempt, so a restarted watcher finds the pod it created
+// and two watchers cannot both create it. It makes no API call.
 //
-// Backends: debugpod (the profile's pod; the script runs in `chroot /host`
-// for profiles that mount the node's root) and nsenter (a privileged
-// hostPID pod whose agent enters PID 1's namespaces). runtime and ephemeral
-// target a container, not a node, and are refused with an error naming
-// spec.backend.name.
+// The node backends build such pods: debugpod (the profile's pod; the
+// script runs in `chroot /host` for profiles that mount the node's root)
+// and nsenter (a privileged hostPID pod whose agent enters PID 1's
+// namespaces). A backend without CompletionPod is refused with an error
+// naming spec.backend.name.
 func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	ns := s.NodeScript
 	spec := &ns.Spec
@@ -96,78 +145,33 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	case ActionRollback:
 		script = spec.RollbackScript
 	default:
-		return nil, fmt.Errorf("unknown action %q", s.Action)
+		return nil, fmt.Errorf("unknown action %q: want %s, %s or %s", s.Action, ActionRun, ActionVerify, ActionRollback)
+	}
+	if script == "" {
+		return nil, fmt.Errorf("NodeScript %s has no %s script: no %s pod to build", ns.Name, s.Action, s.Action)
+	}
+	if s.Backend == nil {
+		return nil, errors.New("RunPodSpec.Backend is nil: give the backend spec.backend names (NodeBackend)")
+	}
+	builder, ok := nodeexec.As[nodeexec.CompletionPodBuilder](s.Backend)
+	if !ok {
+		return nil, fmt.Errorf("spec.backend.name %q: the %s backend cannot run a script to completion in a pod of its own; use one of %s", spec.Backend.Name, s.Backend.Name(), strings.Join(backends.NodeNames(), ", "))
 	}
 	timeout := DefaultTimeout
 	if spec.Timeout != nil {
 		timeout = spec.Timeout.Duration
 	}
-	namespace := RunNamespace(spec)
-	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
-	deadline := s.Now.Add(timeout + podexec.DeadlineSlack)
-	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
 	var secretEnv []nodeexec.SecretEnv
 	for _, e := range spec.SecretEnv {
 		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: e.Secret, Key: e.Key})
 	}
-	requests := podexec.DefaultRequests()
-
-	var (
-		pod  *corev1.Pod
-		argv []string
-		err  error
-	)
-	var pullSecrets []string
-	for _, r := range spec.Backend.ImagePullSecrets {
-		pullSecrets = append(pullSecrets, r.Name)
-	}
-	switch b := spec.Backend.Name; b {
-	case "", debugpod.Name:
-		profile := spec.Backend.Profile
-		if profile == "" {
-			profile = debugpod.DefaultProfile
-		}
-		image := spec.Backend.Image
-		if image == "" {
-			image = debugpod.DefaultImage
-		}
-		argv = []string{"sh", "-c", script}
-		if debugpod.MountsHostRoot(profile) {
-			argv = append([]string{"chroot", debugpod.HostRoot}, argv...)
-		}
-		pod, err = debugpod.BuildPod(debugpod.PodSpec{
-			Node: s.Node, Name: name, Namespace: namespace, RunID: hash, Profile: profile,
-			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: pullSecrets, Requests: requests,
-			Env: env, SecretEnv: secretEnv, Now: s.Now, Deadline: deadline, Command: argv,
-		})
-	case nsenter.Name:
-		image := spec.Backend.Image
-		if image == "" {
-			image = nsenter.DefaultAgentImage
-		}
-		nss := nsenter.DefaultNamespaces()
-		if len(spec.Backend.Namespaces) > 0 {
-			nss = nil
-			for _, n := range spec.Backend.Namespaces {
-				nss = append(nss, nsenter.Namespace(n))
-			}
-		}
-		argv = nsenter.AgentArgv(nss, []string{"sh", "-c", script})
-		pod, err = nsenter.BuildPod(nsenter.PodSpec{
-			Node: s.Node, Name: name, Namespace: namespace, RunID: hash,
-			Image: image, ImagePullPolicy: corev1.PullIfNotPresent, ImagePullSecrets: pullSecrets, Requests: requests,
-			Env: env, SecretEnv: secretEnv, Now: s.Now, Deadline: deadline, Command: argv,
-		})
-	default:
-		return nil, fmt.Errorf("spec.backend.name %q: a NodeScript runs on nodes; use debugpod or nsenter (%s targets a container)", b, b)
-	}
+	pod, err := builder.CompletionPod(nodeexec.Request{
+		Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv,
+		Env: map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name},
+	}, RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt), s.Now)
 	if err != nil {
 		return nil, fmt.Errorf("spec.backend: %w", err)
 	}
-	c := &pod.Spec.Containers[0]
-	// The script runs as written: the kubelet would expand $(VAR) and $$.
-	c.Command, c.Args = podexec.EscapeExpansionAll(argv), nil
-	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	if ns.UID != "" {
 		// Deleting the NodeScript deletes its run pods (the garbage
 		// collector); a cluster-scoped owner may own namespaced pods.

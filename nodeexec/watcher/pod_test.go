@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodeexec/nodeexec/internal/golden"
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -42,7 +45,7 @@ func TestRunPodGolden(t *testing.T) {
 		}), ActionRollback},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pod, err := RunPod(RunPodSpec{NodeScript: c.ns, Node: "node-a.example", Action: c.action, Attempt: 2, Now: now})
+			pod, err := RunPod(RunPodSpec{NodeScript: c.ns, Backend: testBackend(t, c.ns), Node: "node-a.example", Action: c.action, Attempt: 2, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,9 +56,9 @@ func TestRunPodGolden(t *testing.T) {
 
 func TestRunPodProperties(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"}, Spec: v1alpha1.NodeScriptSpec{Script: "true"}}
-	a, _ := RunPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now})
-	b, _ := RunPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now.Add(time.Hour)})
+	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"}, Spec: v1alpha1.NodeScriptSpec{Script: "true", RollbackScript: "true"}}
+	a, _ := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionRun, Attempt: 1, Now: now})
+	b, _ := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionRun, Attempt: 1, Now: now.Add(time.Hour)})
 	if a.Name != b.Name {
 		t.Errorf("the name depends on the time: %s, %s", a.Name, b.Name)
 	}
@@ -64,7 +67,12 @@ func TestRunPodProperties(t *testing.T) {
 		{NodeScript: ns, Node: "n2", Action: ActionRun, Attempt: 1, Now: now},
 		{NodeScript: ns, Node: "n1", Action: ActionRollback, Attempt: 1, Now: now},
 	} {
-		if p, _ := RunPod(other); p.Name == a.Name {
+		other.Backend = testBackend(t, ns)
+		p, err := RunPod(other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Name == a.Name {
 			t.Errorf("%+v has the same name as the first run: %s", other, p.Name)
 		}
 	}
@@ -81,10 +89,22 @@ func TestRunPodProperties(t *testing.T) {
 	for _, bad := range []string{"runtime", "ephemeral"} {
 		ns := ns.DeepCopy()
 		ns.Spec.Backend.Name = bad
-		if _, err := RunPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
-			t.Errorf("backend %s: %v", bad, err)
+		if b, err := NodeBackend(ns, fake.NewClientset()); err == nil || !strings.Contains(err.Error(), "target a container") {
+			t.Errorf("NodeBackend for backend %s: (%v, %v), want a refusal", bad, b, err)
 		}
 	}
+	// A backend that cannot build a run-to-completion pod is refused.
+	if _, err := RunPod(RunPodSpec{NodeScript: ns, Backend: execOnly{}, Node: "n1", Action: ActionRun, Attempt: 1, Now: now}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
+		t.Errorf("a backend without CompletionPod: %v", err)
+	}
+}
+
+// execOnly is a backend without nodeexec.CompletionPodBuilder.
+type execOnly struct{}
+
+func (execOnly) Name() string { return "exec-only" }
+func (execOnly) Run(context.Context, nodeexec.Request) (nodeexec.Result, error) {
+	return nodeexec.Result{}, errors.New("not run")
 }
 
 func TestPodOutcome(t *testing.T) {
@@ -132,13 +152,16 @@ func TestPodOutcome(t *testing.T) {
 func TestTrimNode(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u", ResourceVersion: "7", Labels: map[string]string{"a": "b"},
-			Annotations:   map[string]string{"x": "y", StateAnnotation("fix"): `{"hash":"h","phase":"Running","since":"2026-11-21T00:00:00Z"}`},
+			Annotations: map[string]string{"x": "y", StateAnnotation("fix"): `{"hash":"h","phase":"Running","since":"2026-11-21T00:00:00Z"}`,
+				RerunAnnotation("fix"): "h", IgnoreAnnotation("fix-2"): "alice", "fix." + AnnotationPrefix + "/other": "dropped"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
 		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}, PodCIDR: "10.0.0.0/24"},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{
 				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
 				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, Message: "kubelet is ready"},
+				{Type: "example.com/Other", Status: corev1.ConditionTrue},
+				{Type: ConditionType("fix"), Status: corev1.ConditionTrue, Reason: ConditionApplied, Message: "spec h succeeded here", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Time{Time: time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)}},
 			},
 			Images: []corev1.ContainerImage{{Names: []string{"busybox"}}},
 		},
@@ -146,10 +169,11 @@ func TestTrimNode(t *testing.T) {
 	got, _ := trimNode(n)
 	want := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u", ResourceVersion: "7", Labels: map[string]string{"a": "b"},
-			Annotations: map[string]string{StateAnnotation("fix"): n.Annotations[StateAnnotation("fix")]}},
+			Annotations: map[string]string{StateAnnotation("fix"): n.Annotations[StateAnnotation("fix")], RerunAnnotation("fix"): "h", IgnoreAnnotation("fix-2"): "alice"}},
 		Spec: corev1.NodeSpec{Unschedulable: true, Taints: n.Spec.Taints},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}},
+			{Type: ConditionType("fix"), Status: corev1.ConditionTrue, Reason: ConditionApplied, Message: "spec h succeeded here", LastTransitionTime: metav1.Time{Time: time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)}},
 		}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
@@ -159,6 +183,7 @@ func TestTrimNode(t *testing.T) {
 	n2 := n.DeepCopy()
 	n2.ResourceVersion = "8"
 	n2.Status.Conditions[1].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
+	n2.Status.Conditions[3].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
 	got2, _ := trimNode(n2)
 	if !sameNode(got.(*corev1.Node), got2.(*corev1.Node)) {
 		t.Error("a heartbeat-only update is seen as a change")

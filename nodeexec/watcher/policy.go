@@ -35,7 +35,7 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 		s.Cordoned, changed = true, true
 	}
 	if p.Rollback && s.Rollback == "" && !rollbackBusy {
-		pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now})
+		pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now})
 		if err != nil {
 			return err
 		}

@@ -238,12 +238,12 @@ func TestReconcileCanaryFails(t *testing.T) {
 func TestReconcileInfrastructureRetry(t *testing.T) {
 	notReady := func(e *env) {
 		e.updateNode("n1", func(n *corev1.Node) {
-			n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionFalse, metav1.NewTime(e.clock.Now())
+			ready(n).Status, ready(n).LastTransitionTime = corev1.ConditionFalse, metav1.NewTime(e.clock.Now())
 		})
 		e.clock.Step(time.Minute + time.Second) // NotReadyGrace
 	}
-	ready := func(e *env) {
-		e.updateNode("n1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
+	healed := func(e *env) {
+		e.updateNode("n1", func(n *corev1.Node) { ready(n).Status = corev1.ConditionTrue })
 	}
 	for _, c := range []struct {
 		name   string
@@ -252,7 +252,7 @@ func TestReconcileInfrastructureRetry(t *testing.T) {
 		reason string
 	}{
 		{name: "image pull", fail: func(e *env, pod string, _ int) { e.setPod(pod, waiting("ErrImagePull")) }, reason: "ErrImagePull"},
-		{name: "node not ready", fail: func(e *env, pod string, _ int) { e.setPod(pod, running); notReady(e) }, heal: ready, reason: "NodeNotReady"},
+		{name: "node not ready", fail: func(e *env, pod string, _ int) { e.setPod(pod, running); notReady(e) }, heal: healed, reason: "NodeNotReady"},
 		{name: "node rebooted", fail: func(e *env, pod string, attempt int) {
 			e.setPod(pod, exited(137))
 			e.updateNode("n1", func(n *corev1.Node) { n.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", attempt+1) })

@@ -42,11 +42,11 @@ func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, ou
 // start creates the pod of action on node n (s is its current state) and
 // records the run as Running.
 func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
-	attempt := 1
+	attempt, before := 1, 0
 	if action == ActionRun && s.Hash == hash {
-		attempt = s.Attempts + 1
+		attempt, before = s.Attempts+1, s.AttemptsBefore
 	}
-	pod, err := RunPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, Now: now})
+	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, Now: now})
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	// One Event per run, with its result (see finish); the start is in the
 	// node's state annotation (Running, the pod, the attempt).
 	return c.w.writeState(ctx, ns.Name, n, NodeState{
-		Hash: hash, Phase: PhaseRunning, Attempts: attempt, Since: now, Pod: pod.Name, BootID: n.Status.NodeInfo.BootID,
+		Hash: hash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: before, Since: now, Pod: pod.Name, BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
 	})
 }
@@ -80,9 +80,17 @@ func (c *controller) adopt(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 	}
 	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
 	return c.w.writeState(ctx, ns.Name, n, NodeState{
-		Hash: podHash, Phase: PhaseRunning, Attempts: attempt, Since: pod.CreationTimestamp.Time, Pod: pod.Name,
+		Hash: podHash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: attemptsBefore(s, podHash), Since: pod.CreationTimestamp.Time, Pod: pod.Name,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
 	})
+}
+
+// attemptsBefore is s's AttemptsBefore when s is a record of hash, else 0.
+func attemptsBefore(s NodeState, hash string) int {
+	if s.Hash != hash {
+		return 0
+	}
+	return s.AttemptsBefore
 }
 
 // finish records a finished run pod's outcome on its node, then deletes the pod.
@@ -115,7 +123,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		if s.Pod == pod.Name && s.Phase != PhaseRunning {
 			break // recorded before; only the pod's deletion is left
 		}
-		next := NodeState{Hash: podHash, Attempts: attempt, Since: now, Pod: pod.Name, Reason: out.Reason,
+		next := NodeState{Hash: podHash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, podHash), Since: now, Pod: pod.Name, Reason: out.Reason,
 			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
 		output := out.Tail
 		switch result {

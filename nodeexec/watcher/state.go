@@ -3,6 +3,7 @@ package watcher
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,27 @@ const AnnotationPrefix = "nodescript.nodeexec.io"
 
 // StateAnnotation is the annotation key holding the state of NodeScript name on a node.
 func StateAnnotation(name string) string { return name + "." + AnnotationPrefix + "/state" }
+
+// RerunAnnotation is the node annotation asking the watcher to run
+// NodeScript name again on the node: its value is the spec hash to run
+// again (Rerun sets it). The watcher forgets the node's record of that hash
+// (the node becomes Pending, its attempts keep counting) and removes the
+// annotation, once no run of the NodeScript is going on the node; a value
+// that is not the current spec hash is removed and does nothing.
+func RerunAnnotation(name string) string { return name + "." + AnnotationPrefix + "/rerun" }
+
+// IgnoreAnnotation is the node annotation excluding the node from
+// NodeScript name without editing its spec, as spec.excludeNodes would: its
+// value says who asked (SetIgnored sets it; any value ignores). The node's
+// state is kept, so removing the annotation reruns nothing.
+func IgnoreAnnotation(name string) string { return name + "." + AnnotationPrefix + "/ignore" }
+
+// nodeAnnotation reports whether k is the key of a per-node annotation of
+// some NodeScript (state, rerun, ignore), and of which.
+func nodeAnnotation(k string) (name string, ok bool) {
+	name, part, found := strings.Cut(k, "."+AnnotationPrefix+"/")
+	return name, found && (part == "state" || part == "rerun" || part == "ignore")
+}
 
 // MaxStateBytes bounds the encoded NodeState, the value of one
 // NodeScript's annotation on a node: the free-text fields are cut in the
@@ -44,8 +66,12 @@ type NodeState struct {
 	Phase string `json:"phase"`
 	// ExitCode of the script, when it ran.
 	ExitCode *int `json:"exitCode,omitempty"`
-	// Attempts made for this hash (infrastructure retries included).
+	// Attempts made for this hash (infrastructure retries and reruns
+	// included): each has its own pod name.
 	Attempts int `json:"attempts,omitempty"`
+	// AttemptsBefore is Attempts when the node was last rerun (nodeexec
+	// rerun): the retry limit counts only the attempts after it.
+	AttemptsBefore int `json:"attemptsBefore,omitempty"`
 	// Infrastructure is set when the last failure was not the script's own
 	// exit (image pull, pod rejected, node NotReady, eviction): it is retried
 	// after NextRetry, within the retry limit.

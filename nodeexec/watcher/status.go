@@ -50,6 +50,9 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		if d.Stage == StageAwaitingPromotion {
 			msg += "; promote with: nodeexec promote " + ns.Name + " --to all"
 		}
+		if !d.RunNow.IsZero() {
+			msg += "; outside the maintenance window by a run-now override until " + d.RunNow.UTC().Format(time.RFC3339)
+		}
 		setCondition(st, v1alpha1.ConditionProgressing, progressing, d.Stage, msg, gen, now)
 		setCondition(st, v1alpha1.ConditionComplete, false, d.Stage, "", gen, now)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"k8s.io/apimachinery/pkg/types"
 	"os"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -32,6 +32,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -59,9 +60,11 @@ type LeaderElection struct {
 // Options configure a Watcher.
 type Options struct {
 	// Client reads nodes and pods, creates and deletes run pods, patches
-	// nodes (annotations, cordon, taints), records Events and writes output
-	// records (for NodeScripts with spec.recordOutput). Required.
-	// RBAC (deploy/rbac.yaml): nodes get/list/watch/patch; pods get/list/
+	// nodes (annotations, cordon, taints) and their status (each
+	// NodeScript's condition), records Events and writes output records (for
+	// NodeScripts with spec.recordOutput). Required.
+	// RBAC (deploy/rbac.yaml): nodes get/list/watch/patch, nodes/status
+	// patch; pods get/list/
 	// watch in every namespace (the run pod informer; drain), create/delete
 	// and pods/log get in the backends' namespaces; configmaps get/create/
 	// update in the backends' namespaces (output records); pods/eviction
@@ -69,9 +72,9 @@ type Options struct {
 	// default (client-go records the Events of cluster-scoped objects, Nodes
 	// and NodeScripts, there); leases when LeaderElection is set.
 	Client kubernetes.Interface
-	// Dynamic reads NodeScripts, writes their status and manages their
-	// Finalizer (nodescripts get/list/watch/patch, nodescripts/status
-	// patch). Required.
+	// Dynamic reads NodeScripts, writes their status, manages their
+	// Finalizer and removes expired run-now overrides (nodescripts
+	// get/list/watch/patch, nodescripts/status patch). Required.
 	Dynamic dynamic.Interface
 	// LeaderElection, when set, makes Start run rollouts only while this
 	// replica holds the Lease. Nil runs without election (one replica).
@@ -110,6 +113,11 @@ type Options struct {
 	NotReadyGrace time.Duration
 	// Clock drives timestamps, soak times and backoffs. Defaults to the real clock.
 	Clock clock.WithTicker
+	// Backends builds the backend a NodeScript's spec.backend names, from
+	// NodeBackendOptions(ns) with Client set. The watcher only creates the
+	// pods of its CompletionPod (nodeexec.CompletionPodBuilder); it never
+	// execs. Defaults to backends.NewNode.
+	Backends func(backends.NodeOptions) (nodeexec.Backend, error)
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -132,6 +140,14 @@ type Watcher struct {
 	// decoded caches per NodeScript and node the last state annotation
 	// decoded, so that a reconcile of 5,000 nodes decodes only what changed.
 	decoded map[string]map[string]decodedState
+	// conds holds per NodeScript the node conditions this process wrote
+	// (nil: removed) that the node informer may not show yet, so that an
+	// unchanged condition is not written again.
+	conds map[string]map[string]*corev1.NodeCondition
+	// runNow holds per NodeScript the run-now override last recorded in an
+	// Event (AnnotationRunNow and AnnotationRunNowBy), so that each is
+	// recorded once.
+	runNow map[string]string
 }
 
 type decodedState struct {
@@ -146,6 +162,9 @@ func New(o Options) (*Watcher, error) {
 	}
 	if o.Dynamic == nil {
 		return nil, errors.New("watcher: Options.Dynamic is nil: give a dynamic client (dynamic.NewForConfig)")
+	}
+	if o.Backends == nil {
+		o.Backends = backends.NewNode
 	}
 	if o.Workers == 0 {
 		o.Workers = 2
@@ -219,6 +238,8 @@ func New(o Options) (*Watcher, error) {
 		created:  map[string]time.Time{},
 		draining: map[string]bool{},
 		decoded:  map[string]map[string]decodedState{},
+		conds:    map[string]map[string]*corev1.NodeCondition{},
+		runNow:   map[string]string{},
 	}, nil
 }
 
@@ -491,16 +512,20 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 	return s, true
 }
 
-// writeState patches node n's state annotation for NodeScript name to s.
-// RBAC: patch on nodes.
-func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s NodeState) error {
+// writeState patches node n's state annotation for NodeScript name to s,
+// removing the annotations drop in the same patch. RBAC: patch on nodes.
+func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s NodeState, drop ...string) error {
 	s = s.bounded()
 	s.Since = s.Since.UTC().Truncate(time.Second)
 	if s.NextRetry != nil {
 		t := s.NextRetry.UTC().Truncate(time.Second)
 		s.NextRetry = &t
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{StateAnnotation(name): s.Encode()}}})
+	ann := map[string]any{StateAnnotation(name): s.Encode()}
+	for _, k := range drop {
+		ann[k] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return err
 	}
@@ -556,6 +581,11 @@ func (w *Watcher) prune(name string, nodes map[string]*corev1.Node) {
 			delete(w.overlay[name], node)
 		}
 	}
+	for node := range w.conds[name] {
+		if nodes[node] == nil {
+			delete(w.conds[name], node)
+		}
+	}
 }
 
 // forget drops what the process remembers of a deleted NodeScript.
@@ -563,5 +593,7 @@ func (w *Watcher) forget(name string) {
 	w.mu.Lock()
 	delete(w.overlay, name)
 	delete(w.decoded, name)
+	delete(w.conds, name)
+	delete(w.runNow, name)
 	w.mu.Unlock()
 }

@@ -27,11 +27,11 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/internal/testcluster"
-	"github.com/nodeexec/nodeexec/nsenter"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
 
 func main() {
-	ref := flag.String("image", nsenter.DefaultAgentImage, "image reference to build")
+	ref := flag.String("image", agent.DefaultImage, "image reference to build")
 	module := flag.String("module", ".", "root directory of the nodeexec module")
 	out := flag.String("out", "", "write the docker-archive tarball here and do not import it")
 	flag.Parse()

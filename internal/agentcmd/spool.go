@@ -1,4 +1,4 @@
-package cli
+package agentcmd
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/spool"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // agentSpoolFlag is --spool of the agent's subcommands that run a command
@@ -44,7 +44,7 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 	s, err := spool.Create(dir)
 	if err != nil {
 		fmt.Fprintf(streams.ErrOut, "nodeexec agent: --spool: %v\n", err)
-		return exitCoder{code: agentNsenterFailed}
+		return ExitStatus{Code: agentNsenterFailed}
 	}
 	served := make(chan struct{})
 	go func() {
@@ -56,11 +56,11 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 	}()
 	err = action(Streams{In: streams.In, Out: s.Stdout(), ErrOut: s.Stderr()})
 	code := 0
-	var ec exitCoder
+	var ec ExitStatus
 	switch {
 	case err == nil:
 	case errors.As(err, &ec):
-		code = ec.code
+		code = ec.Code
 	default:
 		fmt.Fprintf(s.Stderr(), "nodeexec agent: %v\n", err)
 		code = 2
@@ -72,14 +72,14 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 	if code == 0 {
 		return nil
 	}
-	return exitCoder{code: code}
+	return ExitStatus{Code: code}
 }
 
 // Exit codes of `nodeexec agent attach`: the command's own status when it
 // ended; these when the spool cannot give it.
 const (
 	// agentAttachCheckMissing is --check's answer for a missing spool.
-	agentAttachCheckMissing = nsenter.SpoolMissingExitCode
+	agentAttachCheckMissing = agent.SpoolMissingExitCode
 	// agentAttachFailed: the spool could not be streamed (the reason on
 	// stderr); the client reports the outcome as unknown.
 	agentAttachFailed = 125
@@ -91,35 +91,52 @@ func agentAttachCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "attach",
 		Usage:     "stream a spooled command's output from the given offsets and exit with its status (what a client runs after its stream was cut)",
-		UsageText: "attach --spool DIR [--stdout-offset BYTES] [--stderr-offset BYTES] | attach --spool DIR --check",
+		UsageText: "attach --spool DIR [--stdout-offset BYTES] [--stderr-offset BYTES] | attach --spool DIR --check | attach --spool DIR --stop",
 		Description: "Streams DIR/stdout and DIR/stderr (of `agent nsenter|container-exec --spool DIR`) from the offsets, following\n" +
 			"them until the command ended and both were read to their end, and exits with the command's status.\n" +
 			"With --check: exits 0 when DIR is a spool, 3 when it is not (the command never started there, or its\n" +
-			"agent container was restarted). Exit status 125 when the spool cannot be streamed (the reason on stderr).",
+			"agent container was restarted). Exit status 125 when the spool cannot be streamed (the reason on stderr).\n" +
+			"With --stop: ends the command (SIGTERM to the agent running it, which ends it as its --timeout does) and\n" +
+			"exits 0 once its exit status is recorded (at once when it had ended), 3 when DIR is not a spool, 125\n" +
+			"when it cannot be stopped (the reason on stderr).",
 		HideHelpCommand: true,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "spool", Required: true, Usage: "the spool `DIR` given to the command's --spool"},
 			&ucli.Int64Flag{Name: "stdout-offset", Usage: "`BYTES` of stdout the client already has"},
 			&ucli.Int64Flag{Name: "stderr-offset", Usage: "`BYTES` of stderr the client already has"},
 			&ucli.BoolFlag{Name: "check", Usage: "only say, by the exit status, whether the spool exists"},
+			&ucli.BoolFlag{Name: "stop", Usage: "end the spooled command and wait until it ended (what a client that gives up on the run runs)"},
 		},
 		Action: func(c *ucli.Context) error {
 			dir := c.String("spool")
+			if c.Bool("check") && c.Bool("stop") {
+				return errors.New("--check and --stop: give one")
+			}
+			if c.Bool("stop") {
+				if err := spool.Stop(c.Context, dir, 0); err != nil {
+					fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %v\n", err)
+					if errors.Is(err, spool.ErrNotFound) {
+						return ExitStatus{Code: agentAttachCheckMissing}
+					}
+					return ExitStatus{Code: agentAttachFailed}
+				}
+				return nil
+			}
 			if c.Bool("check") {
 				if spool.Exists(dir) {
 					return nil
 				}
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %s: %v\n", dir, spool.ErrNotFound)
-				return exitCoder{code: agentAttachCheckMissing}
+				return ExitStatus{Code: agentAttachCheckMissing}
 			}
 			end, err := spool.Attach(c.Context, dir, c.Int64("stdout-offset"), c.Int64("stderr-offset"), streams.Out, streams.ErrOut, 0)
 			if err != nil {
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %v: the command's outcome is unknown\n", err)
-				return exitCoder{code: agentAttachFailed}
+				return ExitStatus{Code: agentAttachFailed}
 			}
 			_, _ = streams.ErrOut.Write(end.Trailer())
 			if end.Code != 0 {
-				return exitCoder{code: end.Code}
+				return ExitStatus{Code: end.Code}
 			}
 			return nil
 		},

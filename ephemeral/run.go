@@ -102,8 +102,12 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (res nodeexec.R
 // concurrent update. It returns the container's name and the node.
 func (b *Backend) add(ctx context.Context, req nodeexec.Request, dryRun bool) (name, node string, err error) {
 	name = NamePrefix + b.o.NameSuffix()
+	attempt := 0
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, target, err := b.check(ctx)
+		// The first attempt patches from the pod as last read (by Target or
+		// Preflight); a pod changed since fails with a conflict, read again.
+		attempt++
+		pod, target, err := b.check(ctx, attempt == 1)
 		if err != nil {
 			return err
 		}
@@ -138,6 +142,9 @@ func (b *Backend) add(ctx context.Context, req nodeexec.Request, dryRun bool) (n
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
 		_, err = b.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, opts, "ephemeralcontainers")
+		if err == nil && !dryRun {
+			b.last.set(nil) // changed by the patch
+		}
 		return err
 	})
 	if err == nil {

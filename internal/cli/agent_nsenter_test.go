@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
@@ -120,7 +121,7 @@ func TestAgentNsenterRuns(t *testing.T) {
 	}
 }
 
-// TestAgentHoldDuration: the agent pods' holder (nsenter.HoldArgv) exits 0
+// TestAgentHoldDuration: the agent pods' holder (agent.HoldArgv) exits 0
 // after --duration; bad durations are refused.
 func TestAgentHoldDuration(t *testing.T) {
 	start := time.Now()
@@ -141,7 +142,7 @@ func TestAgentTimeout(t *testing.T) {
 	}
 	start := time.Now()
 	r := run(t, "", "agent", "nsenter", "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--timeout", "1s", "--", "sh", "-c", "sleep 30 & wait")
-	if r.code != agentTimedOut || !strings.Contains(r.errOut, "--timeout 1s") || time.Since(start) > 8*time.Second {
+	if r.code != 124 || !strings.Contains(r.errOut, "--timeout 1s") || time.Since(start) > 8*time.Second {
 		t.Errorf("code %d after %s, stderr %q; want 124 after about 1s, naming --timeout", r.code, time.Since(start), r.errOut)
 	}
 	if r := run(t, "", "agent", "nsenter", "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--timeout", "5s", "--", "sh", "-c", "exit 3"); r.code != 3 {
@@ -187,15 +188,26 @@ func TestAgentSpoolAndAttach(t *testing.T) {
 	if r := run(t, "", "agent", "attach", "--spool", dir, "--check"); r.code != 0 {
 		t.Errorf("check of an existing spool: exit %d %q", r.code, r.errOut)
 	}
-	if r := run(t, "", "agent", "attach", "--spool", dir+"-none", "--check"); r.code != agentAttachCheckMissing || !strings.Contains(r.errOut, "no spool") {
+	if r := run(t, "", "agent", "attach", "--spool", dir+"-none", "--check"); r.code != agent.SpoolMissingExitCode || !strings.Contains(r.errOut, "no spool") {
 		t.Errorf("check of a missing spool: exit %d %q", r.code, r.errOut)
 	}
-	if r := run(t, "", "agent", "attach", "--spool", dir, "--stdout-offset", "999"); r.code != agentAttachFailed || !strings.Contains(r.errOut, "outcome is unknown") {
+	// --stop of a run that ended leaves it alone (its agent, this test
+	// process, is not signalled); of no spool, 3; with --check, a usage error.
+	if r := run(t, "", "agent", "attach", "--spool", dir, "--stop"); r.code != 0 {
+		t.Errorf("stop of an ended run: exit %d %q", r.code, r.errOut)
+	}
+	if r := run(t, "", "agent", "attach", "--spool", dir+"-none", "--stop"); r.code != agent.SpoolMissingExitCode || !strings.Contains(r.errOut, "no spool") {
+		t.Errorf("stop of a missing spool: exit %d %q", r.code, r.errOut)
+	}
+	if r := run(t, "", "agent", "attach", "--spool", dir, "--stop", "--check"); r.code != 2 || !strings.Contains(r.errOut, "give one") {
+		t.Errorf("--stop with --check: exit %d %q", r.code, r.errOut)
+	}
+	if r := run(t, "", "agent", "attach", "--spool", dir, "--stdout-offset", "999"); r.code != 125 || !strings.Contains(r.errOut, "outcome is unknown") {
 		t.Errorf("offset past the end: exit %d %q", r.code, r.errOut)
 	}
 	// A run starts once: the same spool again refuses without running.
 	r = run(t, "", "agent", "nsenter", "--spool", dir, "--target", strconv.Itoa(os.Getpid()), "--namespaces", "uts", "--", "sh", "-c", "echo ran")
-	if r.code != agentNsenterFailed || strings.Contains(r.out, "ran") || !strings.Contains(r.errOut, "spool exists") {
+	if r.code != 125 || strings.Contains(r.out, "ran") || !strings.Contains(r.errOut, "spool exists") {
 		t.Errorf("second start: exit %d, stdout %q, stderr %q", r.code, r.out, r.errOut)
 	}
 	// Usage errors are spooled too, with exit 2.

@@ -55,6 +55,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -172,6 +173,34 @@ type Options struct {
 // concurrent use: concurrent runs add one container each.
 type Backend struct {
 	o Options
+	// last is the target pod as last read, for the next patch's first
+	// attempt (see check).
+	last *lastPod
+}
+
+// lastPod is the target pod as last read. The ephemeral-container patch
+// carries the pod's resourceVersion, so a patch made from a pod that has
+// changed since fails with a conflict, and the pod is read again: reusing
+// the last read is safe, and saves a GET per call of Target, Preflight and
+// Run in a row.
+type lastPod struct {
+	mu  sync.Mutex
+	pod *corev1.Pod
+}
+
+func (l *lastPod) get() *corev1.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pod == nil {
+		return nil
+	}
+	return l.pod.DeepCopy()
+}
+
+func (l *lastPod) set(p *corev1.Pod) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pod = p
 }
 
 var (
@@ -242,7 +271,7 @@ func New(o Options) (*Backend, error) {
 	if o.Streamer == nil {
 		o.Streamer = podexec.NewStreamer(o.Config, o.Client.CoreV1().RESTClient())
 	}
-	return &Backend{o: o}, nil
+	return &Backend{o: o, last: &lastPod{}}, nil
 }
 
 // Name returns "ephemeral".
@@ -278,16 +307,28 @@ func (b *Backend) TargetNode(ctx context.Context) (string, error) {
 // ErrTooManyEphemeralContainers, nodeexec.ErrForbidden (RBAC: get pods), or
 // are the API error.
 func (b *Backend) Target(ctx context.Context) (node, container string, err error) {
-	pod, container, err := b.check(ctx)
+	pod, container, err := b.check(ctx, false)
 	if err != nil {
 		return "", "", err
 	}
 	return pod.Spec.NodeName, container, nil
 }
 
-func (b *Backend) check(ctx context.Context) (*corev1.Pod, string, error) {
+// check reads the target pod (with reuse, the last read when there is one:
+// see lastPod) and checks it as Target documents.
+func (b *Backend) check(ctx context.Context, reuse bool) (*corev1.Pod, string, error) {
 	ref := b.o.Namespace + "/" + b.o.Pod
-	pod, err := b.o.Client.CoreV1().Pods(b.o.Namespace).Get(ctx, b.o.Pod, metav1.GetOptions{})
+	var pod *corev1.Pod
+	if reuse {
+		pod = b.last.get()
+	}
+	var err error
+	if pod == nil {
+		pod, err = b.o.Client.CoreV1().Pods(b.o.Namespace).Get(ctx, b.o.Pod, metav1.GetOptions{})
+		if err == nil {
+			b.last.set(pod.DeepCopy())
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, "", fmt.Errorf("%w: pod %s does not exist", nodeexec.ErrPodNotFound, ref)

@@ -311,6 +311,46 @@ func TestPreflight(t *testing.T) {
 	}
 }
 
+// TestTargetPodReadOnce: TargetNode then Preflight read the target pod once;
+// a conflicting patch (the pod changed since) reads it again.
+func TestTargetPodReadOnce(t *testing.T) {
+	client := fake.NewClientset(targetPod())
+	conflicts := 1
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts > 0 {
+			conflicts--
+			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "web-0", errors.New("the object has been modified"))
+		}
+		return true, targetPod(), nil
+	})
+	gets := func() (n int) {
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "get" {
+				n++
+			}
+		}
+		return n
+	}
+	b := newTestBackend(t, client, nil)
+	if _, err := b.TargetNode(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Preflight(t.Context(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	// One GET by TargetNode, one more after the conflict; none for the
+	// Preflight's first attempt.
+	if n := gets(); n != 2 {
+		t.Errorf("%d GETs of the target pod, want 2: %v", n, client.Actions())
+	}
+	if err := b.Preflight(t.Context(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := gets(); n != 2 {
+		t.Errorf("a second Preflight read the pod again (%d GETs): a dry run changes nothing", n)
+	}
+}
+
 // TestRunAttachBroke: the attach breaks after the command started; the exit
 // code comes from the container's status, and the error says the output
 // after the break is lost: the command's own code when it failed, outcome

@@ -1,6 +1,7 @@
-package nsenter
+package agent
 
 import (
+	"maps"
 	"math"
 	"path"
 	"slices"
@@ -14,17 +15,18 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/spool"
+	"github.com/nodeexec/nodeexec/nsenter"
 )
 
-// AgentContainerName is the name of the container in the backend's pods.
-const AgentContainerName = "agent"
+// ContainerName is the name of the container in the backend's pods.
+const ContainerName = "agent"
 
-// AgentPath is where the agent image holds the nodeexec binary.
-const AgentPath = "/usr/local/bin/nodeexec"
+// Path is where the agent image holds the nodeexec binary.
+const Path = "/usr/local/bin/nodeexec"
 
-// AgentTarget is the PID whose namespaces the agent enters: PID 1 of the
+// Target is the PID whose namespaces the agent enters: PID 1 of the
 // node, which a hostPID pod sees as PID 1 (the node's init).
-const AgentTarget = 1
+const Target = 1
 
 // PodSpec is everything BuildPod needs; it holds no client.
 type PodSpec struct {
@@ -34,7 +36,7 @@ type PodSpec struct {
 	Name, Namespace string
 	// RunID is the value of the nodeexec.LabelRunID label.
 	RunID string
-	// Image is the agent image (nodeexec at AgentPath; nothing else needed).
+	// Image is the agent image (nodeexec at Path; nothing else needed).
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
 	// ImagePullSecrets, PriorityClassName and Requests are copied into the pod.
@@ -63,11 +65,11 @@ type PodSpec struct {
 // node, deadline and command annotations, activeDeadlineSeconds, no service
 // account token, small requests, and a holder process (HoldArgv: the agent
 // itself waits until the deadline or SIGTERM, so the image needs no sleep
-// nor shell) in place of the command, which is run over exec with AgentArgv.
+// nor shell) in place of the command, which is run over exec with NsenterArgv.
 // It is a pure function; errors name the invalid fields.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
-		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: AgentContainerName, RunID: s.RunID,
+		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: ContainerName, RunID: s.RunID,
 		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
 		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env, SecretEnv: s.SecretEnv,
 		Now: s.Now, Deadline: s.Deadline, Command: s.Command,
@@ -89,31 +91,31 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 //
 //	/usr/local/bin/nodeexec agent hold --duration 630s
 func HoldArgv(d time.Duration) []string {
-	argv := []string{AgentPath, "agent", "hold"}
+	argv := []string{Path, "agent", "hold"}
 	if d > 0 {
 		argv = append(argv, "--duration", strconv.FormatInt(int64(d.Round(time.Second)/time.Second), 10)+"s")
 	}
 	return argv
 }
 
-// AgentArgv is what runs in the agent container over exec: the agent, which
+// NsenterArgv is what runs in the agent container over exec: the agent, which
 // enters the namespaces of the node's PID 1 and runs argv there:
 //
 //	/usr/local/bin/nodeexec agent nsenter --target 1 --namespaces mnt,uts,... -- argv...
-func AgentArgv(namespaces []Namespace, argv []string) []string {
-	return append([]string{AgentPath, "agent", "nsenter",
-		"--target", strconv.Itoa(AgentTarget),
-		"--namespaces", joinNamespaces(namespaces),
+func NsenterArgv(namespaces []nsenter.Namespace, argv []string) []string {
+	return append([]string{Path, "agent", "nsenter",
+		"--target", strconv.Itoa(Target),
+		"--namespaces", nsenter.JoinNamespaces(namespaces),
 		"--"}, argv...)
 }
 
-// WithAgentTimeout returns a copy of the agent command line argv (AgentArgv's,
-// or any `AgentPath agent SUBCOMMAND ...` whose subcommand has --timeout:
+// WithTimeout returns a copy of the agent command line argv (NsenterArgv's,
+// or any `Path agent SUBCOMMAND ...` whose subcommand has --timeout:
 // nsenter, container-exec) with `--timeout D` (whole seconds, rounded up)
 // inserted after the subcommand: the agent then ends the command's process
 // group after d, and exits 124. ok is false, and argv returned as is, when
 // argv is not such a command line.
-func WithAgentTimeout(argv []string, d time.Duration) (out []string, ok bool) {
+func WithTimeout(argv []string, d time.Duration) (out []string, ok bool) {
 	if !isAgentArgv(argv) {
 		return argv, false
 	}
@@ -127,7 +129,7 @@ func WithAgentTimeout(argv []string, d time.Duration) (out []string, ok bool) {
 const SpoolMissingExitCode = 3
 
 // WithSpool returns a copy of the agent command line argv (as for
-// WithAgentTimeout) with `--spool DIR` inserted after the subcommand: the
+// WithTimeout) with `--spool DIR` inserted after the subcommand: the
 // agent then keeps the command's output and exit status in dir, in the agent
 // container, so that a client whose stream was cut gets them with
 // AttachArgv (see package nodeexec/spool). ok is false, and argv returned as
@@ -146,7 +148,7 @@ func WithSpool(argv []string, dir string) (out []string, ok bool) {
 //
 //	/usr/local/bin/nodeexec agent attach --spool DIR --stdout-offset N --stderr-offset M
 func AttachArgv(dir string, stdoutOffset, stderrOffset int64) []string {
-	return []string{AgentPath, "agent", "attach", "--spool", dir,
+	return []string{Path, "agent", "attach", "--spool", dir,
 		"--stdout-offset", strconv.FormatInt(stdoutOffset, 10), "--stderr-offset", strconv.FormatInt(stderrOffset, 10)}
 }
 
@@ -155,18 +157,27 @@ func AttachArgv(dir string, stdoutOffset, stderrOffset int64) []string {
 //
 //	/usr/local/bin/nodeexec agent attach --spool DIR --check
 func CheckSpoolArgv(dir string) []string {
-	return []string{AgentPath, "agent", "attach", "--spool", dir, "--check"}
+	return []string{Path, "agent", "attach", "--spool", dir, "--check"}
 }
 
-// isAgentArgv reports whether argv is `AgentPath agent SUBCOMMAND ...`.
+// StopSpoolArgv is the command line that ends the command running under the
+// spool in dir (SIGTERM to its agent, see spool.Stop) and exits 0 once its
+// exit status is recorded:
+//
+//	/usr/local/bin/nodeexec agent attach --spool DIR --stop
+func StopSpoolArgv(dir string) []string {
+	return []string{Path, "agent", "attach", "--spool", dir, "--stop"}
+}
+
+// isAgentArgv reports whether argv is `Path agent SUBCOMMAND ...`.
 func isAgentArgv(argv []string) bool {
-	return len(argv) >= 3 && argv[0] == AgentPath && argv[1] == "agent" && !strings.HasPrefix(argv[2], "-")
+	return len(argv) >= 3 && argv[0] == Path && argv[1] == "agent" && !strings.HasPrefix(argv[2], "-")
 }
 
 // SpoolFor returns the command line that runs the agent command line argv
 // for req under a spool named name in the agent container
 // (spool.DefaultParent/name, WithSpool), and the podexec.Resume that reads
-// that spool after a cut stream. For a request with a TTY (an interactive
+// that spool after a cut stream (and stops its command, StopSpoolArgv). For a request with a TTY (an interactive
 // session, which cannot be resumed) or a command line that is not the
 // agent's, it returns argv and nil.
 func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
@@ -182,5 +193,57 @@ func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *pode
 		Check:        CheckSpoolArgv(dir),
 		CheckMissing: SpoolMissingExitCode,
 		Attach:       func(stdoutOffset, stderrOffset int64) []string { return AttachArgv(dir, stdoutOffset, stderrOffset) },
+		Stop:         StopSpoolArgv(dir),
 	}
+}
+
+// ContainerExecArgs are the parts of the runtime backend's agent command line
+// (ContainerExecArgv).
+type ContainerExecArgs struct {
+	// ContainerID is the target's runtime ID ("containerd://...").
+	ContainerID string
+	// Endpoints are extra runtime sockets (host paths).
+	Endpoints []string
+	// Namespaces to enter.
+	Namespaces []nsenter.Namespace
+	// NoProcFallback turns off the agent's /proc/*/cgroup scan.
+	NoProcFallback bool
+	// Env is set on top of the target container's environment.
+	Env map[string]string
+	// Argv is the command.
+	Argv []string
+}
+
+// ContainerExecArgv is what runs in the agent container over exec:
+//
+//	/usr/local/bin/nodeexec agent container-exec --container-id ID
+//	    [--runtime-endpoint PATH]... --namespaces LIST [--no-proc-fallback]
+//	    [-e KEY=VALUE]... -- argv...
+//
+// with the -e flags sorted by name.
+func ContainerExecArgv(a ContainerExecArgs) []string {
+	out := []string{Path, "agent", "container-exec", "--container-id", a.ContainerID}
+	for _, ep := range a.Endpoints {
+		out = append(out, "--runtime-endpoint", ep)
+	}
+	nss := make([]string, len(a.Namespaces))
+	for i, n := range a.Namespaces {
+		nss[i] = string(n)
+	}
+	out = append(out, "--namespaces", strings.Join(nss, ","))
+	if a.NoProcFallback {
+		out = append(out, "--no-proc-fallback")
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Env)) {
+		out = append(out, "-e", k+"="+a.Env[k])
+	}
+	return append(append(out, "--"), a.Argv...)
+}
+
+// ReportsNotRun is whether the agent command line argv reports with
+// ErrorExitCode that it could not run the command, so that NotRunError
+// applies: ContainerExecArgv's does; for NsenterArgv's, 125 may also be the
+// command's own exit code.
+func ReportsNotRun(argv []string) bool {
+	return len(argv) > 2 && argv[0] == Path && argv[1] == "agent" && argv[2] == "container-exec"
 }

@@ -1,4 +1,4 @@
-package cli
+package agentcmd
 
 import (
 	"errors"
@@ -9,8 +9,9 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/nodeexec/nodeexec/internal/envflag"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/cri"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -34,7 +35,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "host-root", Usage: "where the host's root filesystem is visible (default: /host when it exists, else /proc/1/root)"},
 			&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "namespaces of the container to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all"},
 			&ucli.BoolFlag{Name: "no-proc-fallback", Usage: "do not scan /proc/*/cgroup when no runtime socket answers"},
-			envFlag("environment variable `KEY=VALUE` added to the container's; repeat -e for several (never split on commas)"),
+			envflag.Flag("environment variable `KEY=VALUE` added to the container's; repeat -e for several (never split on commas)"),
 			&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "say on stderr which runtime socket (or the /proc scan) found the container"},
 			agentTimeoutFlag(),
 			agentSpoolFlag(),
@@ -49,7 +50,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 				if err != nil {
 					return agentFailure(streams, fmt.Errorf("--namespaces: %w", err))
 				}
-				extra, err := parseEnv(envValues(c))
+				extra, err := envflag.Parse(envflag.Values(c))
 				if err != nil {
 					return agentFailure(streams, err)
 				}
@@ -95,7 +96,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 					return agentFailure(streams, fmt.Errorf("container %s (PID %d): %w", res.ID, res.PID, err))
 				}
 				if code != 0 {
-					return exitCoder{code: code}
+					return ExitStatus{Code: code}
 				}
 				return nil
 			})
@@ -104,14 +105,14 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 }
 
 // agentFailure prints err on stderr as the last line and exits with
-// runtimeexec.AgentErrorExitCode (127 when the program was not found), which
-// the backend turns back into an error wrapping runtimeexec.ErrAgent.
+// agent.ErrorExitCode (127 when the program was not found), which
+// the backend turns back into an error wrapping agent.ErrNotRun.
 func agentFailure(streams Streams, err error) error {
 	fmt.Fprintf(streams.ErrOut, "nodeexec agent: %v\n", err)
 	if errors.Is(err, exec.ErrNotFound) {
-		return exitCoder{code: 127}
+		return ExitStatus{Code: 127}
 	}
-	return exitCoder{code: runtimeexec.AgentErrorExitCode}
+	return ExitStatus{Code: agent.ErrorExitCode}
 }
 
 // defaultHostRoot is /host when the agent's pod mounts the host there, else

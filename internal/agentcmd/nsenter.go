@@ -1,0 +1,145 @@
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+
+	"github.com/moby/term"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// Exit codes of `nodeexec agent nsenter` when the command did not run, as
+// util-linux nsenter and docker run have them; the reason is the last line
+// on stderr. Otherwise the agent exits with the command's own code.
+const (
+	agentNsenterFailed      = 125 // namespaces not entered, command not started or not waited for
+	agentNsenterNotExecable = 126 // the program is not executable
+	agentNsenterNotFound    = 127 // the program is not in the target's filesystem
+)
+
+// agentNsenterCommand is `nodeexec agent nsenter --target PID [--namespaces
+// LIST] -- CMD [ARGS...]`: nsenter.Cmd with the process's stdio and
+// environment, exiting with the command's exit code.
+func agentNsenterCommand(streams Streams) *ucli.Command {
+	return &ucli.Command{
+		Name:      "nsenter",
+		Usage:     "run a command inside the namespaces of a process (what the nsenter backend's agent runs)",
+		UsageText: "nsenter --target PID [--namespaces mnt,uts,ipc,net,pid|all] [--timeout DURATION] -- COMMAND [ARGS...]",
+		Description: "Enters the listed namespaces of process PID (as seen from this process's PID namespace) and runs\n" +
+			"COMMAND there, looked up in the PATH of this environment inside the target's filesystem, with this\n" +
+			"process's standard streams and environment, in the target's / when mnt is entered.\n" +
+			"Exit status: the command's (128+N when killed by signal N); 125 when the namespaces could not be\n" +
+			"entered or the command not started, 126 when it is not executable, 127 when it is not found (the\n" +
+			"reason on stderr); 124 when --timeout ended it; 2 for bad usage. Needs root (CAP_SYS_ADMIN) and,\n" +
+			"for node processes, hostPID.",
+		HideHelpCommand: true,
+		Flags: []ucli.Flag{
+			&ucli.IntFlag{Name: "target", Aliases: []string{"t"}, Required: true, Usage: "`PID` of the process whose namespaces to enter (> 0)"},
+			&ucli.StringFlag{Name: "namespaces", Value: nsenter.JoinNamespaces(nsenter.DefaultNamespaces()),
+				Usage: "namespaces to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all (user only when the target shares ours)"},
+			agentTimeoutFlag(),
+			agentSpoolFlag(),
+		},
+		Action: func(c *ucli.Context) error {
+			return spooled(c, streams, func(streams Streams) error {
+				target := c.Int("target")
+				if target <= 0 {
+					return fmt.Errorf("--target %d: give the PID (> 0) of the process whose namespaces to enter", target)
+				}
+				nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
+				if err != nil {
+					return fmt.Errorf("--namespaces: %w", err)
+				}
+				argv := c.Args().Slice()
+				if len(argv) == 0 || argv[0] == "" {
+					return errors.New("no command: give it after --, as in `nsenter --target 1 -- hostname`")
+				}
+				cmd := nsenter.Cmd{
+					Target:     target,
+					Namespaces: nss,
+					Args:       argv,
+					Stdin:      streams.In,
+					Stdout:     streams.Out,
+					Stderr:     streams.ErrOut,
+				}
+				ctx, cancel, err := agentTimeout(c, &cmd)
+				if err != nil {
+					return err
+				}
+				defer cancel()
+				code, err := cmd.Run(ctx)
+				if err != nil {
+					if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+						return exit
+					}
+					fmt.Fprintf(streams.ErrOut, "nodeexec agent nsenter: %v\n", err)
+					switch {
+					case errors.Is(err, exec.ErrNotFound):
+						return ExitStatus{Code: agentNsenterNotFound}
+					case errors.Is(err, nsenter.ErrNotExecutable):
+						return ExitStatus{Code: agentNsenterNotExecable}
+					}
+					return ExitStatus{Code: agentNsenterFailed}
+				}
+				if code != 0 {
+					return ExitStatus{Code: code}
+				}
+				return nil
+			})
+		},
+	}
+}
+
+// agentTimedOut is the exit status of the agent's subcommands when their
+// --timeout ended the command, as timeout(1)'s.
+const agentTimedOut = 124
+
+// errAgentTimeout is the cause of the agent context's end at --timeout.
+var errAgentTimeout = errors.New("time limit reached")
+
+// agentTimeoutFlag is --timeout of the agent's subcommands that run a
+// command (nsenter, container-exec). The resident agents get it (agent.WithTimeout),
+// so that a command cannot outlive its client for long.
+func agentTimeoutFlag() ucli.Flag {
+	return &ucli.DurationFlag{Name: "timeout", Usage: "end the command after this `DURATION`: SIGTERM to its process group, SIGKILL 5s later; exit status 124 (0: no limit)"}
+}
+
+// agentTimeout applies --timeout to cmd: it returns the context to run cmd
+// with, ending at --timeout with errAgentTimeout as its cause, and puts the
+// command in a process group of its own when its stdin is not a terminal
+// (see nsenter.Cmd.ProcessGroup).
+func agentTimeout(c *ucli.Context, cmd *nsenter.Cmd) (context.Context, context.CancelFunc, error) {
+	d := c.Duration("timeout")
+	if d < 0 {
+		return nil, nil, fmt.Errorf("--timeout %s: give a positive duration such as 35s, or 0 for no limit", d)
+	}
+	if d == 0 {
+		ctx, cancel := context.WithCancel(c.Context)
+		return ctx, cancel, nil
+	}
+	cmd.ProcessGroup = !isTerminal(cmd.Stdin)
+	ctx, cancel := context.WithTimeoutCause(c.Context, d, errAgentTimeout)
+	return ctx, cancel, nil
+}
+
+// agentTimeoutExit reports a run that --timeout ended: a line on stderr and
+// exit status agentTimedOut. timedOut is false when ctx did not end by --timeout.
+func agentTimeoutExit(ctx context.Context, c *ucli.Context, streams Streams) (timedOut bool, exit error) {
+	if !errors.Is(context.Cause(ctx), errAgentTimeout) {
+		return false, nil
+	}
+	fmt.Fprintf(streams.ErrOut, "nodeexec agent: the command was ended after --timeout %s (SIGTERM to its process group, SIGKILL after %s)\n", c.Duration("timeout"), nsenter.DefaultKillAfter)
+	return true, ExitStatus{Code: agentTimedOut}
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(f.Fd())
+}

@@ -1,0 +1,202 @@
+// Package nsenterpod is the nsenter backend (`nodeexec run --backend
+// nsenter`): per node, a privileged hostPID pod running nodeexec's agent
+// (package nodeexec/agent), which enters the namespaces of the node's PID 1
+// with package nsenter, as `nsenter -t 1 -m -u -i -n -p` does. It declares
+// what it needs through Requirements (Pod Security level "privileged"; RBAC to
+// create, watch, exec into and delete pods) and Pod (the pod --explain shows).
+package nsenterpod
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// Name is the backend's name in results and in `nodeexec run --backend`.
+const Name = "nsenter"
+
+// DefaultNamespace is the Kubernetes namespace of the pods when
+// Options.Namespace is empty.
+const DefaultNamespace = podexec.DefaultNamespace
+
+// Options configure a Backend.
+type Options struct {
+	// PodOptions are the client, the Kubernetes namespace of the pods
+	// (default DefaultNamespace; its Pod Security level must be
+	// "privileged"), the agent image (default agent.DefaultImage), its pull
+	// policy, secrets, priority class and requests, the run ID and the test
+	// hooks; see podexec.PodOptions for each field's default.
+	podexec.PodOptions
+	// Namespaces are the Linux namespaces of the node's PID 1 the command
+	// enters. Defaults to DefaultNamespaces() (mnt, uts, ipc, net, pid, like
+	// `nsenter -t 1 -m -u -i -n -p`). Any of mnt, uts, ipc, net, pid, cgroup
+	// and user; user works only because the pod shares the node's user
+	// namespace (a Go process cannot enter another one, see ErrUserNamespace).
+	// Unknown and repeated names are rejected by New.
+	Namespaces []nsenter.Namespace
+	// HostNetwork and HostIPC put the pod in the node's network and IPC
+	// namespaces, as kubectl-node-shell does; they matter for the namespaces
+	// not listed in Namespaces. Nil means true.
+	HostNetwork, HostIPC *bool
+}
+
+// Backend is the nsenter backend, the mechanism of kubectl-node-shell: per
+// node, a privileged hostPID pod pinned to the node (spec.nodeName,
+// tolerating every taint) whose container holds `nodeexec agent hold
+// --duration <deadline>` (HoldArgv); the
+// command runs over exec as
+//
+//	/usr/local/bin/nodeexec agent nsenter --target 1 --namespaces LIST -- CMD...
+//
+// which enters the listed namespaces of the node's PID 1 (see Cmd) and runs
+// CMD there, so CMD is the node's own program, sees the node's filesystem,
+// hostname, network and processes, and its exit code is the exec's. A Script
+// runs as `sh -c SCRIPT` with the node's sh (once mnt is entered). The pod
+// is deleted after success, failure, timeout and cancellation (podexec).
+//
+// # Permissions
+//
+// RBAC in the namespace: create, get, list, watch, delete on pods; create on
+// pods/exec; list, watch on events; cluster-wide list on nodes (for the
+// Runner). Pod Security: the pod is privileged with hostPID (and by default
+// hostNetwork and hostIPC), so the namespace's level must be "privileged";
+// elsewhere the create is refused with an error wrapping
+// nodeexec.ErrForbidden.
+//
+// Backend is safe for concurrent use; all its pods share one watch.
+type Backend struct {
+	o    Options
+	base *podexec.PodBackend
+}
+
+var (
+	_ nodeexec.Backend     = (*Backend)(nil)
+	_ nodeexec.Preflighter = (*Backend)(nil)
+)
+
+// New validates o and returns a Backend. Errors name the bad field; nothing
+// is created and the API server is not contacted.
+func New(o Options) (*Backend, error) {
+	if err := o.Complete(Name, agent.DefaultImage); err != nil {
+		return nil, err
+	}
+	if o.Namespaces == nil {
+		o.Namespaces = nsenter.DefaultNamespaces()
+	}
+	if err := nsenter.ValidateNamespaces(o.Namespaces); err != nil {
+		return nil, fmt.Errorf("nsenter: Options.Namespaces: %w", err)
+	}
+	o.Namespaces = slices.Clone(o.Namespaces)
+	if o.HostNetwork == nil {
+		o.HostNetwork = ptr.To(true)
+	}
+	if o.HostIPC == nil {
+		o.HostIPC = ptr.To(true)
+	}
+	base, err := podexec.NewPodBackend(Name, o.PodOptions)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{o: o, base: base}, nil
+}
+
+// Name returns "nsenter".
+func (b *Backend) Name() string { return Name }
+
+// RunID is the value of the run-ID label on this backend's pods.
+func (b *Backend) RunID() string { return b.o.RunID }
+
+// PodSecurityLevel is the Pod Security level the pods need: "privileged".
+func (b *Backend) PodSecurityLevel() string { return preflight.LevelPrivileged }
+
+// Requirements are the privileged Pod Security level in the backend's
+// namespace and the RBAC of a pod per node: create, watch and delete it,
+// exec into it, the run's Lease, the kubelet's Events, and list nodes.
+func (b *Backend) Requirements() nodeexec.Requirements {
+	return nodeexec.Requirements{
+		Namespace: b.o.Namespace, PodSecurityLevel: b.PodSecurityLevel(),
+		Permissions: slices.Concat(preflight.PodLifecycle(), preflight.RunLease(), preflight.Exec(), preflight.Events(), preflight.Nodes()),
+	}
+}
+
+// Namespaces are the Linux namespaces the commands enter.
+func (b *Backend) Namespaces() []nsenter.Namespace { return slices.Clone(b.o.Namespaces) }
+
+// AgentCommand is the node (req.Node) and the agent command line (Argv) to
+// run req in a resident agent (it implements resident.Commander). A request
+// with Env or SecretEnv wraps nodeexec.ErrUnsupported: the backend passes
+// them as the pod's environment, which a resident agent pod does not have.
+func (b *Backend) AgentCommand(_ context.Context, req nodeexec.Request) (string, []string, error) {
+	if len(req.Env) > 0 || len(req.SecretEnv) > 0 {
+		return "", nil, fmt.Errorf("%w: environment variables for the nsenter backend in a resident agent", nodeexec.ErrUnsupported)
+	}
+	return req.Node, b.Argv(req), nil
+}
+
+// Argv is what runs in the agent container for req: agent.NsenterArgv with
+// req.Command, or `sh -c Script` (the node's sh when mnt is entered).
+func (b *Backend) Argv(req nodeexec.Request) []string {
+	return agent.NsenterArgv(b.o.Namespaces, req.Argv())
+}
+
+// Pod builds the pod that Run would create for req, without creating it.
+func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
+	return agent.BuildPod(b.podSpec(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now()))
+}
+
+// podSpec is the agent.PodSpec of req's pod, named name and created at now.
+func (b *Backend) podSpec(req nodeexec.Request, name string, now time.Time) agent.PodSpec {
+	return agent.PodSpec{
+		Node:              req.Node,
+		Name:              name,
+		Namespace:         b.o.Namespace,
+		RunID:             b.o.RunID,
+		Image:             b.o.Image,
+		ImagePullPolicy:   b.o.ImagePullPolicy,
+		ImagePullSecrets:  b.o.ImagePullSecrets,
+		PriorityClassName: b.o.PriorityClassName,
+		Requests:          b.o.Requests,
+		HostNetwork:       *b.o.HostNetwork,
+		HostIPC:           *b.o.HostIPC,
+		Env:               req.Env,
+		SecretEnv:         req.SecretEnv,
+		Now:               now,
+		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
+		Command:           b.Argv(req),
+	}
+}
+
+// launch is the pod for req and Argv run in its agent container, resumable
+// through the agent's spool (agent.SpoolFor).
+func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
+	pod, err := b.Pod(req)
+	if err != nil {
+		return podexec.Launch{}, err
+	}
+	argv, resume := agent.SpoolFor(b.Argv(req), pod.Name, req)
+	return podexec.Launch{Pod: pod, Container: agent.ContainerName, Argv: argv, Resume: resume}, nil
+}
+
+// Run runs req on req.Node in a new agent pod and deletes the pod. See
+// nodeexec.Backend for the errors; the command's exit code is the agent's.
+func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
+	return b.base.Run(ctx, req, b.launch)
+}
+
+// Preflight asks the API server to admit the pod for node without creating
+// it (a server-side dry-run create), so that an RBAC refusal or a Pod
+// Security rejection (the pod needs "privileged") is reported before any pod
+// exists. Errors wrap nodeexec.ErrForbidden.
+func (b *Backend) Preflight(ctx context.Context, node string) error {
+	return b.base.Preflight(ctx, node, b.launch)
+}

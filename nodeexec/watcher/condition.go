@@ -1,0 +1,210 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// ConditionPrefix starts the type of every NodeScript's Node condition.
+const ConditionPrefix = "nodeexec.io/"
+
+// Reasons of a NodeScript's Node condition (see NodeCondition).
+const (
+	ConditionApplied  = "Applied"
+	ConditionFailed   = "Failed"
+	ConditionPending  = "Pending"
+	ConditionOutdated = "Outdated"
+)
+
+// ConditionType is the type of NodeScript name's condition on the nodes
+// it selects: "nodeexec.io/NAME", a Kubernetes qualified name (NodeScript
+// names are DNS labels of at most 63 characters, the limit of a qualified
+// name's part after the slash), so at most 75 characters.
+func ConditionType(name string) corev1.NodeConditionType {
+	return corev1.NodeConditionType(ConditionPrefix + name)
+}
+
+// NodeCondition is the condition NodeScript name, at spec hash, puts on a
+// node it selects whose record of it is s (times left unset), so that other
+// controllers can gate on "this fix is applied here". Its message starts
+// with "spec HASH" (the hash the reason refers to):
+//
+//   - no record (the node never ran the NodeScript): none (nil);
+//   - Succeeded at hash: True, Applied;
+//   - Failed or RolledBack at hash: False, Failed (the exit code or reason);
+//   - Pending or Running at hash (a run, an infrastructure retry or a
+//     rerun under way): False, Pending;
+//   - a record of another hash (the spec changed and the node has not run
+//     the new one yet): False, Outdated (and which spec it last ran).
+//
+// A node the NodeScript no longer selects (or ignores) has none: the
+// watcher removes it, and the finalizer removes it from every node when
+// the NodeScript is deleted. It is a pure function.
+func NodeCondition(name, hash string, s NodeState) *corev1.NodeCondition {
+	if s.Hash == "" {
+		return nil
+	}
+	c := &corev1.NodeCondition{Type: ConditionType(name), Status: corev1.ConditionFalse}
+	spec := "spec " + hash
+	switch {
+	case s.Hash != hash:
+		c.Reason, c.Message = ConditionOutdated, fmt.Sprintf("%s not yet run here (last ran spec %s: %s)", spec, s.Hash, s.Phase)
+	case s.Phase == PhaseSucceeded:
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionApplied, spec+" succeeded here"
+	case s.Phase == PhaseFailed || s.Phase == PhaseRolledBack:
+		c.Reason, c.Message = ConditionFailed, spec+" failed here: "+failure(s)
+		if s.Phase == PhaseRolledBack {
+			c.Message += "; rolled back"
+		}
+	case s.Phase == PhaseRunning:
+		c.Reason, c.Message = ConditionPending, spec+" is running here"
+	default:
+		c.Reason, c.Message = ConditionPending, spec+" is to run here"
+	}
+	return c
+}
+
+// failure describes a failed run: its reason (an infrastructure failure
+// says so) or its exit code.
+func failure(s NodeState) string {
+	switch {
+	case s.Infrastructure:
+		return s.Reason + " (an infrastructure failure)"
+	case s.Reason != "":
+		return s.Reason
+	case s.ExitCode != nil:
+		return fmt.Sprintf("exit code %d", *s.ExitCode)
+	}
+	return "unknown"
+}
+
+// sameCondition reports whether a and b say the same (status, reason and
+// message; times aside); nil is no condition.
+func sameCondition(a, b *corev1.NodeCondition) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
+}
+
+// findCondition is a copy of node n's condition typ, or nil.
+func findCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
+	for _, c := range n.Status.Conditions {
+		if c.Type == typ {
+			return &c
+		}
+	}
+	return nil
+}
+
+// nodeConditions is phase 4. Inputs: ns at spec hash, the cached nodes
+// and now. Each node ns selects (and does not ignore) gets the condition
+// NodeCondition says from its state (as phase 3 left it); every other node
+// loses ns's condition. Only a condition that differs from the node's
+// (status, reason or message) is written, in parallel; its
+// lastTransitionTime changes only with its status. Output: the joined
+// errors of the writes.
+func (c *controller) nodeConditions(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, now time.Time) error {
+	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
+	var work []func() error
+	for _, n := range cached.all {
+		var want *corev1.NodeCondition
+		if selectsNode(ns, sel, n) {
+			s, ok := c.w.state(ctx, ns.Name, n)
+			if !ok {
+				continue // unreadable: left alone (and logged)
+			}
+			want = NodeCondition(ns.Name, hash, s)
+		}
+		have := c.w.condition(ns.Name, n)
+		if sameCondition(have, want) {
+			continue
+		}
+		work = append(work, func() error { return c.w.writeCondition(ctx, ns.Name, n.Name, have, want, now) })
+	}
+	return c.parallel(work)
+}
+
+// condition is node n's condition of NodeScript name: what this process
+// last wrote when the informer does not show it yet, else the node's.
+func (w *Watcher) condition(name string, n *corev1.Node) *corev1.NodeCondition {
+	cached := findCondition(n, ConditionType(name))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if o, ok := w.conds[name][n.Name]; ok {
+		if !sameCondition(cached, o) {
+			return o
+		}
+		delete(w.conds[name], n.Name)
+	}
+	return cached
+}
+
+// writeCondition sets node's condition of NodeScript name to want (nil
+// removes it), keeping have's lastTransitionTime when the status is the
+// same. RBAC: patch on nodes/status.
+func (w *Watcher) writeCondition(ctx context.Context, name, node string, have, want *corev1.NodeCondition, now time.Time) error {
+	if want == nil {
+		if err := removeCondition(ctx, w.o.Client, node, name); err != nil {
+			return err
+		}
+	} else {
+		c := *want
+		c.LastHeartbeatTime, c.LastTransitionTime = metav1.NewTime(now.UTC().Truncate(time.Second)), metav1.NewTime(now.UTC().Truncate(time.Second))
+		if have != nil && have.Status == c.Status && !have.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = have.LastTransitionTime
+		}
+		want = &c
+		if err := patchCondition(ctx, w.o.Client, node, c); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	if w.conds[name] == nil {
+		w.conds[name] = map[string]*corev1.NodeCondition{}
+	}
+	w.conds[name][node] = want
+	w.mu.Unlock()
+	return nil
+}
+
+// patchCondition sets condition c on node with a strategic merge patch of
+// its status (conditions merge by type: the kubelet's and other
+// controllers' are kept). A node that is gone has nothing to set. RBAC:
+// patch on nodes/status.
+func patchCondition(ctx context.Context, client kubernetes.Interface, node string, c corev1.NodeCondition) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{c}}})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s: setting condition %s: %w", node, c.Type, err)
+	}
+	return nil
+}
+
+// removeCondition deletes NodeScript name's condition from node (a
+// strategic merge patch of its status deleting that type only; a node
+// without it, or gone, has nothing to remove). RBAC: patch on nodes/status.
+func removeCondition(ctx context.Context, client kubernetes.Interface, node, name string) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": ConditionType(name), "$patch": "delete"}}}})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s: removing condition %s: %w", node, ConditionType(name), err)
+	}
+	return nil
+}

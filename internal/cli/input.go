@@ -101,6 +101,12 @@ func parseQuantity(flag, s string) (resource.Quantity, error) {
 	if q.Sign() < 0 {
 		return q, fmt.Errorf("--%s %q: is negative: give 0 or more (e.g. 100m, 64Mi)", flag, s)
 	}
+	// A value past what a Quantity holds exactly (above about 2^63 in its
+	// canonical unit, e.g. 10000000E) is printed, and so sent to the API
+	// server, as a different number: refuse it rather than ask for another.
+	if again, err := resource.ParseQuantity(q.String()); err != nil || again.Cmp(q) != 0 {
+		return q, fmt.Errorf("--%s %q: too large to be sent as given (it would be read as %s): give a smaller value (e.g. 100m, 64Mi)", flag, s, q.String())
+	}
 	return q, nil
 }
 

@@ -112,7 +112,7 @@ func FuzzParseNamespaces(f *testing.F) {
 // accepted quantity is not negative and its canonical form parses to the
 // same value; a refusal names the flag.
 func FuzzParseQuantity(f *testing.F) {
-	for _, s := range []string{"10m", "16Mi", "0", "1", "0.5", "1Gi", "-1", "1 GB", "lots", "", "1e3", "9223372036854775807Ei", "1.5.5", "+5m"} {
+	for _, s := range []string{"10m", "16Mi", "0", "1", "0.5", "1Gi", "-1", "1 GB", "lots", "", "1e3", "9223372036854775807Ei", "1.5.5", "+5m", "10000000E"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,8 +51,9 @@ type faultRollout struct {
 // appends a line to the node's log file and then, on the first run on each
 // node only, sleeps firstSleep (later runs end at once), so that a fault can
 // hit the first run mid-way and the retry is quick. selector is the
-// NodeScript's nodeSelector block.
-func startFaultRollout(t *testing.T, prefix, selector string, firstSleep time.Duration, rollout string) *faultRollout {
+// NodeScript's nodeSelector block; each of extra is one more line of its
+// spec (e.g. "reapply: {onReboot: true}").
+func startFaultRollout(t *testing.T, prefix, selector string, firstSleep time.Duration, rollout string, extra ...string) *faultRollout {
 	t.Helper()
 	if env.cluster == nil {
 		t.Skip("needs the local test cluster's fault injection")
@@ -92,8 +94,17 @@ spec:
   onFailure: {cordon: true}
   retry: {limit: 3, initialBackoff: 1s, maxBackoff: 2s}
   rollout: %s
-`, f.name, selector, script, rollout))
+`, f.name, selector, script, rollout)+indent(extra))
 	return f
+}
+
+// indent is lines as lines of a NodeScript's spec block.
+func indent(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
 }
 
 // uncordon uncordons the nodes whose state says the watcher cordoned them
@@ -381,5 +392,53 @@ func TestWatcherFaultNodeRebooted(t *testing.T) {
 	f.infraEvent(t, node, "NodeRebooted")
 	if n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil || n.Status.NodeInfo.BootID != id {
 		t.Errorf("node %s after the test: %v (boot ID %v), want boot ID %s", node, err, n.Status.NodeInfo.BootID, id)
+	}
+}
+
+// TestWatcherReapplyOnReboot: spec.reapply.onReboot. The node's success
+// records its boot ID; after the node reboots (the test cluster's reboot:
+// kubelet and containerd stopped, a new boot ID, started again) the script
+// runs there once more, attempt 2, with an Event saying why, and not a
+// third time on the same boot.
+func TestWatcherReapplyOnReboot(t *testing.T) {
+	node := env.nodes[1]
+	f := startFaultRollout(t, "e2e-reapply-", onlyNode(node), 0, "{canary: 1, maxConcurrency: 1}", "reapply: {onReboot: true}")
+	ctx := context.Background()
+	f.waitComplete(t, 1, 2*time.Minute)
+	s, n := nodeState(ctx, t, node, f.name)
+	if s.Attempts != 1 || s.BootID == "" || s.BootID != n.Status.NodeInfo.BootID {
+		t.Fatalf("node %s after the first run: state %+v, node boot ID %s; want attempt 1 recording the boot ID", node, s, n.Status.NodeInfo.BootID)
+	}
+	if out, errOut, code := cli(ctx, "", "status", f.name); code != 0 || !strings.Contains(out, "reapply: runs again after a node reboots") {
+		t.Errorf("status: exit %d, %q %q; want the reapply line", code, out, errOut)
+	}
+	id, err := env.cluster.RebootNode(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s rebooted: boot ID %s -> %s", node, s.BootID, id)
+	if !waitFor(2*time.Minute, func() bool {
+		s, _ = nodeState(ctx, t, node, f.name)
+		return s.Phase == watcher.PhaseSucceeded && s.Attempts == 2
+	}) {
+		t.Fatalf("node %s did not run again after the reboot: state %+v", node, s)
+	}
+	if s.BootID != id {
+		t.Errorf("state after the second run records boot ID %s, want %s", s.BootID, id)
+	}
+	f.waitComplete(t, 1, time.Minute)
+	// A few resyncs (2 s) on the same boot: no third run.
+	time.Sleep(6 * time.Second)
+	f.check(t, map[string]nodeRuns{node: {2, 2}}, 1)
+	if !waitFor(10*time.Second, func() bool {
+		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + watcher.ReasonReapplyOnReboot})
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return strings.Contains(e.Message, f.name) && strings.Contains(e.Message, id)
+		})
+	}) {
+		t.Errorf("no %s Event on %s naming %s and the new boot ID", watcher.ReasonReapplyOnReboot, node, f.name)
 	}
 }

@@ -667,6 +667,9 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		{"window-day", good + "  window: {days: [Monday], start: \"22:00\", end: \"04:00\"}\n", "spec.window.days[0]"},
 		{"window-zone", good + "  window: {start: \"22:00\", end: \"04:00\", timeZone: Mars/Olympus}\n", "spec.window.timeZone"},
 		{"paused-string", good + "  paused: yes-please\n", "paused"},
+		{"reapply-empty", good + "  reapply: {}\n", "spec.reapply"},
+		{"reapply-interval-short", good + "  reapply: {interval: 30s}\n", "spec.reapply.interval"},
+		{"reapply-interval-syntax", good + "  reapply: {onReboot: true, interval: daily}\n", "spec.reapply.interval"},
 	}
 	dir := t.TempDir()
 	for _, c := range cases {
@@ -698,6 +701,25 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	}}
 	if _, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
 		t.Errorf("API server accepted backend ssh: %v", err)
+	}
+	// ... and an empty spec.reapply, and one with too short an interval (CEL rules).
+	for _, r := range []struct {
+		reapply map[string]any
+		want    string
+	}{
+		{map[string]any{}, "set onReboot: true, interval"},
+		{map[string]any{"interval": "30s"}, "must be at least 1m"},
+	} {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "nodeexec.io/v1alpha1", "kind": "NodeScript", "metadata": map[string]any{"name": uniqueName("e2e-bad-")},
+			"spec": map[string]any{"nodeSelector": map[string]any{}, "script": "true", "reapply": r.reapply},
+		}}
+		if _, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.reapply") || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("API server on reapply %v: %v; want a refusal naming spec.reapply: %s", r.reapply, err, r.want)
+			if err == nil {
+				_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, u.GetName(), metav1.DeleteOptions{})
+			}
+		}
 	}
 
 	// Promotion of a halted rollout is refused.

@@ -131,6 +131,16 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	if ns.Spec.Paused {
 		fmt.Fprintf(w, "paused: nothing new starts (nodeexec resume %s)\n", ns.Name)
 	}
+	if r := ns.Spec.Reapply; r != nil {
+		var when []string
+		if r.OnReboot {
+			when = append(when, "after a node reboots")
+		}
+		if r.Interval != nil {
+			when = append(when, "every "+r.Interval.Duration.String()+" after a success")
+		}
+		fmt.Fprintf(w, "reapply: runs again %s\n", strings.Join(when, ", and "))
+	}
 	if st.NextWindow != nil {
 		fmt.Fprintf(w, "maintenance window closed: opens at %s (in %s)\n", st.NextWindow.UTC().Format(time.RFC3339), st.NextWindow.Sub(now).Round(time.Second))
 	}

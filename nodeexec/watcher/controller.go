@@ -279,14 +279,16 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 
 // nodePolicies is phase 2. Inputs: ns at spec hash, the cached nodes, the
 // pods still going (phase 1) and now. A node's rerun request is applied
-// first (rerun: the node becomes Pending). Then for each node selected at
+// first (rerun: the node becomes Pending), then spec.reapply (reapply: a
+// success due again becomes Pending). Then for each node selected at
 // hash (and not ignored), in parallel: a run recorded Running whose pod is
 // gone is recorded lost (an infrastructure failure); a script failure gets
 // ns's failure policy (rollback, cordon, drain); after a success the
 // startup taint is removed and the watcher's own cordon undone. Outputs:
 // every node with a readable state, as Decide takes them (a node still
-// running a run of an older spec counts as Running), and the earliest
-// NextRetry of the infrastructure failures waiting for one (zero when none).
+// running a run of an older spec counts as Running), and the earliest of
+// the NextRetry of the infrastructure failures waiting for one and the
+// times spec.reapply.interval makes a success due (zero when none).
 func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, going runPods, now time.Time) ([]Node, time.Time, error) {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var (
@@ -303,6 +305,16 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 		s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
 		if write != nil {
 			work = append(work, write)
+		}
+		if selected && write == nil {
+			var due time.Time
+			s, write, due = c.reapply(ctx, ns, hash, n, s, going, now)
+			if write != nil {
+				work = append(work, write)
+			}
+			if !due.IsZero() && (retryAt.IsZero() || due.Before(retryAt)) {
+				retryAt = due
+			}
 		}
 		ready, _ := nodeReady(n)
 		if going.busy[n.Name] && !(s.Hash == hash && s.Phase == PhaseRunning) {

@@ -151,7 +151,8 @@ func TestRecordFinished(t *testing.T) {
 	}{
 		{phaseCase: phaseCase{
 			name: "run succeeded", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(0), nil),
-			want: finished(PhaseSucceeded, code(0)), wantCalls: deleted(run), wantReasons: []string{ReasonSucceeded},
+			// A success keeps the boot the run started in (spec.reapply.onReboot).
+			want: state(ns, PhaseSucceeded, code(0)), wantCalls: deleted(run), wantReasons: []string{ReasonSucceeded},
 		}},
 		{phaseCase: phaseCase{
 			name: "run failed", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(2), nil),

@@ -134,6 +134,12 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
 		case "succeeded":
 			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
+			// The boot the fix was made in (spec.reapply.onReboot): the
+			// run's own start boot, which a success cannot outlive.
+			next.BootID = n.Status.NodeInfo.BootID
+			if s.Pod == pod.Name && s.BootID != "" {
+				next.BootID = s.BootID
+			}
 			if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
 				output = c.logTail(ctx, pod)
 			}

@@ -86,9 +86,11 @@ type NodeState struct {
 	// CordonedByUs records that the watcher cordoned the node (and may
 	// uncordon it); a node cordoned by someone else is never uncordoned.
 	CordonedByUs bool `json:"cordonedByUs,omitempty"`
-	// BootID is the node's status.nodeInfo.bootID when the run started: a
-	// run that fails on a node that rebooted since is an infrastructure
-	// failure (NodeRebooted), retried.
+	// BootID is the node's status.nodeInfo.bootID when the run started
+	// (kept when it succeeded: the boot the fix was made in): a run that
+	// fails on a node that rebooted since is an infrastructure failure
+	// (NodeRebooted), retried; a success on a node that rebooted since runs
+	// again under spec.reapply.onReboot.
 	BootID string `json:"bootID,omitempty"`
 	// Pod is the run's pod while Phase is Running: the record that the run
 	// was started, which a restarted watcher adopts instead of starting another.

@@ -123,6 +123,14 @@ type NodeScriptSpec struct {
 	// part of the spec hash. Defaults to none: runs start at any time.
 	// +optional
 	Window *MaintenanceWindow `json:"window,omitempty"`
+	// Reapply, when set, runs the script again on nodes where the current
+	// spec already succeeded: after the node rebooted (onReboot), or once the
+	// last success is older than interval (drift correction). The node
+	// becomes Pending and runs under the rollout's pace, pause and window,
+	// as a rerun does. Not part of the spec hash. Defaults to none: a node
+	// runs each spec once.
+	// +optional
+	Reapply *ReapplyPolicy `json:"reapply,omitempty"`
 	// RecordOutput, when true, keeps the end of each run's output (at most
 	// 4 KiB per action: the failed run's termination message, or the last
 	// Options.SuccessLogLines lines of a successful one), redacted by the
@@ -271,6 +279,24 @@ const (
 	ConditionHalted      = "Halted"
 	ConditionComplete    = "Complete"
 )
+
+// ReapplyPolicy says when a node that ran the current spec successfully
+// runs it again. At least one of OnReboot and Interval is set.
+// +kubebuilder:validation:XValidation:rule="(has(self.onReboot) && self.onReboot) || has(self.interval)",message="set onReboot: true, interval (e.g. 24h), or both"
+type ReapplyPolicy struct {
+	// OnReboot, when true, runs the script again on a node whose
+	// status.nodeInfo.bootID differs from the boot ID recorded when its
+	// last run succeeded: for changes that do not survive a reboot (a
+	// sysctl, a file on tmpfs, a loaded module). Defaults to false.
+	// +optional
+	OnReboot bool `json:"onReboot,omitempty"`
+	// Interval, when set, runs the script again on a node once its last
+	// success is this old (drift correction), e.g. 24h. At least 1m.
+	// Defaults to none.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="must be at least 1m, e.g. 24h"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
 
 // MaintenanceWindow is a recurring time of day, on some days of the week,
 // in a time zone, when runs may start. Start and End are "HH:MM" (24 h);

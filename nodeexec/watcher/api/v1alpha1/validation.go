@@ -30,6 +30,9 @@ const (
 	// activeDeadlineSeconds (the timeout plus 30 s) must stay within the
 	// API's limit of 2147483647 seconds (about 68 years).
 	MaxTimeout = (math.MaxInt32 - 60) * time.Second
+	// MinReapplyInterval is the shortest spec.reapply.interval: drift
+	// correction, not a loop.
+	MinReapplyInterval = time.Minute
 )
 
 // Profiles are the values of spec.backend.profile: kubectl debug's profiles.
@@ -120,6 +123,15 @@ func Validate(ns *NodeScript) field.ErrorList {
 	}
 	if w := s.Window; w != nil {
 		errs = append(errs, validateWindow(w, spec.Child("window"))...)
+	}
+	if r := s.Reapply; r != nil {
+		switch {
+		case r.Interval != nil && r.Interval.Duration < MinReapplyInterval:
+			errs = append(errs, field.Invalid(spec.Child("reapply", "interval"), r.Interval.Duration.String(),
+				fmt.Sprintf("must be at least %s, e.g. 24h (or leave it out)", MinReapplyInterval)))
+		case !r.OnReboot && r.Interval == nil:
+			errs = append(errs, field.Required(spec.Child("reapply"), "set onReboot: true, interval (e.g. 24h), or both; or leave reapply out"))
+		}
 	}
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m"))
@@ -262,6 +274,7 @@ var durationFields = [][]string{
 	{"spec", "onFailure", "drainTimeout"},
 	{"spec", "retry", "initialBackoff"},
 	{"spec", "retry", "maxBackoff"},
+	{"spec", "reapply", "interval"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

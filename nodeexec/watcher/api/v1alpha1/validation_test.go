@@ -61,6 +61,17 @@ func TestValidate(t *testing.T) {
 		"window ok": {func(n *NodeScript) {
 			n.Spec.Window = &MaintenanceWindow{Days: []string{"Mon", "Sat"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}
 		}, ""},
+		"reapply ok": {func(n *NodeScript) {
+			n.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: 24 * time.Hour}}
+		}, ""},
+		"reapply onReboot only": {func(n *NodeScript) { n.Spec.Reapply = &ReapplyPolicy{OnReboot: true} }, ""},
+		"reapply empty":         {func(n *NodeScript) { n.Spec.Reapply = &ReapplyPolicy{} }, "spec.reapply: Required value: set onReboot: true, interval"},
+		"reapply short interval": {func(n *NodeScript) {
+			n.Spec.Reapply = &ReapplyPolicy{Interval: &metav1.Duration{Duration: 30 * time.Second}}
+		}, `spec.reapply.interval: Invalid value: "30s": must be at least 1m0s`},
+		"reapply negative interval": {func(n *NodeScript) {
+			n.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: -time.Hour}}
+		}, `spec.reapply.interval: Invalid value: "-1h0m0s": must be at least 1m0s`},
 		"window bad start":    {func(n *NodeScript) { n.Spec.Window = &MaintenanceWindow{Start: "24:00", End: "04:00"} }, `spec.window.start: Invalid value: "24:00": want HH:MM`},
 		"window 1-digit hour": {func(n *NodeScript) { n.Spec.Window = &MaintenanceWindow{Start: "22:00", End: "4:00"} }, `spec.window.end: Invalid value: "4:00"`},
 		"window bad day": {func(n *NodeScript) {
@@ -126,6 +137,11 @@ func TestSpecHash(t *testing.T) {
 	if SpecHash(&a.Spec) == SpecHash(&b.Spec) {
 		t.Error("changing the script must change the hash (nodes run again)")
 	}
+	b = valid()
+	b.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: time.Hour}}
+	if SpecHash(&a.Spec) != SpecHash(&b.Spec) {
+		t.Error("adding reapply must not change the hash (it says when to run again, not what)")
+	}
 	d := valid()
 	d.Spec.Backend.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry-creds"}}
 	if SpecHash(&a.Spec) != SpecHash(&d.Spec) {
@@ -139,9 +155,9 @@ func TestSpecHash(t *testing.T) {
 }
 
 func TestValidateDurationSyntax(t *testing.T) {
-	doc := []byte("spec:\n  timeout: abc\n  rollout: {soakTime: 5}\n  retry: {maxBackoff: 1m}\n")
+	doc := []byte("spec:\n  timeout: abc\n  rollout: {soakTime: 5}\n  retry: {maxBackoff: 1m}\n  reapply: {interval: daily}\n")
 	got := ValidateDurationSyntax(doc).ToAggregate().Error()
-	for _, want := range []string{`spec.timeout: Invalid value: "abc": want a duration such as 30s`, "spec.rollout.soakTime: Invalid value: 5: want a duration string"} {
+	for _, want := range []string{`spec.timeout: Invalid value: "abc": want a duration such as 30s`, "spec.rollout.soakTime: Invalid value: 5: want a duration string", `spec.reapply.interval: Invalid value: "daily"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q lacks %q", got, want)
 		}

@@ -46,9 +46,8 @@ func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.T
 
 // reapply is phase 2's handling of spec.reapply for node n selected by ns
 // at spec hash, s its state, going the pods still going. A success that is
-// due again (reapplyDue) becomes Pending, with the reason, its attempts
-// kept (AttemptsBefore: the retry limit counts from here, as for a rerun)
-// and its cordon record kept, written with an Event; the node then runs
+// due again (reapplyDue) becomes Pending (runAgain), written with an
+// Event; the node then runs
 // under the rollout's pace, pause and window. It returns the state Decide
 // is to see, the write to make (nil: none) and when to look again for an
 // interval not yet due (zero: no need).
@@ -60,10 +59,7 @@ func (c *controller) reapply(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	if reason == "" {
 		return s, nil, at
 	}
-	next := NodeState{
-		Hash: hash, Phase: PhasePending, Attempts: s.Attempts, AttemptsBefore: s.Attempts, Since: now, Reason: reason,
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
-	}
+	next := runAgain(s, hash, now, reason)
 	return next, func() error {
 		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
 			return err

@@ -111,15 +111,23 @@ func (c *controller) rerun(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	case s.Hash != hash:
 		return s, drop("")
 	}
-	next := NodeState{
-		Hash: hash, Phase: PhasePending, Attempts: s.Attempts, AttemptsBefore: s.Attempts, Since: now, Reason: "RerunRequested",
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
-	}
+	next := runAgain(s, hash, now, "RerunRequested")
 	return next, func() error {
 		if err := c.w.writeState(ctx, ns.Name, n, next, RerunAnnotation(ns.Name)); err != nil {
 			return err
 		}
 		c.events.Eventf(n, corev1.EventTypeNormal, ReasonRerun, "nodescript %s: spec %s is to run here again (nodeexec rerun); attempt %d (%s) forgotten", ns.Name, hash, s.Attempts, s.Phase)
 		return nil
+	}
+}
+
+// runAgain is the state of a node whose record s of spec hash is forgotten
+// so that it runs again (a rerun, a reapply): Pending since now for
+// reason, its attempts kept (AttemptsBefore: the retry limit counts from
+// here) and its own cordon record kept.
+func runAgain(s NodeState, hash string, now time.Time, reason string) NodeState {
+	return NodeState{
+		Hash: hash, Phase: PhasePending, Attempts: s.Attempts, AttemptsBefore: s.Attempts, Since: now, Reason: reason,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
 	}
 }

@@ -36,7 +36,12 @@ func nodeCondition(ctx context.Context, t testing.TB, node, name string) *corev1
 // two at a time, with extra spec lines, and returns its name.
 func controlled(ctx context.Context, t *testing.T, dyn dynamic.Interface, prefix, extra string) string {
 	t.Helper()
-	name := uniqueName(prefix)
+	return controlledNamed(ctx, t, dyn, uniqueName(prefix), extra)
+}
+
+// controlledNamed is controlled with the NodeScript's name.
+func controlledNamed(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, extra string) string {
+	t.Helper()
 	cleanupNodeScript(t, dyn, name)
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1

@@ -121,8 +121,12 @@ func statusCommand(streams Streams) *ucli.Command {
 func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	ns, st := rep.NodeScript, rep.NodeScript.Status
 	fmt.Fprintf(w, "NodeScript %s  spec %s  stage %s\n", ns.Name, st.SpecHash, st.Stage)
-	fmt.Fprintf(w, "nodes %d: succeeded %d, failed %d, rolled back %d, running %d, pending %d\n",
+	fmt.Fprintf(w, "nodes %d: succeeded %d, failed %d, rolled back %d, running %d, pending %d",
 		st.Nodes, st.Succeeded, st.Failed, st.RolledBack, st.Running, st.Pending)
+	if st.NotNeeded > 0 || ns.Spec.CheckScript != "" {
+		fmt.Fprintf(w, ", not needed %d", st.NotNeeded)
+	}
+	fmt.Fprintln(w)
 	for _, c := range st.Conditions {
 		if c.Status == "True" || c.Type == "Progressing" {
 			fmt.Fprintf(w, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
@@ -188,8 +192,11 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
 		}
 		out := n.Output[watcher.ActionRun]
-		if s.Reason == "VerifyFailed" {
+		switch {
+		case s.Reason == "VerifyFailed":
 			out = n.Output[watcher.ActionVerify]
+		case s.Phase == watcher.PhaseNotNeeded || s.Reason == watcher.ReasonCheckFailed || s.Reason == watcher.ReasonCheckNeeded:
+			out = n.Output[watcher.ActionCheck]
 		}
 		out = strings.ReplaceAll(strings.TrimSpace(out), "\n", " | ")
 		if out == "" {

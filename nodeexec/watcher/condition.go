@@ -24,6 +24,8 @@ const (
 	ConditionFailed   = "Failed"
 	ConditionPending  = "Pending"
 	ConditionOutdated = "Outdated"
+	// ConditionNotNeeded: spec.checkScript found the node fine (True).
+	ConditionNotNeeded = "NotNeeded"
 )
 
 // ConditionType is the type of NodeScript name's condition on the nodes
@@ -41,6 +43,7 @@ func ConditionType(name string) corev1.NodeConditionType {
 //
 //   - no record (the node never ran the NodeScript): none (nil);
 //   - Succeeded at hash: True, Applied;
+//   - NotNeeded at hash (spec.checkScript exited 0): True, NotNeeded;
 //   - Failed or RolledBack at hash: False, Failed (the exit code or reason);
 //   - Pending or Running at hash (a run, an infrastructure retry or a
 //     rerun under way): False, Pending;
@@ -61,6 +64,8 @@ func NodeCondition(name, hash string, s NodeState) *corev1.NodeCondition {
 		c.Reason, c.Message = ConditionOutdated, fmt.Sprintf("%s not yet run here (last ran spec %s: %s)", spec, s.Hash, s.Phase)
 	case s.Phase == PhaseSucceeded:
 		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionApplied, spec+" succeeded here"
+	case s.Phase == PhaseNotNeeded:
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionNotNeeded, spec+" not needed here (checkScript exited 0)"
 	case s.Phase == PhaseFailed || s.Phase == PhaseRolledBack:
 		c.Reason, c.Message = ConditionFailed, spec+" failed here: "+failure(s)
 		if s.Phase == PhaseRolledBack {

@@ -51,6 +51,14 @@ const (
 	// ReasonRunNow: a run-now override (nodeexec run-now) is in effect,
 	// with who asked and until when (on the NodeScript).
 	ReasonRunNow = "RunNow"
+	// ReasonCheckNotNeeded, ReasonCheckNeeded: spec.checkScript exited 0
+	// (the node is NotNeeded) or 1 (the script runs next) (on the node).
+	ReasonCheckNotNeeded = "CheckNotNeeded"
+	ReasonCheckNeeded    = "CheckNeeded"
+	// ReasonCheckFailed: spec.checkScript exited otherwise (126 or 127:
+	// not found), or timed out: a failure, counted against the error budget,
+	// with no rollback, cordon or drain (on the node, and the node's reason).
+	ReasonCheckFailed = "CheckFailed"
 	// ReasonRunNowExpired, ReasonRunNowInvalid, ReasonRunNowCancelled: the
 	// run-now override ended, was unreadable, or was removed (on the
 	// NodeScript).
@@ -154,7 +162,8 @@ type nodeSet struct {
 // runPods says which nodes have a pod of a NodeScript still going (running,
 // or terminating: a terminating pod may still run).
 type runPods struct {
-	// busy holds the nodes with a run pod (ActionRun).
+	// busy holds the nodes with a run pod (ActionRun, or ActionCheck
+	// before it).
 	busy map[string]bool
 	// actions holds "node/action" for every action with a pod.
 	actions map[string]bool
@@ -247,7 +256,7 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		}
 		ready, since := nodeReady(n)
 		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
-		if action == ActionRun && out.Done {
+		if runsScript(action) && out.Done {
 			if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Pod == pod.Name {
 				bootID, err := c.bootID(ctx, n, s, out)
 				if err != nil {
@@ -262,7 +271,7 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		if !out.Done || pod.DeletionTimestamp != nil {
 			// Running, or being deleted (a terminating pod may still run).
 			going.actions[node+"/"+action] = true
-			if action == ActionRun {
+			if runsScript(action) {
 				going.busy[node] = true
 				if pod.DeletionTimestamp == nil {
 					if err := c.adopt(ctx, ns, n, pod); err != nil {
@@ -283,8 +292,8 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 // success due again becomes Pending). Then for each node selected at
 // hash (and not ignored), in parallel: a run recorded Running whose pod is
 // gone is recorded lost (an infrastructure failure); a script failure gets
-// ns's failure policy (rollback, cordon, drain); after a success the
-// startup taint is removed and the watcher's own cordon undone. Outputs:
+// ns's failure policy (rollback, cordon, drain; not a check's failure);
+// after a success (or NotNeeded) the startup taint is removed and the watcher's own cordon undone. Outputs:
 // every node with a readable state, as Decide takes them (a node still
 // running a run of an older spec counts as Running), and the earliest of
 // the NextRetry of the infrastructure failures waiting for one and the
@@ -332,9 +341,9 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			if retryAt.IsZero() || s.NextRetry.Before(retryAt) {
 				retryAt = *s.NextRetry
 			}
-		case s.Phase == PhaseFailed && !s.Infrastructure:
+		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed:
 			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
-		case s.Phase == PhaseSucceeded:
+		case s.Phase == PhaseSucceeded || s.Phase == PhaseNotNeeded:
 			if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
 				work = append(work, func() error { return c.removeTaint(ctx, n, t) })
 			}
@@ -350,7 +359,8 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 // states phase 2 returned), the cached nodes, the pods still going (phase 1)
 // and now.
 // It creates, in parallel, the run pod of each node in d.Start (recording
-// it Running) and the verify pod of each node in d.Verify that has none
+// it Running; the check pod instead where spec.checkScript is set and has
+// not yet said the node needs the script) and the verify pod of each node in d.Verify that has none
 // going. Output: the joined errors of the pods not created, for the status.
 func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, cached nodeSet, nodes []Node, going runPods, now time.Time) error {
 	prev := map[string]NodeState{}
@@ -360,7 +370,11 @@ func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d D
 	var start []func() error
 	for _, node := range d.Start {
 		n, s := cached.byName[node], prev[node]
-		start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, ActionRun, now) })
+		action := ActionRun
+		if ns.Spec.CheckScript != "" && !(s.Hash == d.Hash && s.Checked) {
+			action = ActionCheck
+		}
+		start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, action, now) })
 	}
 	for _, node := range d.Verify {
 		if !going.actions[node+"/"+ActionVerify] {

@@ -47,7 +47,7 @@ type Node struct {
 
 // Counts are the selected nodes per phase, for the current spec hash.
 type Counts struct {
-	Nodes, Pending, Running, Succeeded, Failed, RolledBack int
+	Nodes, Pending, Running, Succeeded, Failed, RolledBack, NotNeeded int
 }
 
 // Decision is what the watcher does now.
@@ -153,6 +153,8 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 			d.Counts.Running++
 		case e.phase == PhaseSucceeded:
 			d.Counts.Succeeded++
+		case e.phase == PhaseNotNeeded:
+			d.Counts.NotNeeded++
 		case e.phase == PhaseRolledBack:
 			d.Counts.RolledBack++
 			failures++
@@ -165,17 +167,25 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 			d.Counts.Pending++
 		}
 	}
-	if d.Counts.Nodes > 0 && d.Counts.Succeeded == d.Counts.Nodes {
+	if d.Counts.Nodes > 0 && d.Counts.Succeeded+d.Counts.NotNeeded == d.Counts.Nodes {
 		d.Stage = StageComplete
 		return d, nil
 	}
 
+	// The canaries are the first nodes in order that need the script: a
+	// node spec.checkScript found fine (NotNeeded) proves nothing about it.
+	var needing []entry
+	for _, e := range all {
+		if e.phase != PhaseNotNeeded {
+			needing = append(needing, e)
+		}
+	}
 	canaryN := DefaultCanary
 	if s.Rollout.Canary != nil {
 		canaryN = int(*s.Rollout.Canary)
 	}
-	canaryN = min(canaryN, len(all))
-	canaries, rest := all[:canaryN], all[canaryN:]
+	canaryN = min(canaryN, len(needing))
+	canaries, rest := needing[:canaryN], needing[canaryN:]
 
 	budget := 0
 	if s.Rollout.MaxFailures != nil {

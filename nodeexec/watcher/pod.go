@@ -25,7 +25,7 @@ import (
 const (
 	// LabelNodeScript names the NodeScript a pod runs for.
 	LabelNodeScript = "nodeexec.io/nodescript"
-	// LabelAction is ActionRun, ActionVerify or ActionRollback.
+	// LabelAction is ActionCheck, ActionRun, ActionVerify or ActionRollback.
 	LabelAction = "nodeexec.io/action"
 	// AnnotationAttempt is the attempt number of the run (1 for the first).
 	AnnotationAttempt = "nodeexec.io/attempt"
@@ -33,6 +33,9 @@ const (
 
 // Actions: which of a NodeScript's scripts a pod runs.
 const (
+	// ActionCheck runs spec.checkScript, before ActionRun, on a node
+	// where it is set.
+	ActionCheck    = "check"
 	ActionRun      = "run"
 	ActionVerify   = "verify"
 	ActionRollback = "rollback"
@@ -69,7 +72,8 @@ type RunPodSpec struct {
 	// names (NodeBackend), which must implement
 	// nodeexec.CompletionPodBuilder. Required.
 	Backend nodeexec.Backend
-	// Node to run on; Action is ActionRun, ActionVerify or ActionRollback;
+	// Node to run on; Action is ActionCheck, ActionRun, ActionVerify or
+	// ActionRollback;
 	// Attempt numbers the run (1 for the first).
 	Node, Action string
 	Attempt      int
@@ -140,12 +144,14 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	script := spec.Script
 	switch s.Action {
 	case ActionRun:
+	case ActionCheck:
+		script = spec.CheckScript
 	case ActionVerify:
 		script = spec.VerifyScript
 	case ActionRollback:
 		script = spec.RollbackScript
 	default:
-		return nil, fmt.Errorf("unknown action %q: want %s, %s or %s", s.Action, ActionRun, ActionVerify, ActionRollback)
+		return nil, fmt.Errorf("unknown action %q: want %s, %s, %s or %s", s.Action, ActionCheck, ActionRun, ActionVerify, ActionRollback)
 	}
 	if script == "" {
 		return nil, fmt.Errorf("NodeScript %s has no %s script: no %s pod to build", ns.Name, s.Action, s.Action)

@@ -21,14 +21,15 @@ const (
 )
 
 // reapplyDue says whether node n, whose state s is a success of the
-// current spec hash, is to run it again under ns's spec.reapply at now: the
+// current spec hash (or NotNeeded: its spec.checkScript runs again), is to
+// run it again under ns's spec.reapply at now: the
 // reason (ReasonReapplyOnReboot, ReasonReapplyInterval; "" for not yet) and,
 // when not yet, when the interval makes it due (zero: never). A record
 // without a boot ID (written before boot IDs were recorded at success) is
 // not rerun for a reboot. Pure.
 func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) (reason string, at time.Time) {
 	r := ns.Spec.Reapply
-	if r == nil || s.Phase != PhaseSucceeded {
+	if r == nil || (s.Phase != PhaseSucceeded && s.Phase != PhaseNotNeeded) {
 		return "", time.Time{}
 	}
 	if boot := n.Status.NodeInfo.BootID; r.OnReboot && s.BootID != "" && boot != "" && boot != s.BootID {

@@ -43,7 +43,7 @@ func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, ou
 // records the run as Running.
 func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
 	attempt, before := 1, 0
-	if action == ActionRun && s.Hash == hash {
+	if runsScript(action) && s.Hash == hash {
 		attempt, before = s.Attempts+1, s.AttemptsBefore
 	}
 	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, Now: now})
@@ -59,7 +59,7 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 		c.w.unexpect(pod.Name)
 		return fmt.Errorf("node %s: creating %s pod: %w", n.Name, action, err)
 	}
-	if action != ActionRun {
+	if !runsScript(action) {
 		return nil
 	}
 	// One Event per run, with its result (see finish); the start is in the
@@ -149,6 +149,28 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())
 		}
 		c.recordOutput(ctx, ns, n, podHash, action, output, now)
+		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+			return err
+		}
+		recorded = true
+	case ActionCheck:
+		if s.Pod == pod.Name && s.Phase != PhaseRunning {
+			break // recorded before; only the pod's deletion is left
+		}
+		next := checked(s, podHash, attempt, pod.Name, n.Status.NodeInfo.BootID, out, now)
+		switch {
+		case next.Infrastructure:
+			t := now.Add(backoff(ns, attempt))
+			next.NextRetry = &t
+			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
+		case next.Phase == PhaseNotNeeded:
+			c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNotNeeded, msg()+": the node does not need the script")
+		case next.Phase == PhasePending:
+			c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNeeded, msg()+": the script runs next")
+		default:
+			c.events.Event(n, corev1.EventTypeWarning, ReasonCheckFailed, msg()+": "+next.Message)
+		}
+		c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
 		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
 			return err
 		}
@@ -254,4 +276,53 @@ func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
 		d = maxB
 	}
 	return wait.Jitter(d, 0.1)
+}
+
+// runsScript reports whether action's pod is a node's run (recorded as
+// its state while it goes): the run itself, or the check before it.
+func runsScript(action string) bool { return action == ActionRun || action == ActionCheck }
+
+// checked is the state a finished check pod (spec.checkScript) leaves
+// node state s in, for spec hash, attempt and pod, on a node of boot
+// bootID, after outcome out at now, following node-problem-detector's
+// plugin contract:
+//   - exit 0: NotNeeded (exit code 0, the boot recorded as a success's is);
+//   - exit 1: Pending with Checked set (reason CheckNeeded): the run
+//     starts next, and the check is not counted against the retry limit
+//     (AttemptsBefore moves past it);
+//   - an infrastructure failure: Failed, Infrastructure (retried as a run's
+//     is; NextRetry is left to the caller);
+//   - any other exit, or a timeout: Failed, reason CheckFailed, never read
+//     as an answer (126 and 127, the shell's "cannot execute" and "not
+//     found", are named in the message).
+//
+// It is a pure function.
+func checked(s NodeState, hash string, attempt int, pod, bootID string, out Outcome, now time.Time) NodeState {
+	next := NodeState{Hash: hash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, hash), Since: now, Pod: pod,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
+	switch {
+	case out.Infrastructure:
+		next.Phase, next.Infrastructure, next.Reason, next.Message = PhaseFailed, true, out.Reason, out.Message
+	case out.Reason == "Timeout":
+		next.Phase, next.Reason, next.Message = PhaseFailed, ReasonCheckFailed, "checkScript timed out (spec.timeout)"
+	case out.ExitCode == 0:
+		next.Phase, next.ExitCode = PhaseNotNeeded, ptr.To(0)
+		next.BootID = bootID
+		if s.Pod == pod && s.BootID != "" {
+			next.BootID = s.BootID
+		}
+	case out.ExitCode == 1:
+		next.Phase, next.ExitCode, next.Checked, next.Reason = PhasePending, ptr.To(1), true, ReasonCheckNeeded
+		next.AttemptsBefore++
+	default:
+		next.Phase, next.ExitCode, next.Reason = PhaseFailed, ptr.To(out.ExitCode), ReasonCheckFailed
+		next.Message = fmt.Sprintf("checkScript exited %d: 0 means the node does not need the script, 1 that it does; anything else is a failure", out.ExitCode)
+		switch out.ExitCode {
+		case 126:
+			next.Message += " (126: a command could not be executed)"
+		case 127:
+			next.Message += " (127: a command was not found)"
+		}
+	}
+	return next
 }

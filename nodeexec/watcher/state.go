@@ -14,6 +14,9 @@ const (
 	PhaseSucceeded  = "Succeeded"
 	PhaseFailed     = "Failed"
 	PhaseRolledBack = "RolledBack"
+	// PhaseNotNeeded: spec.checkScript exited 0, the node does not need
+	// the script. Not a failure; the rollout counts it as done.
+	PhaseNotNeeded = "NotNeeded"
 )
 
 // AnnotationPrefix is the domain of the per-node state annotations; a
@@ -80,6 +83,9 @@ type NodeState struct {
 	NextRetry *time.Time `json:"nextRetry,omitempty"`
 	// Since is when the phase began.
 	Since time.Time `json:"since"`
+	// Checked is set while Pending once spec.checkScript exited 1 for Hash:
+	// the node needs the script, whose run starts next (no check again).
+	Checked bool `json:"checked,omitempty"`
 	// Verified is set once the VerifyScript passed on this node (canaries,
 	// before automatic promotion).
 	Verified bool `json:"verified,omitempty"`
@@ -129,7 +135,7 @@ func DecodeState(annotations map[string]string, name string) (NodeState, error) 
 		return NodeState{}, fmt.Errorf("annotation %s: %w", StateAnnotation(name), err)
 	}
 	switch s.Phase {
-	case PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseRolledBack:
+	case PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseRolledBack, PhaseNotNeeded:
 	default:
 		return NodeState{}, fmt.Errorf("annotation %s: unknown phase %q", StateAnnotation(name), s.Phase)
 	}

@@ -25,6 +25,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.ObservedGeneration, st.SpecHash, st.Stage = ns.Generation, hash, d.Stage
 	st.Nodes, st.Pending, st.Running = int32(d.Counts.Nodes), int32(d.Counts.Pending), int32(d.Counts.Running)
 	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
+	st.NotNeeded = int32(d.Counts.NotNeeded)
 	gen := ns.Generation
 	switch d.Stage {
 	case StageHalted:
@@ -39,6 +40,9 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		setCondition(st, v1alpha1.ConditionHalted, false, "Complete", "", gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, "Complete", "every selected node ran the script", gen, now)
 		msg := fmt.Sprintf("%d nodes succeeded", d.Counts.Succeeded)
+		if d.Counts.NotNeeded > 0 {
+			msg += fmt.Sprintf(", %d did not need the script (checkScript)", d.Counts.NotNeeded)
+		}
 		if f := d.Counts.Failed + d.Counts.RolledBack; f > 0 {
 			msg += fmt.Sprintf(", %d failed (within the error budget)", f)
 		}
@@ -69,7 +73,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	if startErr != nil {
 		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}
-	for phase, v := range map[string]int{PhasePending: d.Counts.Pending, PhaseRunning: d.Counts.Running, PhaseSucceeded: d.Counts.Succeeded, PhaseFailed: d.Counts.Failed, PhaseRolledBack: d.Counts.RolledBack} {
+	for phase, v := range map[string]int{PhasePending: d.Counts.Pending, PhaseRunning: d.Counts.Running, PhaseSucceeded: d.Counts.Succeeded, PhaseFailed: d.Counts.Failed, PhaseRolledBack: d.Counts.RolledBack, PhaseNotNeeded: d.Counts.NotNeeded} {
 		c.w.metrics.nodes.WithLabelValues(ns.Name, phase).Set(float64(v))
 	}
 	if ns.Status.Stage != st.Stage {

@@ -30,6 +30,7 @@ var Resource = GroupVersion.WithResource("nodescripts")
 // +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.stage`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.succeeded`
+// +kubebuilder:printcolumn:name="NotNeeded",type=integer,JSONPath=`.status.notNeeded`,priority=1
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`
 // +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.running`
 // +kubebuilder:printcolumn:name="Halted",type=string,JSONPath=`.status.conditions[?(@.type=="Halted")].status`
@@ -70,6 +71,18 @@ type NodeScriptSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=131071
 	Script string `json:"script"`
+	// CheckScript, when set, runs on a node before Script, in a pod of its
+	// own, to tell whether the node needs Script at all (the detector):
+	// node-problem-detector's plugin contract. Exit 0: the node is fine,
+	// phase NotNeeded (not a failure; no cordon, drain or run; checked again
+	// when the spec changes). Exit 1: the node needs Script, which runs.
+	// Any other exit (126 and 127, command not found, included) is a failure
+	// with reason CheckFailed, counted against the error budget, never read
+	// as an answer. It should only read: nothing is cordoned or drained
+	// before it. Part of the spec hash when set.
+	// +kubebuilder:validation:MaxLength=131071
+	// +optional
+	CheckScript string `json:"checkScript,omitempty"`
 	// VerifyScript, when set, must exit 0 on a canary node after Script
 	// succeeded and the soak time passed, before automatic promotion.
 	// +kubebuilder:validation:MaxLength=131071
@@ -345,6 +358,10 @@ type NodeScriptStatus struct {
 	Succeeded  int32 `json:"succeeded"`
 	Failed     int32 `json:"failed"`
 	RolledBack int32 `json:"rolledBack"`
+	// NotNeeded counts the nodes whose spec.checkScript said the script is
+	// not needed (exit 0).
+	// +optional
+	NotNeeded int32 `json:"notNeeded,omitempty"`
 	// NextWindow is when spec.window next opens, while it is closed and
 	// nodes wait for it. Unset otherwise.
 	// +optional

@@ -67,8 +67,11 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if strings.TrimSpace(s.Script) == "" {
 		errs = append(errs, field.Required(spec.Child("script"), "give the script to run on each node"))
 	}
-	for _, sc := range []struct{ name, text string }{{"script", s.Script}, {"verifyScript", s.VerifyScript}, {"rollbackScript", s.RollbackScript}} {
+	for _, sc := range []struct{ name, text string }{{"script", s.Script}, {"checkScript", s.CheckScript}, {"verifyScript", s.VerifyScript}, {"rollbackScript", s.RollbackScript}} {
 		errs = append(errs, validateScript(spec.Child(sc.name), sc.text)...)
+	}
+	if s.CheckScript != "" && strings.TrimSpace(s.CheckScript) == "" {
+		errs = append(errs, field.Invalid(spec.Child("checkScript"), s.CheckScript, "only blanks: give a command that exits 0 when the node does not need spec.script and 1 when it does, or leave checkScript out"))
 	}
 	for i, n := range s.ExcludeNodes {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
@@ -262,7 +265,8 @@ func SpecHash(s *NodeScriptSpec) string {
 		Backend                              BackendSpec
 		Timeout                              *metav1.Duration
 		SecretEnv                            []SecretEnvSource `json:",omitempty"`
-	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv})
+		CheckScript                          string            `json:",omitempty"`
+	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

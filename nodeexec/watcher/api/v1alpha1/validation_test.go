@@ -61,6 +61,11 @@ func TestValidate(t *testing.T) {
 		"window ok": {func(n *NodeScript) {
 			n.Spec.Window = &MaintenanceWindow{Days: []string{"Mon", "Sat"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}
 		}, ""},
+		"check script ok": {func(n *NodeScript) {
+			n.Spec.CheckScript = "sysctl -n net.core.somaxconn | grep -qx 4096 && exit 0 || exit 1"
+		}, ""},
+		"check script blanks": {func(n *NodeScript) { n.Spec.CheckScript = " \n" }, `spec.checkScript: Invalid value: " \n": only blanks`},
+		"check script NUL":    {func(n *NodeScript) { n.Spec.CheckScript = "true\x00" }, "spec.checkScript: Invalid value: \"(NUL at byte 4)\""},
 		"reapply ok": {func(n *NodeScript) {
 			n.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: 24 * time.Hour}}
 		}, ""},
@@ -141,6 +146,11 @@ func TestSpecHash(t *testing.T) {
 	b.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: time.Hour}}
 	if SpecHash(&a.Spec) != SpecHash(&b.Spec) {
 		t.Error("adding reapply must not change the hash (it says when to run again, not what)")
+	}
+	b = valid()
+	b.Spec.CheckScript = "exit 1"
+	if SpecHash(&a.Spec) == SpecHash(&b.Spec) {
+		t.Error("adding a check script must change the hash (nodes are checked)")
 	}
 	d := valid()
 	d.Spec.Backend.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry-creds"}}

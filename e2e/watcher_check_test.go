@@ -1,0 +1,117 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// TestWatcherCheckScript: spec.checkScript, the detector. On one real node
+// it exits 0 (the node is fine: NotNeeded, its condition True NotNeeded,
+// no run pod, the output recorded); on the other it exits 1 and the script
+// runs there. The rollout completes with 1 succeeded and 1 not needed.
+func TestWatcherCheckScript(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	fine, needs := env.nodes[0], env.nodes[1]
+	name := uniqueName("e2e-check-")
+	pods := recordPods(t, name)
+	startWatcher(t, dyn)
+	name = controlledNamed(ctx, t, dyn, name, fmt.Sprintf(`  recordOutput: true
+  checkScript: 'if [ "$NODE_NAME" = %s ]; then echo "already fixed"; exit 0; fi; echo "needs the fix"; exit 1'
+`, fine))
+	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete, 1 succeeded and 1 not needed", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.NotNeeded == 1 && ns.Status.Nodes == 2
+	})
+	if s, _ := nodeState(ctx, t, fine, name); s.Phase != watcher.PhaseNotNeeded || s.ExitCode == nil || *s.ExitCode != 0 {
+		t.Errorf("node %s: %+v, want NotNeeded", fine, s)
+	}
+	if s, _ := nodeState(ctx, t, needs, name); s.Phase != watcher.PhaseSucceeded || s.Attempts != 2 {
+		t.Errorf("node %s: %+v, want Succeeded on attempt 2 (the check was attempt 1)", needs, s)
+	}
+	if got := pods.runs(fine, watcher.ActionRun); len(got) != 0 {
+		t.Errorf("run pods on %s, which did not need the script: %v", fine, got)
+	}
+	for _, node := range []string{fine, needs} {
+		if got := pods.runs(node, watcher.ActionCheck); len(got) != 1 {
+			t.Errorf("check pods on %s: %v, want 1", node, got)
+		}
+	}
+	if got := pods.runs(needs, watcher.ActionRun); len(got) != 1 {
+		t.Errorf("run pods on %s: %v, want 1", needs, got)
+	}
+	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, fine, watcher.ActionCheck); !strings.Contains(out, "already fixed") {
+		t.Errorf("check output on %s: %q", fine, out)
+	}
+	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, needs, watcher.ActionRun); !strings.Contains(out, "fixed "+needs) {
+		t.Errorf("run output on %s: %q", needs, out)
+	}
+	var c *corev1.NodeCondition
+	if !waitFor(15*time.Second, func() bool {
+		c = nodeCondition(ctx, t, fine, name)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == watcher.ConditionNotNeeded
+	}) {
+		t.Errorf("node %s: condition %+v, want True NotNeeded", fine, c)
+	}
+	out, errOut, code := cli(ctx, "", "status", name)
+	if code != 0 || !strings.Contains(out, "not needed 1") || !strings.Contains(out, watcher.PhaseNotNeeded) {
+		t.Errorf("nodeexec status: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("complete: %+v", ns.Status)
+}
+
+// TestWatcherCheckScriptMissingCommand: a check that cannot run its
+// command exits 127, which is never read as an answer (kured#976: a
+// missing command caused a reboot loop): the canary fails with CheckFailed,
+// the rollout halts, no script runs, no rollback runs and nothing is
+// cordoned although onFailure asks for both.
+func TestWatcherCheckScriptMissingCommand(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	name := uniqueName("e2e-check127-")
+	pods := recordPods(t, name)
+	startWatcher(t, dyn)
+	name = controlledNamed(ctx, t, dyn, name, `  checkScript: 'nodeexec-e2e-no-such-detector --quiet'
+  rollbackScript: 'echo rolled back'
+  onFailure: {rollback: true, cordon: true}
+`)
+	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "halted by the check", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageHalted && ns.Status.Failed >= 1
+	})
+	time.Sleep(3 * time.Second) // a resync or two: no rollback or cordon follows
+	failed := 0
+	for _, node := range env.nodes[:2] {
+		s, n := nodeState(ctx, t, node, name)
+		if s.Phase == watcher.PhaseFailed {
+			failed++
+			if s.Reason != watcher.ReasonCheckFailed || s.ExitCode == nil || *s.ExitCode != 127 || !strings.Contains(s.Message, "not found") {
+				t.Errorf("node %s: %+v, want Failed CheckFailed exit 127 naming 'not found'", node, s)
+			}
+		}
+		if s.Rollback != "" || s.Cordoned || n.Spec.Unschedulable {
+			t.Errorf("node %s: rollback %q, cordoned %t, unschedulable %t after a check failure", node, s.Rollback, s.Cordoned, n.Spec.Unschedulable)
+		}
+		for _, action := range []string{watcher.ActionRun, watcher.ActionRollback} {
+			if got := pods.runs(node, action); len(got) != 0 {
+				t.Errorf("%s pods on %s after the check failed: %v", action, node, got)
+			}
+		}
+	}
+	if failed == 0 {
+		t.Error("no node failed")
+	}
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,reason=" + watcher.ReasonCheckFailed})
+	if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
+		t.Errorf("no %s Event naming %s: %v", watcher.ReasonCheckFailed, name, err)
+	}
+}

@@ -5,12 +5,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
@@ -113,5 +115,58 @@ func TestWatcherCheckScriptMissingCommand(t *testing.T) {
 	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,reason=" + watcher.ReasonCheckFailed})
 	if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
 		t.Errorf("no %s Event naming %s: %v", watcher.ReasonCheckFailed, name, err)
+	}
+}
+
+// TestWatcherBlockingPod: spec.blockingPodSelector. A pod matching it on one
+// real node holds that node back (status.blocked names the pod, an Event
+// BlockedByPod on the node) while the other node runs; once the pod is
+// deleted, the node runs and the rollout completes.
+func TestWatcherBlockingPod(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	blockedNode, free := env.nodes[0], env.nodes[1]
+	label := uniqueName("blocker-")
+	pods := env.client.CoreV1().Pods("default")
+	blocker := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: label, Namespace: "default", Labels: map[string]string{"nodeexec-e2e-blocker": label}},
+		Spec: corev1.PodSpec{
+			NodeName: blockedNode, RestartPolicy: corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(int64(0)), AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "job", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "3600"}}},
+		},
+	}
+	if _, err := pods.Create(ctx, blocker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = pods.Delete(context.Background(), label, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	})
+	startWatcher(t, dyn)
+	name := controlled(ctx, t, dyn, "e2e-block-", fmt.Sprintf("  blockingPodSelector: {matchLabels: {nodeexec-e2e-blocker: %s}}\n", label))
+	want := blockedNode + ": default/" + label
+	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "one node done, the other blocked", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Succeeded == 1 && slices.Contains(ns.Status.Blocked, want)
+	})
+	if s, _ := nodeState(ctx, t, free, name); s.Phase != watcher.PhaseSucceeded {
+		t.Errorf("node %s: %+v, want Succeeded", free, s)
+	}
+	time.Sleep(6 * time.Second) // past a recheck (5 s): still held back
+	if s, _ := nodeState(ctx, t, blockedNode, name); s.Phase != watcher.PhasePending {
+		t.Errorf("node %s ran while %s was on it: %+v", blockedNode, label, s)
+	}
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + blockedNode + ",reason=" + watcher.ReasonBlockedByPod})
+	if err != nil || !strings.Contains(fmt.Sprint(events.Items), label) {
+		t.Errorf("no %s Event on %s naming %s: %v", watcher.ReasonBlockedByPod, blockedNode, label, err)
+	}
+	if out, _, code := cli(ctx, "", "status", name); code != 0 || !strings.Contains(out, "blocked: "+want) {
+		t.Errorf("nodeexec status: exit %d\n%s", code, out)
+	}
+	if err := pods.Delete(ctx, label, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	ns := complete(ctx, t, dyn, name, 2)
+	if len(ns.Status.Blocked) != 0 {
+		t.Errorf("status.blocked %v after the pod was deleted", ns.Status.Blocked)
 	}
 }

@@ -667,6 +667,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		{"window-day", good + "  window: {days: [Monday], start: \"22:00\", end: \"04:00\"}\n", "spec.window.days[0]"},
 		{"window-zone", good + "  window: {start: \"22:00\", end: \"04:00\", timeZone: Mars/Olympus}\n", "spec.window.timeZone"},
 		{"paused-string", good + "  paused: yes-please\n", "paused"},
+		{"blocking-empty", good + "  blockingPodSelector: {}\n", "spec.blockingPodSelector"},
 		{"check-blank", good + "  checkScript: '   '\n", "spec.checkScript"},
 		{"reapply-empty", good + "  reapply: {}\n", "spec.reapply"},
 		{"reapply-interval-short", good + "  reapply: {interval: 30s}\n", "spec.reapply.interval"},

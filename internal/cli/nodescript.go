@@ -135,6 +135,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	if ns.Spec.Paused {
 		fmt.Fprintf(w, "paused: nothing new starts (nodeexec resume %s)\n", ns.Name)
 	}
+	for _, b := range st.Blocked {
+		fmt.Fprintf(w, "blocked: %s (spec.blockingPodSelector)\n", b)
+	}
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {

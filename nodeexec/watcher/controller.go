@@ -135,10 +135,15 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	// 3. Decide, and start what it allows.
-	d, err := Decide(ns, nodes, now)
+	// 3. Decide (past the nodes a blocking pod holds back), and start what it allows.
+	d, err := c.decideUnblocked(ctx, ns, nodes, cached, now)
 	if err != nil {
 		return 0, err
+	}
+	if len(d.Blocked) > 0 {
+		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
+			retryAt = t
+		}
 	}
 	startErr := c.startRuns(ctx, ns, d, cached, nodes, going, now)
 	// 4. The NodeScript's condition on each node.

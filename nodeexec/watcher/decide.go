@@ -41,6 +41,9 @@ type Node struct {
 	// Ignored is set when the node carries the NodeScript's
 	// IgnoreAnnotation: it is not selected, as if in spec.excludeNodes.
 	Ignored bool
+	// Blocked is set when a pod matching spec.blockingPodSelector is on
+	// the node: it is not started (the watcher sets it; see Decision.Blocked).
+	Blocked bool
 	// State is the node's recorded state for this NodeScript (DecodeState).
 	State NodeState
 }
@@ -71,6 +74,10 @@ type Decision struct {
 	// RunNow, when set, is when the run-now override (AnnotationRunNow)
 	// that lets runs start while spec.window is closed ends.
 	RunNow time.Time
+	// Blocked lists the nodes held back by spec.blockingPodSelector, as
+	// "NODE: NAMESPACE/POD": set by the watcher, which looks for blocking
+	// pods on the nodes Decide would start (Decide itself makes no call).
+	Blocked []string
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -251,7 +258,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 			break
 		}
 		due := e.phase == PhasePending || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
-		if due && e.Ready {
+		if due && e.Ready && !e.Blocked {
 			d.Start = append(d.Start, e.Name)
 			slots--
 		}

@@ -26,6 +26,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.Nodes, st.Pending, st.Running = int32(d.Counts.Nodes), int32(d.Counts.Pending), int32(d.Counts.Running)
 	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
 	st.NotNeeded = int32(d.Counts.NotNeeded)
+	st.Blocked = d.Blocked
 	gen := ns.Generation
 	switch d.Stage {
 	case StageHalted:
@@ -104,8 +105,10 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	if st.NextWindow == nil {
-		fields["nextWindow"] = nil
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded"} {
+		if _, set := fields[optional]; !set {
+			fields[optional] = nil
+		}
 	}
 	patch, err := json.Marshal(map[string]any{"status": fields})
 	if err != nil {

@@ -64,6 +64,17 @@ type NodeScriptSpec struct {
 	// +optional
 	// +listType=set
 	ExcludeNodes []string `json:"excludeNodes,omitempty"`
+	// BlockingPodSelector, when set, holds a node back while a pod matching
+	// it (in any namespace, not yet Succeeded or Failed) is on the node, as
+	// kured's blocking pod selectors do: the script does not start there
+	// (nor its check) until the pod is gone; status.blocked and an Event
+	// BlockedByPod on the node say which pod blocks. A run already going is
+	// not stopped. It must select something: an empty selector, which would
+	// match every pod, is refused. Not part of the spec hash. Defaults to
+	// none. RBAC: the watcher lists pods (cluster-wide list).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="matches every pod, so no node would ever start: give matchLabels or matchExpressions"
+	BlockingPodSelector *metav1.LabelSelector `json:"blockingPodSelector,omitempty"`
 
 	// Script is run by `sh -c` on each node (in the node's root filesystem
 	// where the backend allows). Required.
@@ -366,6 +377,11 @@ type NodeScriptStatus struct {
 	// nodes wait for it. Unset otherwise.
 	// +optional
 	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
+	// Blocked lists the nodes held back by spec.blockingPodSelector when
+	// last looked at, each as "NODE: NAMESPACE/POD" (the first pod found).
+	// +optional
+	// +listType=atomic
+	Blocked []string `json:"blocked,omitempty"`
 	// Conditions: Progressing, Halted, Complete.
 	// +optional
 	// +listType=map

@@ -127,6 +127,14 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if w := s.Window; w != nil {
 		errs = append(errs, validateWindow(w, spec.Child("window"))...)
 	}
+	if b := s.BlockingPodSelector; b != nil {
+		p := spec.Child("blockingPodSelector")
+		if _, err := metav1.LabelSelectorAsSelector(b); err != nil {
+			errs = append(errs, field.Invalid(p, b, err.Error()))
+		} else if len(b.MatchLabels) == 0 && len(b.MatchExpressions) == 0 {
+			errs = append(errs, field.Invalid(p, "{}", "matches every pod, so no node would ever start: give matchLabels or matchExpressions (e.g. matchLabels: {app: batch-job}), or leave it out"))
+		}
+	}
 	if r := s.Reapply; r != nil {
 		switch {
 		case r.Interval != nil && r.Interval.Duration < MinReapplyInterval:

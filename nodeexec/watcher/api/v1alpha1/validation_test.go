@@ -66,6 +66,13 @@ func TestValidate(t *testing.T) {
 		}, ""},
 		"check script blanks": {func(n *NodeScript) { n.Spec.CheckScript = " \n" }, `spec.checkScript: Invalid value: " \n": only blanks`},
 		"check script NUL":    {func(n *NodeScript) { n.Spec.CheckScript = "true\x00" }, "spec.checkScript: Invalid value: \"(NUL at byte 4)\""},
+		"blocking pods ok": {func(n *NodeScript) {
+			n.Spec.BlockingPodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "batch"}}
+		}, ""},
+		"blocking pods empty": {func(n *NodeScript) { n.Spec.BlockingPodSelector = &metav1.LabelSelector{} }, `spec.blockingPodSelector: Invalid value: "{}": matches every pod`},
+		"blocking pods bad": {func(n *NodeScript) {
+			n.Spec.BlockingPodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
+		}, "spec.blockingPodSelector: Invalid value"},
 		"reapply ok": {func(n *NodeScript) {
 			n.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: 24 * time.Hour}}
 		}, ""},

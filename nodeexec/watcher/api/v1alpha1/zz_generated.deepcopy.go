@@ -144,6 +144,11 @@ func (in *NodeScriptSpec) DeepCopyInto(out *NodeScriptSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.BlockingPodSelector != nil {
+		in, out := &in.BlockingPodSelector, &out.BlockingPodSelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	in.Backend.DeepCopyInto(&out.Backend)
 	if in.Timeout != nil {
 		in, out := &in.Timeout, &out.Timeout
@@ -191,6 +196,11 @@ func (in *NodeScriptStatus) DeepCopyInto(out *NodeScriptStatus) {
 	if in.NextWindow != nil {
 		in, out := &in.NextWindow, &out.NextWindow
 		*out = (*in).DeepCopy()
+	}
+	if in.Blocked != nil {
+		in, out := &in.Blocked, &out.Blocked
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions

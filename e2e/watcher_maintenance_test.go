@@ -6,106 +6,183 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// TestWatcherPauseAndWindow: a paused NodeScript starts nothing until
-// `nodeexec resume`; one whose maintenance window is closed starts nothing
-// and says when the window opens (status, `nodeexec status`), and runs once
-// the window includes now. Neither change reruns a node.
-func TestWatcherPauseAndWindow(t *testing.T) {
+// TestWatcherMaintenanceDrain: spec.maintenance {cordon, drain} on a real
+// node with a workload pod (a Deployment pinned to the node) under a
+// PodDisruptionBudget; the drain's podSelector names the workload, so that
+// other tests' pods on the node are not its concern.
+//   - The PDB first allows no disruption: the drain (through the eviction
+//     API) cannot finish within its timeout: an infrastructure failure
+//     (DrainFailed), no run pod, the node put back in service while it
+//     waits for the retry (onFailure.cordon is not set).
+//   - The PDB then allows one: the retry cordons, evicts the workload pod,
+//     runs the script only after the pod is gone, and uncordons after the
+//     success; the workload is rescheduled on the node (a new pod).
+func TestWatcherMaintenanceDrain(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	startWatcher(t, dyn)
-	node := env.nodes[0]
-	held := func(name, reason string) {
-		t.Helper()
-		ns := waitNodeScript(ctx, t, dyn, name, 30*time.Second, "held: "+reason, func(ns *v1alpha1.NodeScript) bool {
-			c := findCond(ns, v1alpha1.ConditionProgressing)
-			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason
-		})
-		if ns.Status.Running != 0 || ns.Status.Succeeded != 0 {
-			t.Errorf("held (%s): status %+v", reason, ns.Status)
-		}
-		pods, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + name})
-		if err != nil || len(pods.Items) != 0 {
-			t.Errorf("held (%s): run pods %v (%v)", reason, pods, err)
-		}
+	node := env.nodes[1]
+	app := uniqueName("e2e-workload-")
+	labels := map[string]string{"app": app}
+	deps := env.client.AppsV1().Deployments("default")
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+					TerminationGracePeriodSeconds: ptr.To(int64(0)), AutomountServiceAccountToken: ptr.To(false),
+					Containers: []corev1.Container{{Name: "app", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "3600"}}},
+				},
+			},
+		},
 	}
-	complete := func(name string) {
-		t.Helper()
-		waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.NextWindow == nil
-		})
-		if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || s.Attempts != 1 {
-			t.Errorf("state %+v; want Succeeded on the first attempt", s)
-		}
+	if _, err := deps.Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-
-	t.Run("pause", func(t *testing.T) {
-		name := uniqueName("e2e-pause-")
-		cleanupNodeScript(t, dyn, name)
-		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
-apiVersion: nodeexec.io/v1alpha1
-kind: NodeScript
-metadata: {name: %s}
-spec:
-  nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
-  paused: true
-  script: 'echo fixed'
-`, name, node))
-		held(name, watcher.HoldPaused)
-		out, errOut, code := cli(ctx, "", "status", name)
-		if code != 0 || !strings.Contains(out, "paused: nothing new starts") {
-			t.Errorf("nodeexec status while paused: exit %d\n%s%s", code, out, errOut)
-		}
-		if out, errOut, code := cli(ctx, "", "resume", name); code != 0 || !strings.Contains(out, name+" resumed") {
-			t.Fatalf("nodeexec resume: exit %d\n%s%s", code, out, errOut)
-		}
-		complete(name)
-		if _, errOut, code := cli(ctx, "", "pause", "e2e-no-such-nodescript"); code == 0 || !strings.Contains(errOut, "not found") {
-			t.Errorf("pause of a missing NodeScript: exit %d, %q", code, errOut)
-		}
+	t.Cleanup(func() {
+		_ = deps.Delete(context.Background(), app, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	})
-
-	t.Run("window", func(t *testing.T) {
-		name := uniqueName("e2e-window-")
-		cleanupNodeScript(t, dyn, name)
-		now := time.Now().UTC()
-		doc := func(start, end time.Time) string {
-			return fmt.Sprintf(`
-apiVersion: nodeexec.io/v1alpha1
-kind: NodeScript
-metadata: {name: %s}
-spec:
-  nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}
-  window: {start: %q, end: %q, timeZone: UTC}
-  script: 'echo fixed'
-`, name, node, start.Format("15:04"), end.Format("15:04"))
-		}
-		// Closed: it opens in two hours.
-		opens := now.Add(2 * time.Hour).Truncate(time.Minute)
-		applyNodeScript(ctx, t, dyn, doc(opens, opens.Add(time.Hour)))
-		held(name, watcher.HoldOutsideWindow)
-		ns, err := watcher.Get(ctx, dyn, name)
+	pdbs := env.client.PolicyV1().PodDisruptionBudgets("default")
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, MaxUnavailable: ptr.To(intstr.FromInt32(0))},
+	}
+	if _, err := pdbs.Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pdbs.Delete(context.Background(), app, metav1.DeleteOptions{}) })
+	workload := func() *corev1.Pod {
+		l, err := env.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 		if err != nil {
-			t.Fatal(err)
+			return nil
 		}
-		if ns.Status.NextWindow == nil || !ns.Status.NextWindow.Time.Equal(opens) {
-			t.Errorf("status.nextWindow %v, want %s", ns.Status.NextWindow, opens)
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return &p
+			}
 		}
-		out, errOut, code := cli(ctx, "", "status", name)
-		if code != 0 || !strings.Contains(out, "maintenance window closed: opens at "+opens.Format(time.RFC3339)) {
-			t.Errorf("nodeexec status outside the window: exit %d\n%s%s", code, out, errOut)
+		return nil
+	}
+	var first *corev1.Pod
+	if !waitFor(90*time.Second, func() bool { first = workload(); return first != nil }) {
+		t.Fatalf("the workload pod never ran on %s", node)
+	}
+	// When the first workload pod is gone (evicted), as seen from here.
+	var (
+		mu     sync.Mutex
+		goneAt time.Time
+	)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	t.Cleanup(stopWatch)
+	go func() {
+		for watchCtx.Err() == nil {
+			p, err := env.client.CoreV1().Pods("default").Get(watchCtx, first.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil) {
+				mu.Lock()
+				goneAt = time.Now()
+				mu.Unlock()
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		// Open now (across midnight too: an overnight window).
-		applyNodeScript(ctx, t, dyn, doc(now.Add(-time.Hour), now.Add(time.Hour)))
-		complete(name)
+	}()
+
+	name := uniqueName("e2e-maint-")
+	pods := recordPods(t, name)
+	cleanupNodeScript(t, dyn, name, node)
+	startWatcher(t, dyn)
+	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  %s
+  script: 'echo "maintained $NODE_NAME"'
+  recordOutput: true
+  maintenance: {cordon: true, drain: {timeout: 4s, gracePeriodSeconds: 0, podSelector: "app=%s"}, maxUnavailable: 1}
+  retry: {limit: 5, initialBackoff: 8s, maxBackoff: 8s}
+`, name, onlyNode(node), app))
+
+	// 1. The PDB allows nothing: DrainFailed, no run pod, uncordoned while waiting.
+	var s watcher.NodeState
+	if !waitFor(60*time.Second, func() bool {
+		s, _ = nodeState(ctx, t, node, name)
+		return s.Phase == watcher.PhaseFailed && s.Reason == watcher.ReasonDrainFailed
+	}) {
+		t.Fatalf("node %s: %+v, want a DrainFailed infrastructure failure", node, s)
+	}
+	if !s.Infrastructure || !strings.Contains(s.Message, "drain failed") {
+		t.Errorf("drain failure recorded as %+v", s)
+	}
+	if !waitFor(10*time.Second, func() bool {
+		n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && !n.Spec.Unschedulable
+	}) {
+		t.Errorf("node %s still cordoned while its drain waits to be retried", node)
+	}
+	if got := pods.runs(node, watcher.ActionRun); len(got) != 0 {
+		t.Errorf("run pods %v although the drain failed", got)
+	}
+	if p := workload(); p == nil || p.UID != first.UID {
+		t.Errorf("the workload pod was disrupted against its PDB: %v", p)
+	}
+
+	// 2. The PDB allows one: drained, run, uncordoned, rescheduled.
+	patch := []byte(`{"spec":{"maxUnavailable":1}}`)
+	if _, err := pdbs.Patch(ctx, app, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete after the drain", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1
 	})
+	s, n := nodeState(ctx, t, node, name)
+	if s.Phase != watcher.PhaseSucceeded || s.CordonedByUs || n.Spec.Unschedulable {
+		t.Errorf("node %s after the run: %+v, unschedulable %t; want Succeeded and uncordoned", node, s, n.Spec.Unschedulable)
+	}
+	runs := pods.runs(node, watcher.ActionRun)
+	if len(runs) != 1 {
+		t.Fatalf("run pods %v, want 1", runs)
+	}
+	mu.Lock()
+	gone := goneAt
+	mu.Unlock()
+	if created := pods.createdAt(runs[0]); gone.IsZero() || !gone.Before(created) {
+		t.Errorf("the workload pod went at %v, the run pod was created at %v: want the drain first", gone, created)
+	}
+	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun); !strings.Contains(out, "maintained "+node) {
+		t.Errorf("run output %q", out)
+	}
+	var again *corev1.Pod
+	if !waitFor(90*time.Second, func() bool { again = workload(); return again != nil && again.UID != first.UID }) {
+		t.Errorf("the workload was not rescheduled on %s after the uncordon", node)
+	} else if again.Spec.NodeName != node {
+		t.Errorf("the workload came back on %s, want %s", again.Spec.NodeName, node)
+	}
+	for _, reason := range []string{watcher.ReasonCordoned, watcher.ReasonDrainFailed, watcher.ReasonDrained, watcher.ReasonUncordoned} {
+		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
+		if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
+			t.Errorf("no %s Event on %s naming %s: %v", reason, node, name, err)
+		}
+	}
+	t.Logf("complete: %+v; state %+v", ns.Status, s)
 }

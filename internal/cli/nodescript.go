@@ -191,6 +191,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			cordoned = map[bool]string{true: "by nodeexec", false: "already"}[s.CordonedByUs]
 		}
 		reason := s.Reason
+		if s.Maintenance != "" {
+			reason = s.Maintenance // cordoned for the run, draining or drained
+		}
 		if s.Rollback != "" {
 			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
 		}

@@ -340,11 +340,23 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			continue
 		}
 		switch {
+		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceDrained && !going.busy[n.Name]:
+			work = append(work, func() error { return c.start(ctx, ns, hash, n, s, ActionRun, now) })
+		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceDraining:
+			if !c.w.drainGoing(n.Name) && ns.Spec.Maintenance != nil && ns.Spec.Maintenance.Drain != nil {
+				c.drainBefore(ctx, ns, n) // after a restart of the watcher
+			}
 		case s.Phase == PhaseRunning && !going.busy[n.Name] && !c.w.expected(s.Pod):
 			work = append(work, func() error { return c.lost(ctx, ns, n, s, now) })
 		case s.Phase == PhaseFailed && s.Infrastructure && s.NextRetry != nil:
 			if retryAt.IsZero() || s.NextRetry.Before(retryAt) {
 				retryAt = *s.NextRetry
+			}
+			if s.CordonedByUs && n.Spec.Unschedulable && !ns.Spec.OnFailure.Cordon {
+				// Back in service while it waits: the retry cordons again.
+				work = append(work, func() error {
+					return c.uncordon(ctx, ns, n, s, "its run failed for the infrastructure ("+s.Reason+") and waits to be retried")
+				})
 			}
 		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed:
 			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
@@ -353,7 +365,7 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 				work = append(work, func() error { return c.removeTaint(ctx, n, t) })
 			}
 			if s.CordonedByUs && n.Spec.Unschedulable {
-				work = append(work, func() error { return c.uncordon(ctx, ns, n, s) })
+				work = append(work, func() error { return c.uncordon(ctx, ns, n, s, "it succeeded here") })
 			}
 		}
 	}

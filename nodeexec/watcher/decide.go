@@ -253,6 +253,18 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		slots, _ = intstr.GetScaledValueFromIntOrPercent(s.Rollout.MaxConcurrency, len(all), true)
 	}
 	slots = max(slots, 1) - d.Counts.Running
+	if m := s.Maintenance; m != nil && m.MaxUnavailable != nil {
+		// Out of service for us: running (cordoned, draining or with its
+		// pod) or left cordoned by us after a failure.
+		maxUnavailable, _ := intstr.GetScaledValueFromIntOrPercent(m.MaxUnavailable, len(all), true)
+		unavailable := 0
+		for _, e := range all {
+			if e.phase == PhaseRunning || e.State.CordonedByUs {
+				unavailable++
+			}
+		}
+		slots = min(slots, max(maxUnavailable, 1)-unavailable)
+	}
 	for _, e := range allowed {
 		if slots <= 0 {
 			break

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/kubectl/pkg/drain"
 
-	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -24,6 +23,10 @@ import (
 func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, rollbackBusy bool, now time.Time) error {
 	p := ns.Spec.OnFailure
 	changed := false
+	if !p.Cordon && s.CordonedByUs && n.Spec.Unschedulable {
+		// Cordoned for the run (spec.maintenance); onFailure does not keep it.
+		return c.uncordon(ctx, ns, n, s, "its run failed and spec.onFailure.cordon is not set")
+	}
 	if p.Cordon && !s.Cordoned {
 		if !n.Spec.Unschedulable {
 			if err := c.cordon(ctx, n, true); err != nil {
@@ -72,14 +75,17 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, desired bool) e
 	return nil
 }
 
-// uncordon undoes the watcher's own cordon once the node succeeded (a
-// corrected spec ran there); a node cordoned by someone else is left alone.
-func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState) error {
+// uncordon undoes the watcher's own cordon (a node cordoned by someone
+// else is never passed here) and records it in s, the node's state; why
+// says when, for the Event: once the node succeeded (a corrected spec ran
+// there, or the run it was cordoned for under spec.maintenance), or when a
+// run it was cordoned for failed and spec.onFailure.cordon is not set.
+func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, why string) error {
 	if err := c.cordon(ctx, n, false); err != nil {
 		return err
 	}
 	s.CordonedByUs, s.Cordoned = false, false
-	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUncordoned, "nodescript %s succeeded here: uncordoned (the watcher had cordoned it)", ns.Name)
+	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUncordoned, "nodescript %s: uncordoned (the watcher had cordoned it): %s", ns.Name, why)
 	return c.w.writeState(ctx, ns.Name, n, s)
 }
 
@@ -87,31 +93,20 @@ func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *c
 // helper (DaemonSet pods and nodeexec's own pods stay), within DrainTimeout,
 // and records the outcome in the node's state.
 func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
-	c.w.mu.Lock()
-	if c.w.draining[n.Name] {
-		c.w.mu.Unlock()
+	if !c.w.startDrain(n.Name) {
 		return
 	}
-	c.w.draining[n.Name] = true
-	c.w.mu.Unlock()
-	timeout := 5 * time.Minute
+	timeout := DefaultDrainTimeout
 	if t := ns.Spec.OnFailure.DrainTimeout; t != nil {
 		timeout = t.Duration
 	}
 	go func() {
 		defer func() {
-			c.w.mu.Lock()
-			delete(c.w.draining, n.Name)
-			c.w.mu.Unlock()
+			c.w.endDrain(n.Name)
 			c.queue.Add(ns.Name)
 		}()
-		h := &drain.Helper{
-			Ctx: ctx, Client: c.w.o.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true,
-			DeleteEmptyDirData: true, Timeout: timeout, Out: io.Discard, ErrOut: io.Discard,
-			PodSelector: nodeexec.LabelManagedBy + "!=" + nodeexec.ManagedByValue,
-		}
 		result, reason, typ := ReasonDrained, ReasonDrained, corev1.EventTypeNormal
-		if err := drain.RunNodeDrain(h, n.Name); err != nil {
+		if err := runDrain(ctx, c.w.o.Client, n.Name, drainOptions{Timeout: timeout, DeleteEmptyDirData: true, GracePeriodSeconds: -1}); err != nil {
 			if ctx.Err() != nil {
 				return // stopped: drained again on the next start
 			}

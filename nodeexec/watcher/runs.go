@@ -42,6 +42,9 @@ func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, ou
 // start creates the pod of action on node n (s is its current state) and
 // records the run as Running.
 func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
+	if action == ActionRun && needsPreparation(ns, hash, s) {
+		return c.prepare(ctx, ns, hash, n, s, now)
+	}
 	attempt, before := 1, 0
 	if runsScript(action) && s.Hash == hash {
 		attempt, before = s.Attempts+1, s.AttemptsBefore

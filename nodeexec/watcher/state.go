@@ -83,6 +83,10 @@ type NodeState struct {
 	NextRetry *time.Time `json:"nextRetry,omitempty"`
 	// Since is when the phase began.
 	Since time.Time `json:"since"`
+	// Maintenance is the run's preparation under spec.maintenance while
+	// Phase is Running and before its pod: Draining (cordoned, the drain
+	// going), then Drained (the run pod starts next). Empty otherwise.
+	Maintenance string `json:"maintenance,omitempty"`
 	// Checked is set while Pending once spec.checkScript exited 1 for Hash:
 	// the node needs the script, whose run starts next (no check again).
 	Checked bool `json:"checked,omitempty"`

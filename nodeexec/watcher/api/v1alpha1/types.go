@@ -147,6 +147,12 @@ type NodeScriptSpec struct {
 	// part of the spec hash. Defaults to none: runs start at any time.
 	// +optional
 	Window *MaintenanceWindow `json:"window,omitempty"`
+	// Maintenance, when set, takes each node out of service around the run:
+	// cordon (and drain) before the script (after spec.checkScript, which
+	// needs none), uncordon after it succeeded. Not part of the spec hash.
+	// Defaults to none: the script runs on a node in service.
+	// +optional
+	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
 	// Reapply, when set, runs the script again on nodes where the current
 	// spec already succeeded: after the node rebooted (onReboot), or once the
 	// last success is older than interval (drift correction). The node
@@ -303,6 +309,56 @@ const (
 	ConditionHalted      = "Halted"
 	ConditionComplete    = "Complete"
 )
+
+// MaintenanceSpec takes a node out of service for its run.
+// +kubebuilder:validation:XValidation:rule="!has(self.drain) || (has(self.cordon) && self.cordon)",message="drain needs cordon: true"
+type MaintenanceSpec struct {
+	// Cordon marks the node unschedulable before the run and schedulable
+	// again after it succeeded; a node already cordoned by someone else is
+	// run on and left cordoned (nodeexec never uncordons what it did not
+	// cordon). After a failure the node stays cordoned when
+	// spec.onFailure.cordon is set, and is uncordoned otherwise. Required
+	// (true) when Drain is set.
+	// +optional
+	Cordon bool `json:"cordon,omitempty"`
+	// Drain, when set, evicts the node's pods after cordoning it and before
+	// the run, as kubectl drain does: through the eviction API (so
+	// PodDisruptionBudgets are respected), DaemonSet pods and nodeexec's
+	// own pods left alone. A drain that does not finish within its timeout
+	// is an infrastructure failure (reason DrainFailed), retried under
+	// spec.retry.
+	// +optional
+	Drain *DrainSpec `json:"drain,omitempty"`
+	// MaxUnavailable bounds the selected nodes out of service for this
+	// NodeScript at once, a count or a percentage (1 to 100%): nodes
+	// cordoned, draining or running for it, and nodes it left cordoned
+	// after a failure. No node starts while that many are. Defaults to no
+	// bound beyond spec.rollout.maxConcurrency.
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// DrainSpec is how a node is drained before its run (kubectl drain's flags).
+type DrainSpec struct {
+	// Timeout bounds the drain. Defaults to 5m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// PodSelector, when set, evicts only the pods matching this label
+	// selector (kubectl drain --pod-selector), e.g. "app!=monitoring".
+	// +optional
+	PodSelector string `json:"podSelector,omitempty"`
+	// DeleteEmptyDirData evicts pods with emptyDir volumes too, whose data
+	// is lost (kubectl drain --delete-emptydir-data). Defaults to false:
+	// such a pod makes the drain fail.
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// GracePeriodSeconds overrides each pod's termination grace period
+	// (kubectl drain --grace-period). Defaults to the pod's own.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	GracePeriodSeconds *int32 `json:"gracePeriodSeconds,omitempty"`
+}
 
 // ReapplyPolicy says when a node that ran the current spec successfully
 // runs it again. At least one of OnReboot and Interval is set.

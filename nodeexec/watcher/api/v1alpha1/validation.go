@@ -135,6 +135,26 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.Invalid(p, "{}", "matches every pod, so no node would ever start: give matchLabels or matchExpressions (e.g. matchLabels: {app: batch-job}), or leave it out"))
 		}
 	}
+	if m := s.Maintenance; m != nil {
+		mp := spec.Child("maintenance")
+		if m.Drain != nil && !m.Cordon {
+			errs = append(errs, field.Invalid(mp.Child("cordon"), m.Cordon, "maintenance.drain needs cordon: true (a drained node must not get new pods)"))
+		}
+		if m.Drain != nil && m.Drain.PodSelector != "" {
+			if _, err := labels.Parse(m.Drain.PodSelector); err != nil {
+				errs = append(errs, field.Invalid(mp.Child("drain", "podSelector"), m.Drain.PodSelector, "want a label selector (kubectl syntax, e.g. app!=monitoring): "+err.Error()))
+			}
+		}
+		if m.Drain != nil && m.Drain.GracePeriodSeconds != nil && *m.Drain.GracePeriodSeconds < 0 {
+			errs = append(errs, field.Invalid(mp.Child("drain", "gracePeriodSeconds"), *m.Drain.GracePeriodSeconds, "must be 0 or more, or left out for each pod's own"))
+		}
+		if m.MaxUnavailable != nil {
+			errs = append(errs, countOrPercent(mp.Child("maxUnavailable"), *m.MaxUnavailable, 1)...)
+		}
+		if !m.Cordon && m.MaxUnavailable == nil {
+			errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
+		}
+	}
 	if r := s.Reapply; r != nil {
 		switch {
 		case r.Interval != nil && r.Interval.Duration < MinReapplyInterval:
@@ -157,6 +177,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		{spec.Child("onFailure", "drainTimeout"), s.OnFailure.DrainTimeout},
 		{spec.Child("retry", "initialBackoff"), s.Retry.InitialBackoff},
 		{spec.Child("retry", "maxBackoff"), s.Retry.MaxBackoff},
+		{spec.Child("maintenance", "drain", "timeout"), maintenanceDrainTimeout(s)},
 	} {
 		if d.d != nil && d.d.Duration < 0 {
 			errs = append(errs, field.Invalid(d.path, d.d.Duration.String(), "must be 0 or more, e.g. 30s"))
@@ -287,6 +308,7 @@ var durationFields = [][]string{
 	{"spec", "retry", "initialBackoff"},
 	{"spec", "retry", "maxBackoff"},
 	{"spec", "reapply", "interval"},
+	{"spec", "maintenance", "drain", "timeout"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript
@@ -348,4 +370,12 @@ func validateWindow(w *MaintenanceWindow, path *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(path.Child("timeZone"), w.TimeZone, "want an IANA time zone name, e.g. Europe/Berlin or UTC"))
 	}
 	return errs
+}
+
+// maintenanceDrainTimeout is spec.maintenance.drain.timeout, or nil.
+func maintenanceDrainTimeout(s *NodeScriptSpec) *metav1.Duration {
+	if s.Maintenance == nil || s.Maintenance.Drain == nil {
+		return nil
+	}
+	return s.Maintenance.Drain.Timeout
 }

@@ -73,6 +73,24 @@ func TestValidate(t *testing.T) {
 		"blocking pods bad": {func(n *NodeScript) {
 			n.Spec.BlockingPodSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
 		}, "spec.blockingPodSelector: Invalid value"},
+		"maintenance ok": {func(n *NodeScript) {
+			n.Spec.Maintenance = &MaintenanceSpec{Cordon: true, Drain: &DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}, PodSelector: "app!=monitoring", GracePeriodSeconds: ptr.To[int32](30)},
+				MaxUnavailable: ptr.To(intstr.FromString("10%"))}
+		}, ""},
+		"maintenance drain without cordon": {func(n *NodeScript) { n.Spec.Maintenance = &MaintenanceSpec{Drain: &DrainSpec{}} }, "spec.maintenance.cordon: Invalid value: false: maintenance.drain needs cordon"},
+		"maintenance empty":                {func(n *NodeScript) { n.Spec.Maintenance = &MaintenanceSpec{} }, "spec.maintenance: Required value"},
+		"maintenance bad selector": {func(n *NodeScript) {
+			n.Spec.Maintenance = &MaintenanceSpec{Cordon: true, Drain: &DrainSpec{PodSelector: "app in ("}}
+		}, "spec.maintenance.drain.podSelector"},
+		"maintenance negative grace": {func(n *NodeScript) {
+			n.Spec.Maintenance = &MaintenanceSpec{Cordon: true, Drain: &DrainSpec{GracePeriodSeconds: ptr.To[int32](-1)}}
+		}, "spec.maintenance.drain.gracePeriodSeconds"},
+		"maintenance negative timeout": {func(n *NodeScript) {
+			n.Spec.Maintenance = &MaintenanceSpec{Cordon: true, Drain: &DrainSpec{Timeout: &metav1.Duration{Duration: -time.Second}}}
+		}, "spec.maintenance.drain.timeout"},
+		"maintenance unavailable 0": {func(n *NodeScript) {
+			n.Spec.Maintenance = &MaintenanceSpec{Cordon: true, MaxUnavailable: ptr.To(intstr.FromInt32(0))}
+		}, "spec.maintenance.maxUnavailable: Invalid value: 0"},
 		"reapply ok": {func(n *NodeScript) {
 			n.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: 24 * time.Hour}}
 		}, ""},

@@ -1,0 +1,185 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/drain"
+
+	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// The run's preparation under spec.maintenance (NodeState.Maintenance).
+const (
+	MaintenanceDraining = "Draining"
+	MaintenanceDrained  = "Drained"
+)
+
+// DefaultDrainTimeout bounds a drain when spec.maintenance.drain.timeout
+// (or spec.onFailure.drainTimeout) is not set.
+const DefaultDrainTimeout = 5 * time.Minute
+
+// needsPreparation reports whether the run of ns at hash on a node whose
+// state is s must first take the node out of service (spec.maintenance
+// cordon and drain): not when s is already Drained for hash.
+func needsPreparation(ns *v1alpha1.NodeScript, hash string, s NodeState) bool {
+	m := ns.Spec.Maintenance
+	if m == nil || !m.Cordon {
+		return false
+	}
+	return !(s.Hash == hash && s.Phase == PhaseRunning && s.Maintenance == MaintenanceDrained)
+}
+
+// prepare takes node n out of service before the run of ns at hash (s is
+// its state): it cordons the node (recording CordonedByUs unless someone
+// else had cordoned it), records the run Running with Maintenance Draining,
+// and starts the drain in the background (drainBefore); with no drain, the
+// node is Drained at once and the run pod is created. Attempts are kept:
+// the run pod's attempt is counted when it is created.
+func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
+	next := NodeState{
+		Hash: hash, Phase: PhaseRunning, Since: now, Maintenance: MaintenanceDraining, BootID: n.Status.NodeInfo.BootID,
+		CordonedByUs: s.CordonedByUs, Cordoned: true,
+	}
+	if s.Hash == hash {
+		next.Attempts, next.AttemptsBefore, next.Checked = s.Attempts, s.AttemptsBefore, s.Checked
+	}
+	if !n.Spec.Unschedulable {
+		if err := c.cordon(ctx, n, true); err != nil {
+			return err
+		}
+		next.CordonedByUs = true
+		c.events.Eventf(n, corev1.EventTypeNormal, ReasonCordoned, "nodescript %s: cordoned for maintenance before the run (spec.maintenance)", ns.Name)
+	}
+	if ns.Spec.Maintenance.Drain == nil {
+		next.Maintenance = MaintenanceDrained
+		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+			return err
+		}
+		return c.start(ctx, ns, hash, n, next, ActionRun, now)
+	}
+	if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+		return err
+	}
+	c.drainBefore(ctx, ns, n)
+	return nil
+}
+
+// drainBefore drains node n for the run of ns (spec.maintenance.drain)
+// in the background, once at a time per node, and records the outcome on
+// the node's current state: Drained (the next reconcile creates the run
+// pod), or an infrastructure failure with reason DrainFailed (counted as
+// an attempt), retried under spec.retry after its backoff. ns is looked at again when it ends.
+func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
+	if !c.w.startDrain(n.Name) {
+		return
+	}
+	d := ns.Spec.Maintenance.Drain
+	timeout := DefaultDrainTimeout
+	if d.Timeout != nil {
+		timeout = d.Timeout.Duration
+	}
+	grace := -1
+	if d.GracePeriodSeconds != nil {
+		grace = int(*d.GracePeriodSeconds)
+	}
+	go func() {
+		defer func() {
+			c.w.endDrain(n.Name)
+			c.queue.Add(ns.Name)
+		}()
+		err := runDrain(ctx, c.w.o.Client, n.Name, drainOptions{Timeout: timeout, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: grace})
+		if err != nil && ctx.Err() != nil {
+			return // stopped: drained again by the next watcher
+		}
+		cur, gerr := c.nodes.Get(n.Name)
+		if gerr != nil {
+			return // the node is gone
+		}
+		s, ok := c.w.state(ctx, ns.Name, cur)
+		if !ok || s.Phase != PhaseRunning || s.Maintenance != MaintenanceDraining {
+			return
+		}
+		now := c.w.o.Clock.Now()
+		if err == nil {
+			s.Maintenance = MaintenanceDrained
+			c.events.Eventf(n, corev1.EventTypeNormal, ReasonDrained, "nodescript %s: drained for maintenance before the run", ns.Name)
+		} else {
+			msg := tail("drain failed: "+err.Error(), 256)
+			// The drain counts as an attempt, so that spec.retry.limit bounds
+			// a drain that never finishes.
+			s.Attempts++
+			s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = PhaseFailed, "", true, ReasonDrainFailed, msg, now
+			t := now.Add(backoff(ns, s.Attempts))
+			s.NextRetry = &t
+			c.events.Eventf(n, corev1.EventTypeWarning, ReasonDrainFailed, "nodescript %s: before the run: %s", ns.Name, msg)
+		}
+		if err := c.w.writeState(ctx, ns.Name, cur, s); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "recording the drain", "node", n.Name)
+		}
+	}()
+}
+
+// drainOptions are kubectl drain's flags the watcher sets.
+type drainOptions struct {
+	Timeout            time.Duration
+	PodSelector        string // "" for every pod
+	DeleteEmptyDirData bool
+	GracePeriodSeconds int // -1: each pod's own
+}
+
+// runDrain evicts node's pods with kubectl's drain helper (the eviction
+// API, so PodDisruptionBudgets are respected; DaemonSet pods ignored;
+// nodeexec's own pods never evicted, whatever o.PodSelector says). The
+// node must be cordoned. RBAC: list pods, create pods/eviction, get
+// daemonsets (and get pods to wait for them to go).
+func runDrain(ctx context.Context, client drainClient, node string, o drainOptions) error {
+	sel := nodeexec.LabelManagedBy + "!=" + nodeexec.ManagedByValue
+	if o.PodSelector != "" {
+		sel = o.PodSelector + "," + sel
+	}
+	h := &drain.Helper{
+		Ctx: ctx, Client: client, GracePeriodSeconds: o.GracePeriodSeconds, IgnoreAllDaemonSets: true,
+		DeleteEmptyDirData: o.DeleteEmptyDirData, Timeout: o.Timeout, Out: io.Discard, ErrOut: io.Discard,
+		PodSelector: sel,
+	}
+	if err := drain.RunNodeDrain(h, node); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	return nil
+}
+
+// drainClient is what kubectl's drain helper needs.
+type drainClient = kubernetes.Interface
+
+// startDrain records that node is being drained and reports whether it
+// was not already (one drain at a time per node).
+func (w *Watcher) startDrain(node string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.draining[node] {
+		return false
+	}
+	w.draining[node] = true
+	return true
+}
+
+// endDrain records that node's drain ended.
+func (w *Watcher) endDrain(node string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.draining, node)
+}
+
+// drainGoing reports whether node is being drained by this process.
+func (w *Watcher) drainGoing(node string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.draining[node]
+}

@@ -137,6 +137,25 @@ func restoreCluster(ctx context.Context, t *testing.T) {
 	kubeletsWatching(ctx, t, env.nodes...)
 }
 
+// sleepingPod is a pod in "default" bound to node (no scheduler) that
+// sleeps an hour in the test image, with labels, stopped at once when
+// deleted.
+func sleepingPod(name, node string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "sleep", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"sleep", "3600"},
+			}},
+		},
+	}
+}
+
 // kubeletsWatching waits, at most 2 minutes, until each node's kubelet runs a
 // new pod bound to it, then deletes the pods. A Ready node is not enough after
 // API server restarts: the kubelet's heartbeats are plain requests, but it
@@ -151,19 +170,7 @@ func kubeletsWatching(ctx context.Context, t *testing.T, nodes ...string) {
 	pods := env.client.CoreV1().Pods("default")
 	var names []string
 	for _, node := range nodes {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: uniqueName("kubelet-probe-"), Namespace: "default", Labels: map[string]string{"nodeexec-e2e": "kubelet-probe"}},
-			Spec: corev1.PodSpec{
-				NodeName:                      node,
-				RestartPolicy:                 corev1.RestartPolicyNever,
-				TerminationGracePeriodSeconds: ptr.To(int64(0)),
-				AutomountServiceAccountToken:  ptr.To(false),
-				Containers: []corev1.Container{{
-					Name: "probe", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
-					Command: []string{"sleep", "3600"},
-				}},
-			},
-		}
+		pod := sleepingPod(uniqueName("kubelet-probe-"), node, map[string]string{"nodeexec-e2e": "kubelet-probe"})
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Errorf("kubelet probe on %s: %v", node, err)
 			continue

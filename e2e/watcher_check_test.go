@@ -128,14 +128,7 @@ func TestWatcherBlockingPod(t *testing.T) {
 	blockedNode, free := env.nodes[0], env.nodes[1]
 	label := uniqueName("blocker-")
 	pods := env.client.CoreV1().Pods("default")
-	blocker := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: label, Namespace: "default", Labels: map[string]string{"nodeexec-e2e-blocker": label}},
-		Spec: corev1.PodSpec{
-			NodeName: blockedNode, RestartPolicy: corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr.To(int64(0)), AutomountServiceAccountToken: ptr.To(false),
-			Containers: []corev1.Container{{Name: "job", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "3600"}}},
-		},
-	}
+	blocker := sleepingPod(label, blockedNode, map[string]string{"nodeexec-e2e-blocker": label})
 	if _, err := pods.Create(ctx, blocker, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

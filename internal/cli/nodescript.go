@@ -26,6 +26,7 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
 // watcherClients builds the typed and dynamic clients from the global flags.
@@ -134,6 +135,12 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	}
 	if ns.Spec.Paused {
 		fmt.Fprintf(w, "paused: nothing new starts (nodeexec resume %s)\n", ns.Name)
+	}
+	switch ns.Spec.Reboot {
+	case v1alpha1.RebootAlways:
+		fmt.Fprintln(w, "reboot: after each successful run")
+	case v1alpha1.RebootIfRequired:
+		fmt.Fprintf(w, "reboot: when a run leaves %s or exits %d\n", watcher.RebootSentinel(&ns.Spec), v1alpha1.ExitRebootRequired)
 	}
 	for _, b := range st.Blocked {
 		fmt.Fprintf(w, "blocked: %s (spec.blockingPodSelector)\n", b)

@@ -340,6 +340,11 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			continue
 		}
 		switch {
+		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceRebooting:
+			if t := now.Add(RebootRecheck); retryAt.IsZero() || t.Before(retryAt) {
+				retryAt = t
+			}
+			work = append(work, func() error { return c.rebooting(ctx, ns, hash, n, s, now) })
 		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceDrained && !going.busy[n.Name]:
 			work = append(work, func() error { return c.start(ctx, ns, hash, n, s, ActionRun, now) })
 		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceDraining:
@@ -358,7 +363,7 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 					return c.uncordon(ctx, ns, n, s, "its run failed for the infrastructure ("+s.Reason+") and waits to be retried")
 				})
 			}
-		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed:
+		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed && s.Reason != ReasonRebootTimeout:
 			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
 		case s.Phase == PhaseSucceeded || s.Phase == PhaseNotNeeded:
 			if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {

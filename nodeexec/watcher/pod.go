@@ -35,8 +35,11 @@ const (
 const (
 	// ActionCheck runs spec.checkScript, before ActionRun, on a node
 	// where it is set.
-	ActionCheck    = "check"
-	ActionRun      = "run"
+	ActionCheck = "check"
+	ActionRun   = "run"
+	// ActionReboot runs spec.rebootCommand after a run that asks for a
+	// reboot (spec.reboot).
+	ActionReboot   = "reboot"
 	ActionVerify   = "verify"
 	ActionRollback = "rollback"
 )
@@ -53,7 +56,35 @@ const (
 	EnvNode = "NODE_NAME"
 	// EnvNodeScript is the name of the NodeScript.
 	EnvNodeScript = "NODESCRIPT"
+	// EnvRebootSentinel is spec.rebootSentinel, in the run's environment
+	// under spec.reboot: IfRequired.
+	EnvRebootSentinel = "NODESCRIPT_REBOOT_SENTINEL"
 )
+
+// Defaults of spec.reboot's fields.
+const (
+	DefaultRebootSentinel = "/var/run/reboot-required"
+	DefaultRebootCommand  = "systemctl reboot"
+	DefaultRebootTimeout  = 15 * time.Minute
+)
+
+// RebootSentinel is spec.rebootSentinel or its default.
+func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string {
+	if spec.RebootSentinel != "" {
+		return spec.RebootSentinel
+	}
+	return DefaultRebootSentinel
+}
+
+// rebootSentinelWrap is script run so that, when it exits 0 and the file
+// $NODESCRIPT_REBOOT_SENTINEL exists, the run exits
+// v1alpha1.ExitRebootRequired instead (spec.reboot: IfRequired). The script
+// runs in a subshell, on lines of its own, so that its own exit, a trailing
+// comment or a here-document end where they would alone.
+func rebootSentinelWrap(script string) string {
+	return "(\n" + script + "\n)\nrc=$?\nif [ \"$rc\" -eq 0 ] && [ -e \"$" + EnvRebootSentinel + "\" ]; then exit " +
+		strconv.Itoa(v1alpha1.ExitRebootRequired) + "; fi\nexit \"$rc\"\n"
+}
 
 // RunPodName is the name of the pod of attempt of action on node for the
 // NodeScript name at spec hash: podexec.PodName with a suffix hashed from
@@ -144,6 +175,14 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	script := spec.Script
 	switch s.Action {
 	case ActionRun:
+		if spec.Reboot == v1alpha1.RebootIfRequired {
+			script = rebootSentinelWrap(script)
+		}
+	case ActionReboot:
+		script = spec.RebootCommand
+		if script == "" {
+			script = DefaultRebootCommand
+		}
 	case ActionCheck:
 		script = spec.CheckScript
 	case ActionVerify:
@@ -151,7 +190,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	case ActionRollback:
 		script = spec.RollbackScript
 	default:
-		return nil, fmt.Errorf("unknown action %q: want %s, %s, %s or %s", s.Action, ActionCheck, ActionRun, ActionVerify, ActionRollback)
+		return nil, fmt.Errorf("unknown action %q: want %s, %s, %s, %s or %s", s.Action, ActionCheck, ActionRun, ActionVerify, ActionRollback, ActionReboot)
 	}
 	if script == "" {
 		return nil, fmt.Errorf("NodeScript %s has no %s script: no %s pod to build", ns.Name, s.Action, s.Action)
@@ -171,9 +210,12 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	for _, e := range spec.SecretEnv {
 		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: e.Secret, Key: e.Key})
 	}
+	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
+	if s.Action == ActionRun && spec.Reboot == v1alpha1.RebootIfRequired {
+		env[EnvRebootSentinel] = RebootSentinel(spec)
+	}
 	pod, err := builder.CompletionPod(nodeexec.Request{
-		Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv,
-		Env: map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name},
+		Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv, Env: env,
 	}, RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt), s.Now)
 	if err != nil {
 		return nil, fmt.Errorf("spec.backend: %w", err)

@@ -43,6 +43,13 @@ func TestRunPodGolden(t *testing.T) {
 				Image: "registry.example:5000/ops/nodeexec@sha256:" + strings.Repeat("ab", 32), ImagePullSecrets: []corev1.LocalObjectReference{{Name: "ops-registry"}}}
 			s.Timeout = &metav1.Duration{Duration: time.Minute}
 		}), ActionRollback},
+		// spec.reboot: IfRequired wraps the script (the sentinel check, exit
+		// 194) and gives it the sentinel's path; the reboot pod runs the
+		// reboot command.
+		{"nsenter-run-reboot-ifrequired", base(func(s *v1alpha1.NodeScriptSpec) {
+			s.Backend.Name, s.Reboot, s.RebootSentinel = "nsenter", v1alpha1.RebootIfRequired, "/run/nodeexec/reboot-required"
+		}), ActionRun},
+		{"debugpod-reboot", base(func(s *v1alpha1.NodeScriptSpec) { s.Reboot = v1alpha1.RebootAlways }), ActionReboot},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pod, err := RunPod(RunPodSpec{NodeScript: c.ns, Backend: testBackend(t, c.ns), Node: "node-a.example", Action: c.action, Attempt: 2, Now: now})

@@ -114,6 +114,10 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 	case out.ExitCode != 0:
 		result = "failed"
 	}
+	reboot := action == ActionRun && rebootAsked(ns, out)
+	if reboot {
+		result = "succeeded"
+	}
 	msg := func() string {
 		if out.Reason != "" {
 			return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: %s %s", ns.Name, podHash, action, pod.Namespace, pod.Name, out.Reason, out.Message)
@@ -123,7 +127,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 	recorded := false
 	switch action {
 	case ActionRun:
-		if s.Pod == pod.Name && s.Phase != PhaseRunning {
+		if s.Pod == pod.Name && (s.Phase != PhaseRunning || s.Maintenance == MaintenanceRebooting) {
 			break // recorded before; only the pod's deletion is left
 		}
 		next := NodeState{Hash: podHash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, podHash), Since: now, Pod: pod.Name, Reason: out.Reason,
@@ -147,6 +151,11 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 				output = c.logTail(ctx, pod)
 			}
 			c.events.Event(n, corev1.EventTypeNormal, ReasonSucceeded, msg())
+			if reboot {
+				// Succeeded once the node is back with a new boot ID (reboot.go).
+				next.Phase, next.Maintenance, next.Reason = PhaseRunning, MaintenanceRebooting, ""
+				c.events.Eventf(n, corev1.EventTypeNormal, ReasonRebooting, "nodescript %s: the script succeeded (exit %d); rebooting the node (spec.reboot: %s)", ns.Name, out.ExitCode, ns.Spec.Reboot)
+			}
 		default:
 			next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
 			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())

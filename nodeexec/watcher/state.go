@@ -85,8 +85,13 @@ type NodeState struct {
 	Since time.Time `json:"since"`
 	// Maintenance is the run's preparation under spec.maintenance while
 	// Phase is Running and before its pod: Draining (cordoned, the drain
-	// going), then Drained (the run pod starts next). Empty otherwise.
+	// going), then Drained (the run pod starts next); or, after the script
+	// succeeded under spec.reboot, Rebooting (BootID is the boot the script
+	// ran in; Succeeded once the node is back with another). Empty
+	// otherwise.
 	Maintenance string `json:"maintenance,omitempty"`
+	// RebootIssued is set once the reboot was asked for (Rebooting).
+	RebootIssued bool `json:"rebootIssued,omitempty"`
 	// Checked is set while Pending once spec.checkScript exited 1 for Hash:
 	// the node needs the script, whose run starts next (no check again).
 	Checked bool `json:"checked,omitempty"`

@@ -118,6 +118,13 @@ type Options struct {
 	// pods of its CompletionPod (nodeexec.CompletionPodBuilder); it never
 	// execs. Defaults to backends.NewNode.
 	Backends func(backends.NodeOptions) (nodeexec.Backend, error)
+	// Rebooter, when set, reboots node for spec.reboot instead of the pod
+	// running spec.rebootCommand that the watcher creates by default; it is
+	// called in a goroutine of its own, at most one at a time per node, and
+	// its error is logged (the wait for a new boot ID within
+	// spec.rebootTimeout decides the outcome). Tests inject the test
+	// cluster's node reboot.
+	Rebooter func(ctx context.Context, node string) error
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -135,8 +142,9 @@ type Watcher struct {
 	overlay map[string]map[string]NodeState
 	// created holds run pods created and not yet seen by the pod informer.
 	created map[string]time.Time
-	// draining holds the nodes being drained.
-	draining map[string]bool
+	// draining holds the nodes being drained; rebooting, the nodes an
+	// Options.Rebooter is rebooting.
+	draining, rebooting map[string]bool
 	// decoded caches per NodeScript and node the last state annotation
 	// decoded, so that a reconcile of 5,000 nodes decodes only what changed.
 	decoded map[string]map[string]decodedState
@@ -236,10 +244,10 @@ func New(o Options) (*Watcher, error) {
 		o: o, metrics: m,
 		overlay:  map[string]map[string]NodeState{},
 		created:  map[string]time.Time{},
-		draining: map[string]bool{},
-		decoded:  map[string]map[string]decodedState{},
-		conds:    map[string]map[string]*corev1.NodeCondition{},
-		runNow:   map[string]string{},
+		draining: map[string]bool{}, rebooting: map[string]bool{},
+		decoded: map[string]map[string]decodedState{},
+		conds:   map[string]map[string]*corev1.NodeCondition{},
+		runNow:  map[string]string{},
 	}, nil
 }
 

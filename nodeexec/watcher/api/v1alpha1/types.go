@@ -153,6 +153,33 @@ type NodeScriptSpec struct {
 	// Defaults to none: the script runs on a node in service.
 	// +optional
 	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
+	// Reboot says whether the node reboots after the script succeeded:
+	// Never (the default), Always, or IfRequired: when the script left the
+	// file spec.rebootSentinel (kured's convention) or exited with
+	// ExitRebootRequired (194). The watcher then reboots the node (a pod
+	// running spec.rebootCommand, or the watcher's Options.Rebooter) and
+	// waits until the Node reports a new status.nodeInfo.bootID and is
+	// Ready, within spec.rebootTimeout; only then is the node Succeeded
+	// (and uncordoned under spec.maintenance). A node that does not come
+	// back in time is Failed (reason RebootTimeout), counted against the
+	// error budget. Not part of the spec hash.
+	// +kubebuilder:validation:Enum=Never;IfRequired;Always
+	// +optional
+	Reboot string `json:"reboot,omitempty"`
+	// RebootSentinel is the file whose presence after a successful run asks
+	// for a reboot under reboot: IfRequired. Defaults to
+	// /var/run/reboot-required.
+	// +optional
+	RebootSentinel string `json:"rebootSentinel,omitempty"`
+	// RebootCommand reboots the node, run like the script (sh -c, on the
+	// node). Defaults to "systemctl reboot".
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	RebootCommand string `json:"rebootCommand,omitempty"`
+	// RebootTimeout bounds the wait for the node to come back with a new
+	// boot ID and Ready. Defaults to 15m.
+	// +optional
+	RebootTimeout *metav1.Duration `json:"rebootTimeout,omitempty"`
 	// Reapply, when set, runs the script again on nodes where the current
 	// spec already succeeded: after the node rebooted (onReboot), or once the
 	// last success is older than interval (drift correction). The node

@@ -33,6 +33,17 @@ const (
 	// MinReapplyInterval is the shortest spec.reapply.interval: drift
 	// correction, not a loop.
 	MinReapplyInterval = time.Minute
+	// ExitRebootRequired is the script exit code that means "succeeded,
+	// and the node must reboot" under spec.reboot: IfRequired (any other
+	// policy reads it as a failure).
+	ExitRebootRequired = 194
+)
+
+// Values of spec.reboot.
+const (
+	RebootNever      = "Never"
+	RebootIfRequired = "IfRequired"
+	RebootAlways     = "Always"
 )
 
 // Profiles are the values of spec.backend.profile: kubectl debug's profiles.
@@ -154,6 +165,21 @@ func Validate(ns *NodeScript) field.ErrorList {
 		if !m.Cordon && m.MaxUnavailable == nil {
 			errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
 		}
+	}
+	switch s.Reboot {
+	case "", RebootNever, RebootIfRequired, RebootAlways:
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("reboot"), s.Reboot, []string{RebootNever, RebootIfRequired, RebootAlways}))
+	}
+	if p := s.RebootSentinel; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00\n")) {
+		errs = append(errs, field.Invalid(spec.Child("rebootSentinel"), p, "want an absolute path on the node, e.g. /var/run/reboot-required"))
+	}
+	if s.RebootCommand != "" && strings.TrimSpace(s.RebootCommand) == "" {
+		errs = append(errs, field.Invalid(spec.Child("rebootCommand"), s.RebootCommand, "only blanks: give the command that reboots the node, or leave it out for systemctl reboot"))
+	}
+	errs = append(errs, validateScript(spec.Child("rebootCommand"), s.RebootCommand)...)
+	if s.RebootTimeout != nil && s.RebootTimeout.Duration <= 0 {
+		errs = append(errs, field.Invalid(spec.Child("rebootTimeout"), s.RebootTimeout.Duration.String(), "must be positive, e.g. 15m"))
 	}
 	if r := s.Reapply; r != nil {
 		switch {
@@ -308,6 +334,7 @@ var durationFields = [][]string{
 	{"spec", "retry", "initialBackoff"},
 	{"spec", "retry", "maxBackoff"},
 	{"spec", "reapply", "interval"},
+	{"spec", "rebootTimeout"},
 	{"spec", "maintenance", "drain", "timeout"},
 }
 

@@ -91,6 +91,14 @@ func TestValidate(t *testing.T) {
 		"maintenance unavailable 0": {func(n *NodeScript) {
 			n.Spec.Maintenance = &MaintenanceSpec{Cordon: true, MaxUnavailable: ptr.To(intstr.FromInt32(0))}
 		}, "spec.maintenance.maxUnavailable: Invalid value: 0"},
+		"reboot ok": {func(n *NodeScript) {
+			n.Spec.Reboot, n.Spec.RebootSentinel, n.Spec.RebootCommand = RebootIfRequired, "/run/reboot-needed", "shutdown -r now"
+			n.Spec.RebootTimeout = &metav1.Duration{Duration: time.Hour}
+		}, ""},
+		"reboot bad":           {func(n *NodeScript) { n.Spec.Reboot = "Sometimes" }, `spec.reboot: Unsupported value: "Sometimes"`},
+		"reboot sentinel":      {func(n *NodeScript) { n.Spec.RebootSentinel = "var/run/x" }, `spec.rebootSentinel: Invalid value: "var/run/x": want an absolute path`},
+		"reboot command blank": {func(n *NodeScript) { n.Spec.RebootCommand = "  " }, "spec.rebootCommand: Invalid value"},
+		"reboot timeout 0":     {func(n *NodeScript) { n.Spec.RebootTimeout = &metav1.Duration{} }, "spec.rebootTimeout: Invalid value: \"0s\": must be positive"},
 		"reapply ok": {func(n *NodeScript) {
 			n.Spec.Reapply = &ReapplyPolicy{OnReboot: true, Interval: &metav1.Duration{Duration: 24 * time.Hour}}
 		}, ""},

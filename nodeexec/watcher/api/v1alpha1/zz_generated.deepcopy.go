@@ -223,6 +223,11 @@ func (in *NodeScriptSpec) DeepCopyInto(out *NodeScriptSpec) {
 		*out = new(MaintenanceSpec)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.RebootTimeout != nil {
+		in, out := &in.RebootTimeout, &out.RebootTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Reapply != nil {
 		in, out := &in.Reapply, &out.Reapply
 		*out = new(ReapplyPolicy)

@@ -119,6 +119,8 @@ type SecretEnv struct {
 	// same name (valueFrom.secretKeyRef). Empty: every key of the Secret
 	// becomes a variable (envFrom.secretRef).
 	Key string
+	// Name is the variable's name when Key is set. Defaults to Key.
+	Name string
 }
 
 // SecretEnvVars returns the container environment entries for secrets: one
@@ -133,7 +135,11 @@ func SecretEnvVars(secrets []SecretEnv) ([]corev1.EnvVar, []corev1.EnvFromSource
 			from = append(from, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: ref}})
 			continue
 		}
-		env = append(env, corev1.EnvVar{Name: e.Key, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: ref, Key: e.Key}}})
+		name := e.Name
+		if name == "" {
+			name = e.Key
+		}
+		env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: ref, Key: e.Key}}})
 	}
 	return env, from
 }

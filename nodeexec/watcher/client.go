@@ -264,7 +264,7 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
-	hash := v1alpha1.SpecHash(&ns.Spec)
+	hash := CurrentHash(ns)
 	rep := &Report{NodeScript: ns}
 	var records []corev1.ConfigMap
 	if ns.Spec.RecordOutput {

@@ -120,6 +120,9 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if ns, err = c.runNow(ctx, ns, now); err != nil {
 		return 0, err
 	}
+	if ns, err = c.resolveScript(ctx, ns); err != nil {
+		return 0, err
+	}
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	cached, err := c.listNodes(name)
 	if err != nil {

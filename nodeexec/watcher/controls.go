@@ -108,7 +108,7 @@ func Rerun(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfa
 	if err != nil {
 		return nil, fmt.Errorf("nodescript %q: spec.nodeSelector: %w", name, err)
 	}
-	hash := v1alpha1.SpecHash(&ns.Spec)
+	hash := CurrentHash(ns)
 	target := labels.Everything()
 	if targets.Selector != "" {
 		target, _ = labels.Parse(targets.Selector) // validated

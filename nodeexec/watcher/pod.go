@@ -56,6 +56,9 @@ const (
 	EnvNode = "NODE_NAME"
 	// EnvNodeScript is the name of the NodeScript.
 	EnvNodeScript = "NODESCRIPT"
+	// EnvScript holds the script of spec.scriptFrom.secretKeyRef, which
+	// the run evaluates (the kubelet reads it from the Secret).
+	EnvScript = "NODESCRIPT_SCRIPT"
 	// EnvRebootSentinel is spec.rebootSentinel, in the run's environment
 	// under spec.reboot: IfRequired.
 	EnvRebootSentinel = "NODESCRIPT_REBOOT_SENTINEL"
@@ -175,6 +178,9 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	script := spec.Script
 	switch s.Action {
 	case ActionRun:
+		if f := spec.ScriptFrom; f != nil && f.SecretKeyRef != nil {
+			script = `eval "$` + EnvScript + `"`
+		}
 		if spec.Reboot == v1alpha1.RebootIfRequired {
 			script = rebootSentinelWrap(script)
 		}
@@ -209,6 +215,9 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	var secretEnv []nodeexec.SecretEnv
 	for _, e := range spec.SecretEnv {
 		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: e.Secret, Key: e.Key})
+	}
+	if f := spec.ScriptFrom; s.Action == ActionRun && f != nil && f.SecretKeyRef != nil {
+		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: f.SecretKeyRef.Name, Key: f.SecretKeyRef.Key, Name: EnvScript})
 	}
 	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
 	if s.Action == ActionRun && spec.Reboot == v1alpha1.RebootIfRequired {

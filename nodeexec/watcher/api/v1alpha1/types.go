@@ -55,6 +55,7 @@ type NodeScriptList struct {
 // NodeScriptSpec is what to run, where, and how to roll it out.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.onFailure) || !has(self.onFailure.rollback) || !self.onFailure.rollback || (has(self.rollbackScript) && size(self.rollbackScript) > 0)",message="onFailure.rollback needs rollbackScript"
+// +kubebuilder:validation:XValidation:rule="has(self.script) != has(self.scriptFrom)",message="set exactly one of script and scriptFrom"
 // +kubebuilder:validation:XValidation:rule="!has(self.startupTaint) || !has(self.startupTaint.effect) || self.startupTaint.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']",message="startupTaint.effect must be NoSchedule, PreferNoSchedule or NoExecute"
 type NodeScriptSpec struct {
 	// NodeSelector selects the nodes, now and as they join. An empty
@@ -77,11 +78,28 @@ type NodeScriptSpec struct {
 	BlockingPodSelector *metav1.LabelSelector `json:"blockingPodSelector,omitempty"`
 
 	// Script is run by `sh -c` on each node (in the node's root filesystem
-	// where the backend allows). Required.
-	// At most 131071 bytes (an exec argument; see MaxScriptBytes).
+	// where the backend allows). Exactly one of Script and ScriptFrom is
+	// set. At most 131071 bytes (an exec argument; see MaxScriptBytes).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=131071
-	Script string `json:"script"`
+	// +optional
+	Script string `json:"script,omitempty"`
+	// ScriptFrom takes the script from a key of a ConfigMap or a Secret in
+	// spec.backend.namespace, read by the watcher on each reconcile (and
+	// its resync, 30 s by default): the spec hash follows the content, so
+	// editing the key runs the new script where the old one ran. A
+	// ConfigMap's script is in the run pods' command, as spec.script is; a
+	// Secret's never is: the run pod gets it as the variable
+	// NODESCRIPT_SCRIPT (valueFrom.secretKeyRef, read by the kubelet) and
+	// runs eval "$NODESCRIPT_SCRIPT", and only a digest of it enters the
+	// spec hash. A missing object or key starts nothing (an Event
+	// ScriptFromFailed on the NodeScript). RBAC: the watcher gets
+	// ConfigMaps and Secrets in spec.backend.namespace.
+	// +optional
+	ScriptFrom *ScriptSource `json:"scriptFrom,omitempty"`
+	// ScriptDigest is set by the watcher, never stored: a digest of the
+	// script read through ScriptFrom, for the spec hash.
+	ScriptDigest string `json:"-"`
 	// CheckScript, when set, runs on a node before Script, in a pod of its
 	// own, to tell whether the node needs Script at all (the detector):
 	// node-problem-detector's plugin contract. Exit 0: the node is fine,
@@ -204,6 +222,28 @@ type NodeScriptSpec struct {
 	// so workloads land only on fixed nodes.
 	// +optional
 	StartupTaint *corev1.Taint `json:"startupTaint,omitempty"`
+}
+
+// ScriptSource is where spec.scriptFrom reads the script: exactly one of
+// its fields.
+// +kubebuilder:validation:XValidation:rule="has(self.configMapKeyRef) != has(self.secretKeyRef)",message="set exactly one of configMapKeyRef and secretKeyRef"
+type ScriptSource struct {
+	// ConfigMapKeyRef is a key of a ConfigMap in spec.backend.namespace.
+	// +optional
+	ConfigMapKeyRef *KeyRef `json:"configMapKeyRef,omitempty"`
+	// SecretKeyRef is a key of a Secret in spec.backend.namespace.
+	// +optional
+	SecretKeyRef *KeyRef `json:"secretKeyRef,omitempty"`
+}
+
+// KeyRef names a key of an object in spec.backend.namespace.
+type KeyRef struct {
+	// Name of the ConfigMap or Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Key in its data.
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
 }
 
 // SecretEnvSource names environment variables kept in a Secret.

@@ -75,8 +75,24 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if _, err := metav1.LabelSelectorAsSelector(&s.NodeSelector); err != nil {
 		errs = append(errs, field.Invalid(spec.Child("nodeSelector"), s.NodeSelector, err.Error()))
 	}
-	if strings.TrimSpace(s.Script) == "" {
-		errs = append(errs, field.Required(spec.Child("script"), "give the script to run on each node"))
+	switch f := s.ScriptFrom; {
+	case f == nil && strings.TrimSpace(s.Script) == "":
+		errs = append(errs, field.Required(spec.Child("script"), "give the script to run on each node (or scriptFrom: a ConfigMap's or Secret's key)"))
+	case f != nil && s.Script != "" && s.ScriptDigest == "": // (the watcher's resolved copy has both)
+		errs = append(errs, field.Invalid(spec.Child("scriptFrom"), "(set)", "set exactly one of script and scriptFrom"))
+	case f != nil && (f.ConfigMapKeyRef == nil) == (f.SecretKeyRef == nil):
+		errs = append(errs, field.Invalid(spec.Child("scriptFrom"), "(set)", "set exactly one of configMapKeyRef and secretKeyRef"))
+	case f != nil:
+		p, ref := spec.Child("scriptFrom", "configMapKeyRef"), f.ConfigMapKeyRef
+		if ref == nil {
+			p, ref = spec.Child("scriptFrom", "secretKeyRef"), f.SecretKeyRef
+		}
+		if msgs := validation.IsDNS1123Subdomain(ref.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("name"), ref.Name, strings.Join(msgs, "; ")+": name an object in spec.backend.namespace"))
+		}
+		if msgs := validation.IsConfigMapKey(ref.Key); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("key"), ref.Key, strings.Join(msgs, "; ")))
+		}
 	}
 	for _, sc := range []struct{ name, text string }{{"script", s.Script}, {"checkScript", s.CheckScript}, {"verifyScript", s.VerifyScript}, {"rollbackScript", s.RollbackScript}} {
 		errs = append(errs, validateScript(spec.Child(sc.name), sc.text)...)
@@ -321,7 +337,9 @@ func SpecHash(s *NodeScriptSpec) string {
 		Timeout                              *metav1.Duration
 		SecretEnv                            []SecretEnvSource `json:",omitempty"`
 		CheckScript                          string            `json:",omitempty"`
-	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript})
+		ScriptFrom                           *ScriptSource     `json:",omitempty"`
+		ScriptDigest                         string            `json:",omitempty"`
+	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript, s.ScriptFrom, s.ScriptDigest})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

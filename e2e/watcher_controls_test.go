@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
@@ -278,4 +279,55 @@ func TestWatcherRunNow(t *testing.T) {
 	if _, errOut, code := cli(ctx, "", "run-now", name, "--for", "-1h"); code != 2 || !strings.Contains(errOut, "--for") {
 		t.Errorf("run-now --for -1h: exit %d, %q", code, errOut)
 	}
+}
+
+// TestWatcherPauseAndWindow: a paused NodeScript starts nothing (its
+// status says Paused) until `nodeexec resume`; one whose maintenance
+// window is closed starts nothing, says when the window opens
+// (status.nextWindow, `nodeexec status`), and runs once the window is
+// edited to be open now.
+func TestWatcherPauseAndWindow(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	startWatcher(t, dyn)
+	noneRan := func(name string) {
+		t.Helper()
+		time.Sleep(6 * time.Second) // past a resync (5 s)
+		for _, node := range env.nodes[:2] {
+			if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhasePending || s.Hash != "" {
+				t.Errorf("node %s ran %s while held: %+v", node, name, s)
+			}
+		}
+	}
+
+	paused := controlled(ctx, t, dyn, "e2e-paused-", "  paused: true\n")
+	waitNodeScript(ctx, t, dyn, paused, 30*time.Second, "paused", func(ns *v1alpha1.NodeScript) bool {
+		c := findCond(ns, v1alpha1.ConditionProgressing)
+		return c != nil && c.Reason == watcher.HoldPaused
+	})
+	noneRan(paused)
+	if out, errOut, code := cli(ctx, "", "resume", paused); code != 0 {
+		t.Fatalf("nodeexec resume: exit %d\n%s%s", code, out, errOut)
+	}
+	complete(ctx, t, dyn, paused, 2)
+
+	opens := time.Now().UTC().Add(2 * time.Hour)
+	closed := controlled(ctx, t, dyn, "e2e-window-", fmt.Sprintf("  window: {start: %q, end: %q, timeZone: UTC}\n", opens.Format("15:04"), opens.Add(time.Hour).Format("15:04")))
+	ns := waitNodeScript(ctx, t, dyn, closed, 30*time.Second, "held outside the window", func(ns *v1alpha1.NodeScript) bool {
+		c := findCond(ns, v1alpha1.ConditionProgressing)
+		return c != nil && c.Reason == watcher.HoldOutsideWindow && ns.Status.NextWindow != nil
+	})
+	if d := ns.Status.NextWindow.Sub(opens.Truncate(time.Minute)); d < -time.Minute || d > time.Minute {
+		t.Errorf("status.nextWindow %s, want about %s", ns.Status.NextWindow, opens)
+	}
+	if out, _, code := cli(ctx, "", "status", closed); code != 0 || !strings.Contains(out, "maintenance window closed: opens at") {
+		t.Errorf("nodeexec status: exit %d\n%s", code, out)
+	}
+	noneRan(closed)
+	now := time.Now().UTC()
+	patch := fmt.Sprintf(`{"spec":{"window":{"start":%q,"end":%q,"timeZone":"UTC"}}}`, now.Add(-time.Minute).Format("15:04"), now.Add(time.Hour).Format("15:04"))
+	if _, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, closed, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	complete(ctx, t, dyn, closed, 2)
 }

@@ -170,6 +170,10 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			break // recorded before; only the pod's deletion is left
 		}
 		next := checked(s, podHash, attempt, pod.Name, n.Status.NodeInfo.BootID, out, now)
+		output := out.Tail
+		if next.Phase == PhaseNotNeeded && ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
+			output = c.logTail(ctx, pod) // exit 0 leaves no termination message
+		}
 		switch {
 		case next.Infrastructure:
 			t := now.Add(backoff(ns, attempt))
@@ -182,7 +186,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		default:
 			c.events.Event(n, corev1.EventTypeWarning, ReasonCheckFailed, msg()+": "+next.Message)
 		}
-		c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
+		c.recordOutput(ctx, ns, n, podHash, action, output, now)
 		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
 			return err
 		}

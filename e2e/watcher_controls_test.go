@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -330,4 +331,66 @@ func TestWatcherPauseAndWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	complete(ctx, t, dyn, closed, 2)
+}
+
+// TestWatcherJoiningNodeWaitsForWindow: a node that joins while the
+// maintenance window is closed waits (the status says so, nothing runs on
+// it) and runs once the window is open; the node that ran before does not
+// run again (the window is not part of the spec hash).
+func TestWatcherJoiningNodeWaitsForWindow(t *testing.T) {
+	if env.cluster == nil {
+		t.Skip("needs the local test cluster to remove and add a real node")
+	}
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	first, second := env.nodes[0], env.nodes[1]
+	if err := env.cluster.RemoveNode(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever happened, the suite needs its two nodes back.
+		if _, err := env.client.CoreV1().Nodes().Get(context.Background(), second, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if _, err := env.cluster.AddNode(context.Background()); err != nil {
+				t.Errorf("restoring node %s: %v", second, err)
+			}
+		}
+	})
+	startWatcher(t, dyn)
+	window := func(from, to time.Time) string {
+		return fmt.Sprintf(`{"start":%q,"end":%q,"timeZone":"UTC"}`, from.UTC().Format("15:04"), to.UTC().Format("15:04"))
+	}
+	setWindow := func(name, w string) {
+		t.Helper()
+		if _, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"window":`+w+`}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	name := controlled(ctx, t, dyn, "e2e-joinwin-", "  window: "+window(now.Add(-time.Minute), now.Add(time.Hour))+"\n")
+	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete on one node", func(ns *v1alpha1.NodeScript) bool {
+		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.Nodes == 1
+	})
+	hash := ns.Status.SpecHash
+	setWindow(name, window(now.Add(2*time.Hour), now.Add(3*time.Hour)))
+
+	added, err := env.cluster.AddNode(ctx)
+	if err != nil || added != second {
+		t.Fatalf("AddNode = %s, %v; want %s back", added, err, second)
+	}
+	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "the joined node held outside the window", func(ns *v1alpha1.NodeScript) bool {
+		c := findCond(ns, v1alpha1.ConditionProgressing)
+		return ns.Status.Nodes == 2 && ns.Status.Pending == 1 && c != nil && c.Reason == watcher.HoldOutsideWindow
+	})
+	time.Sleep(6 * time.Second) // past a resync (5 s)
+	if s, _ := nodeState(ctx, t, second, name); s.Hash != "" {
+		t.Errorf("node %s ran while the window was closed: %+v", second, s)
+	}
+	setWindow(name, window(time.Now().Add(-time.Minute), time.Now().Add(time.Hour)))
+	ns = complete(ctx, t, dyn, name, 2)
+	if ns.Status.SpecHash != hash {
+		t.Errorf("spec hash %s -> %s: changing the window changed the hash", hash, ns.Status.SpecHash)
+	}
+	if s, _ := nodeState(ctx, t, first, name); s.Attempts != 1 {
+		t.Errorf("node %s ran again: %+v", first, s)
+	}
 }

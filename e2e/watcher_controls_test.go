@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -343,18 +342,7 @@ func TestWatcherJoiningNodeWaitsForWindow(t *testing.T) {
 	}
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	first, second := env.nodes[0], env.nodes[1]
-	if err := env.cluster.RemoveNode(ctx, second); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Whatever happened, the suite needs its two nodes back.
-		if _, err := env.client.CoreV1().Nodes().Get(context.Background(), second, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			if _, err := env.cluster.AddNode(context.Background()); err != nil {
-				t.Errorf("restoring node %s: %v", second, err)
-			}
-		}
-	})
+	first, second := removeSecondNode(ctx, t)
 	startWatcher(t, dyn)
 	window := func(from, to time.Time) string {
 		return fmt.Sprintf(`{"start":%q,"end":%q,"timeZone":"UTC"}`, from.UTC().Format("15:04"), to.UTC().Format("15:04"))

@@ -304,6 +304,26 @@ func (l *podLog) max() int {
 	return l.maxLive
 }
 
+// removeSecondNode removes the second real node from the test cluster (its
+// Node object and processes; AddNode brings it back under the same name)
+// and returns the first and second nodes' names; the suite gets it back at
+// the end of the test whatever happened.
+func removeSecondNode(ctx context.Context, t *testing.T) (first, second string) {
+	t.Helper()
+	first, second = env.nodes[0], env.nodes[1]
+	if err := env.cluster.RemoveNode(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := env.client.CoreV1().Nodes().Get(context.Background(), second, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if _, err := env.cluster.AddNode(context.Background()); err != nil {
+				t.Errorf("restoring node %s: %v", second, err)
+			}
+		}
+	})
+	return first, second
+}
+
 // TestWatcherAppliesToJoiningNode starts the watcher with the second real
 // node absent: the script runs on the first; then the second node starts,
 // and the script runs there within seconds of it becoming Ready.
@@ -313,18 +333,7 @@ func TestWatcherAppliesToJoiningNode(t *testing.T) {
 	}
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	first, second := env.nodes[0], env.nodes[1]
-	if err := env.cluster.RemoveNode(ctx, second); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Whatever happened, the suite needs its two nodes back.
-		if _, err := env.client.CoreV1().Nodes().Get(context.Background(), second, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			if _, err := env.cluster.AddNode(context.Background()); err != nil {
-				t.Errorf("restoring node %s: %v", second, err)
-			}
-		}
-	})
+	first, second := removeSecondNode(ctx, t)
 	name := uniqueName("e2e-join-")
 	cleanupNodeScript(t, dyn, name)
 	pods := recordPods(t, name)

@@ -110,3 +110,38 @@ spec:
   scriptFrom: %s
 `, name, realNodes, from))
 }
+
+// TestWatcherConfigMapEnv: spec.configMapEnv gives the scripts variables
+// from ConfigMaps, one by key and one whole, read by the kubelet.
+func TestWatcherConfigMapEnv(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	startWatcher(t, dyn)
+	cms := env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace)
+	name := uniqueName("e2e-cmenv-")
+	for cm, data := range map[string]map[string]string{name + "-one": {"LEVEL": "debug", "IGNORED": "x"}, name + "-all": {"REGION": "eu-1", "ZONE": "b"}} {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm, Namespace: watcher.DefaultNamespace}, Data: data}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cms.Delete(context.Background(), cm, metav1.DeleteOptions{}) })
+	}
+	printer := uniqueName("e2e-cmenv-print-")
+	cleanupNodeScript(t, dyn, printer)
+	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
+apiVersion: nodeexec.io/v1alpha1
+kind: NodeScript
+metadata: {name: %s}
+spec:
+  %s
+  rollout: {canary: 0, maxConcurrency: 2}
+  recordOutput: true
+  script: 'echo "level=$LEVEL region=$REGION zone=$ZONE ignored=${IGNORED:-unset}"'
+  configMapEnv: [{configMap: %s-one, key: LEVEL}, {configMap: %s-all}]
+`, printer, realNodes, name, name))
+	complete(ctx, t, dyn, printer, 2)
+	for _, node := range env.nodes[:2] {
+		if out := nodeOutput(ctx, t, watcher.DefaultNamespace, printer, node, watcher.ActionRun); !strings.Contains(out, "level=debug region=eu-1 zone=b ignored=unset") {
+			t.Errorf("%s: output %q", node, out)
+		}
+	}
+}

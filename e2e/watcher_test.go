@@ -682,6 +682,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		{"script-and-scriptfrom", good + "  scriptFrom: {configMapKeyRef: {name: fix, key: run.sh}}\n", "spec.scriptFrom"},
 		{"scriptfrom-both-refs", "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n  scriptFrom: {configMapKeyRef: {name: a, key: b}, secretKeyRef: {name: a, key: b}}\n", "spec.scriptFrom"},
 		{"scriptfrom-bad-key", "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n  scriptFrom: {secretKeyRef: {name: a, key: 'no/slash'}}\n", "spec.scriptFrom.secretKeyRef.key"},
+		{"configmapenv-name", good + "  configMapEnv: [{configMap: Not_A_Name}]\n", "spec.configMapEnv[0].configMap"},
 		{"reboot-policy", good + "  reboot: Sometimes\n", "spec.reboot"},
 		{"reboot-timeout", good + "  reboot: Always\n  rebootTimeout: soon\n", "spec.rebootTimeout"},
 		{"reboot-sentinel", good + "  reboot: IfRequired\n  rebootSentinel: run/reboot-required\n", "spec.rebootSentinel"},

@@ -236,8 +236,30 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeScript", Name: ns.Name, UID: ns.UID, Controller: ptr.To(true),
 		}}
 	}
+	cmVars, cmFrom := configMapEnv(spec.ConfigMapEnv)
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		c.Env, c.EnvFrom = append(c.Env, cmVars...), append(c.EnvFrom, cmFrom...)
+	}
 	pod.Labels[LabelNodeScript] = ns.Name
 	pod.Labels[LabelAction] = s.Action
 	pod.Annotations[AnnotationAttempt] = strconv.Itoa(s.Attempt)
 	return pod, nil
+}
+
+// configMapEnv is spec.configMapEnv as container environment: one
+// configMapKeyRef variable per entry with a key, and the envFrom sources of
+// the others, in order.
+func configMapEnv(sources []v1alpha1.ConfigMapEnvSource) ([]corev1.EnvVar, []corev1.EnvFromSource) {
+	var env []corev1.EnvVar
+	var from []corev1.EnvFromSource
+	for _, e := range sources {
+		ref := corev1.LocalObjectReference{Name: e.ConfigMap}
+		if e.Key == "" {
+			from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: ref}})
+			continue
+		}
+		env = append(env, corev1.EnvVar{Name: e.Key, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: ref, Key: e.Key}}})
+	}
+	return env, from
 }

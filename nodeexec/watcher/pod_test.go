@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -284,5 +285,27 @@ func TestTrimNodeBootID(t *testing.T) {
 	b, _ := trimNode(n)
 	if sameNode(a.(*corev1.Node), b.(*corev1.Node)) {
 		t.Error("a reboot (new boot ID) is not seen as a change")
+	}
+}
+
+// spec.configMapEnv: a keyed entry is a configMapKeyRef variable, a whole
+// ConfigMap an envFrom source, on the pod's container, for every action.
+func TestRunPodConfigMapEnv(t *testing.T) {
+	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"}, Spec: v1alpha1.NodeScriptSpec{Script: "true", VerifyScript: "true",
+		ConfigMapEnv: []v1alpha1.ConfigMapEnvSource{{ConfigMap: "settings", Key: "LEVEL"}, {ConfigMap: "all"}}}}
+	for _, action := range []string{ActionRun, ActionVerify} {
+		pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: action, Attempt: 1, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pod.Spec.Containers[0]
+		wantVar := corev1.EnvVar{Name: "LEVEL", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "LEVEL"}}}
+		if !slices.ContainsFunc(c.Env, func(v corev1.EnvVar) bool { return cmp.Equal(v, wantVar) }) {
+			t.Errorf("%s: env %+v lacks %+v", action, c.Env, wantVar)
+		}
+		wantFrom := []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "all"}}}}
+		if diff := cmp.Diff(wantFrom, c.EnvFrom); diff != "" {
+			t.Errorf("%s: envFrom (-want +got):\n%s", action, diff)
+		}
 	}
 }

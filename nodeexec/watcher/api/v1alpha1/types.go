@@ -153,6 +153,16 @@ type NodeScriptSpec struct {
 	// +optional
 	// +listType=atomic
 	SecretEnv []SecretEnvSource `json:"secretEnv,omitempty"`
+	// ConfigMapEnv sets environment variables of the scripts from
+	// ConfigMaps in spec.backend.namespace, which the kubelet reads when the
+	// run pod starts: an entry with a key is the variable of that name
+	// (valueFrom.configMapKeyRef); one without, every key of the ConfigMap
+	// (envFrom.configMapRef). Part of the spec hash (the references, not the
+	// values: a changed ConfigMap reruns no node; for a script whose content
+	// should rerun, use scriptFrom).
+	// +optional
+	// +listType=atomic
+	ConfigMapEnv []ConfigMapEnvSource `json:"configMapEnv,omitempty"`
 	// Paused, when true, starts nothing new on any node: runs in progress
 	// finish and are recorded; the status says Paused (condition
 	// Progressing False, reason Paused). Not part of the spec hash (`nodeexec
@@ -244,6 +254,17 @@ type KeyRef struct {
 	// Key in its data.
 	// +kubebuilder:validation:MinLength=1
 	Key string `json:"key"`
+}
+
+// ConfigMapEnvSource names environment variables kept in a ConfigMap.
+type ConfigMapEnvSource struct {
+	// ConfigMap is the name of the ConfigMap, in spec.backend.namespace.
+	// +kubebuilder:validation:MinLength=1
+	ConfigMap string `json:"configMap"`
+	// Key of the ConfigMap whose value becomes the variable of that name
+	// (valueFrom.configMapKeyRef); empty: every key (envFrom).
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // SecretEnvSource names environment variables kept in a Secret.

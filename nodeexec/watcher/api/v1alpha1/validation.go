@@ -151,6 +151,17 @@ func Validate(ns *NodeScript) field.ErrorList {
 			}
 		}
 	}
+	for i, e := range s.ConfigMapEnv {
+		if msgs := validation.IsDNS1123Subdomain(e.ConfigMap); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(spec.Child("configMapEnv").Index(i).Child("configMap"), e.ConfigMap,
+				strings.Join(msgs, "; ")+": name a ConfigMap in spec.backend.namespace"))
+		}
+		if e.Key != "" {
+			if msgs := validation.IsConfigMapKey(e.Key); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(spec.Child("configMapEnv").Index(i).Child("key"), e.Key, strings.Join(msgs, "; ")))
+			}
+		}
+	}
 	if w := s.Window; w != nil {
 		errs = append(errs, validateWindow(w, spec.Child("window"))...)
 	}
@@ -335,11 +346,12 @@ func SpecHash(s *NodeScriptSpec) string {
 		Script, VerifyScript, RollbackScript string
 		Backend                              BackendSpec
 		Timeout                              *metav1.Duration
-		SecretEnv                            []SecretEnvSource `json:",omitempty"`
-		CheckScript                          string            `json:",omitempty"`
-		ScriptFrom                           *ScriptSource     `json:",omitempty"`
-		ScriptDigest                         string            `json:",omitempty"`
-	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript, s.ScriptFrom, s.ScriptDigest})
+		SecretEnv                            []SecretEnvSource    `json:",omitempty"`
+		CheckScript                          string               `json:",omitempty"`
+		ScriptFrom                           *ScriptSource        `json:",omitempty"`
+		ScriptDigest                         string               `json:",omitempty"`
+		ConfigMapEnv                         []ConfigMapEnvSource `json:",omitempty"`
+	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript, s.ScriptFrom, s.ScriptDigest, s.ConfigMapEnv})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

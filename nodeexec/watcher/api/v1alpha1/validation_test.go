@@ -40,6 +40,10 @@ func TestValidate(t *testing.T) {
 		"bad secretEnv secret": {func(n *NodeScript) {
 			n.Spec.SecretEnv = []SecretEnvSource{{Secret: "ok", Key: "K"}, {Secret: "Not_A_Name"}}
 		}, `spec.secretEnv[1].secret: Invalid value: "Not_A_Name"`},
+		"bad configMapEnv name": {func(n *NodeScript) {
+			n.Spec.ConfigMapEnv = []ConfigMapEnvSource{{ConfigMap: "ok", Key: "K"}, {ConfigMap: "Not_A_Name"}}
+		}, `spec.configMapEnv[1].configMap: Invalid value: "Not_A_Name"`},
+		"bad configMapEnv key": {func(n *NodeScript) { n.Spec.ConfigMapEnv = []ConfigMapEnvSource{{ConfigMap: "ok", Key: "a b"}} }, `spec.configMapEnv[0].key: Invalid value: "a b"`},
 		"bad secretEnv key":    {func(n *NodeScript) { n.Spec.SecretEnv = []SecretEnvSource{{Secret: "ok", Key: "a b"}} }, `spec.secretEnv[0].key: Invalid value: "a b"`},
 		"missing script":       {func(n *NodeScript) { n.Spec.Script = "  " }, "spec.script: Required value"},
 		"rollback no script":   {func(n *NodeScript) { n.Spec.OnFailure.Rollback = true }, "spec.rollbackScript: Required value: onFailure.rollback is set"},

@@ -77,7 +77,7 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 // pod), or an infrastructure failure with reason DrainFailed (counted as
 // an attempt), retried under spec.retry after its backoff. ns is looked at again when it ends.
 func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
-	if !c.w.startDrain(n.Name) {
+	if !c.w.claim(c.w.draining, n.Name) {
 		return
 	}
 	d := ns.Spec.Maintenance.Drain
@@ -91,7 +91,7 @@ func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n
 	}
 	go func() {
 		defer func() {
-			c.w.endDrain(n.Name)
+			c.w.release(c.w.draining, n.Name)
 			c.queue.Add(ns.Name)
 		}()
 		err := runDrain(ctx, c.w.o.Client, n.Name, drainOptions{Timeout: timeout, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: grace})
@@ -139,7 +139,7 @@ type drainOptions struct {
 // nodeexec's own pods never evicted, whatever o.PodSelector says). The
 // node must be cordoned. RBAC: list pods, create pods/eviction, get
 // daemonsets (and get pods to wait for them to go).
-func runDrain(ctx context.Context, client drainClient, node string, o drainOptions) error {
+func runDrain(ctx context.Context, client kubernetes.Interface, node string, o drainOptions) error {
 	sel := nodeexec.LabelManagedBy + "!=" + nodeexec.ManagedByValue
 	if o.PodSelector != "" {
 		sel = o.PodSelector + "," + sel
@@ -155,26 +155,24 @@ func runDrain(ctx context.Context, client drainClient, node string, o drainOptio
 	return nil
 }
 
-// drainClient is what kubectl's drain helper needs.
-type drainClient = kubernetes.Interface
-
-// startDrain records that node is being drained and reports whether it
-// was not already (one drain at a time per node).
-func (w *Watcher) startDrain(node string) bool {
+// claim records node in set (draining or rebooting: work going on the
+// node in a goroutine of this process) and reports whether it was not
+// there already: one such piece of work at a time per node.
+func (w *Watcher) claim(set map[string]bool, node string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.draining[node] {
+	if set[node] {
 		return false
 	}
-	w.draining[node] = true
+	set[node] = true
 	return true
 }
 
-// endDrain records that node's drain ended.
-func (w *Watcher) endDrain(node string) {
+// release removes node from set (see claim).
+func (w *Watcher) release(set map[string]bool, node string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.draining, node)
+	delete(set, node)
 }
 
 // drainGoing reports whether node is being drained by this process.

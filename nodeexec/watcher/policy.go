@@ -93,7 +93,7 @@ func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *c
 // helper (DaemonSet pods and nodeexec's own pods stay), within DrainTimeout,
 // and records the outcome in the node's state.
 func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
-	if !c.w.startDrain(n.Name) {
+	if !c.w.claim(c.w.draining, n.Name) {
 		return
 	}
 	timeout := DefaultDrainTimeout
@@ -102,7 +102,7 @@ func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 	}
 	go func() {
 		defer func() {
-			c.w.endDrain(n.Name)
+			c.w.release(c.w.draining, n.Name)
 			c.queue.Add(ns.Name)
 		}()
 		result, reason, typ := ReasonDrained, ReasonDrained, corev1.EventTypeNormal

@@ -105,18 +105,12 @@ func (c *controller) rebooting(ctx context.Context, ns *v1alpha1.NodeScript, has
 // run namespace.
 func (c *controller) reboot(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
 	if r := c.w.o.Rebooter; r != nil {
-		c.w.mu.Lock()
-		if c.w.rebooting[n.Name] {
-			c.w.mu.Unlock()
+		if !c.w.claim(c.w.rebooting, n.Name) {
 			return nil
 		}
-		c.w.rebooting[n.Name] = true
-		c.w.mu.Unlock()
 		go func() {
 			defer func() {
-				c.w.mu.Lock()
-				delete(c.w.rebooting, n.Name)
-				c.w.mu.Unlock()
+				c.w.release(c.w.rebooting, n.Name)
 				c.queue.Add(ns.Name)
 			}()
 			if err := r(ctx, n.Name); err != nil {

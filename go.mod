@@ -3,6 +3,7 @@ module github.com/nodeexec/nodeexec
 go 1.26.0
 
 require (
+	github.com/creack/pty v1.1.18
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1

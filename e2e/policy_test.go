@@ -39,7 +39,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	}
 	_, denied := write("e2e-policy-image-", "{name: nsenter, image: 'evil.example/root:1'}")
 	nsName, badNS := write("e2e-policy-ns-", "{namespace: kube-system}")
-	okName, ok := write("e2e-policy-ok-", "{name: nsenter, image: 'nodeexec.local/agent:0.1.0', namespace: nodeexec-system}")
+	okName, ok := write("e2e-policy-ok-", "{name: nsenter, image: 'nodeexec.local/agent:0.2.0', namespace: nodeexec-system}")
 
 	// A new policy takes effect within seconds.
 	var stderr string

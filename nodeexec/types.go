@@ -205,6 +205,16 @@ type Preflighter interface {
 	Preflight(ctx context.Context, node string) error
 }
 
+// PreflightSkipper is implemented by backends that, on some nodes, create
+// nothing a preflight would check: a resident agent's node, where the run is
+// one request the API server authorises itself (pods/portforward or
+// pods/exec). SkipPreflight reports whether node is one (it may look, at
+// the cost of a round trip that the run then saves); the caller then makes
+// no preflight check at all.
+type PreflightSkipper interface {
+	SkipPreflight(ctx context.Context, node string) bool
+}
+
 // NodeResult is the outcome on one node of a Runner.Run.
 type NodeResult struct {
 	Result

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeexec/nodeexec/internal/cli"
+	_ "github.com/nodeexec/nodeexec/internal/noi18n" // before kubectl's packages initialise (import-path order)
 )
 
 // exitInterrupted is the exit status after a second SIGINT or SIGTERM, as a

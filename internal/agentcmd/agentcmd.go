@@ -3,7 +3,8 @@
 // backends' command lines (package nodeexec/agent) call — nsenter (enter the
 // node's namespaces with package nsenter and run a command), container-exec
 // (find a container through the container runtime and enter its namespaces),
-// hold (the pods' main process) and attach (stream a run's spool after a cut
+// hold (the pods' main process), serve (the resident agents' main
+// process, which runs those command lines for port-forwarded clients) and attach (stream a run's spool after a cut
 // exec stream). They are not for people: the user-facing CLI (package
 // internal/cli) mounts them under `nodeexec agent`, hidden from help and
 // completion, beside its own `agent install` and `agent uninstall`.
@@ -30,14 +31,15 @@ type ExitStatus struct{ Code int }
 
 func (e ExitStatus) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
-// Commands are the in-pod subcommands: nsenter, container-exec, hold and
-// attach. Errors other than ExitStatus are usage errors: the caller prints
+// Commands are the in-pod subcommands: nsenter, container-exec, hold,
+// serve and attach. Errors other than ExitStatus are usage errors: the caller prints
 // them and exits 2.
 func Commands(streams Streams) []*ucli.Command {
 	return []*ucli.Command{
 		agentNsenterCommand(streams),
 		agentContainerExecCommand(streams),
 		agentHoldCommand(),
+		agentServeCommand(),
 		agentAttachCommand(streams),
 	}
 }

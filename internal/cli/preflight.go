@@ -34,7 +34,8 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 // runPreflight checks, before anything is created, that the cluster will
 // accept what b creates on node. With explain it prints the pod req would
 // create and the checks and returns nil (the caller then stops); otherwise
-// it returns the refusal (exit 2), or nil.
+// it returns the refusal (exit 2), or nil. Callers skip it for a backend
+// that creates nothing on the node (skipPreflight).
 func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client kubernetes.Interface, ns string, req nodeexec.Request, explain bool) error {
 	report, err := preflight.Check(ctx, preflightOptions(b, client, ns, req.Node))
 	if err != nil {
@@ -96,4 +97,12 @@ func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req node
 	fmt.Fprintln(w, "---")
 	_, err = w.Write(out)
 	return err
+}
+
+// skipPreflight reports whether b creates nothing on node that a preflight
+// would check (nodeexec.PreflightSkipper: a resident agent runs there): the
+// API server authorises the run's own request.
+func skipPreflight(ctx context.Context, b nodeexec.Backend, node string) bool {
+	s, ok := nodeexec.As[nodeexec.PreflightSkipper](b)
+	return ok && s.SkipPreflight(ctx, node)
 }

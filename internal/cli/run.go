@@ -82,6 +82,9 @@ func runAction(c *ucli.Context, streams Streams) error {
 	opts.Preflight = func(ctx context.Context, node string) error {
 		first := req
 		first.Node = node
+		if skipPreflight(ctx, backend, node) {
+			return nil // a resident agent: nothing is created, nothing to collect
+		}
 		if err := runPreflight(ctx, streams.Out, backend, client, ns, first, false); err != nil {
 			return err
 		}

@@ -102,10 +102,12 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if _, err := runner.Resolve(ctx, nodeexec.Targets{Nodes: []string{node}}); err != nil {
 		return err
 	}
-	if err := runPreflight(ctx, streams.Out, backend, client, ns, req, c.Bool("explain")); err != nil || c.Bool("explain") {
-		return err
+	if c.Bool("explain") || !skipPreflight(ctx, backend, node) {
+		if err := runPreflight(ctx, streams.Out, backend, client, ns, req, c.Bool("explain")); err != nil || c.Bool("explain") {
+			return err
+		}
+		collectExpired(ctx, client, ns)
 	}
-	collectExpired(ctx, client, ns)
 	if !tty {
 		fmt.Fprintln(streams.ErrOut, "standard input is not a terminal: running without a TTY (no prompt; commands are read from stdin)")
 	} else {

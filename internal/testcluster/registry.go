@@ -60,8 +60,8 @@ const (
 //     node's containerd has a hosts.toml for them pointing at NodeHost, with the
 //     node's own credentials (an Authorization header, as a node credential provider
 //     would give), so pods need no pull secret. The repository is the name's path:
-//     busybox:stable is NodeHost/library/busybox:stable, nodeexec.local/agent:0.1.0
-//     is NodeHost/agent:0.1.0.
+//     busybox:stable is NodeHost/library/busybox:stable, nodeexec.local/agent:0.2.0
+//     is NodeHost/agent:0.2.0.
 //   - Names under NodeHost itself (e.g. "10.251.0.11:5000/library/busybox:stable")
 //     reach the same repositories, but the nodes have NO credentials for them: a pod
 //     needs an imagePullSecret (see PullSecret), otherwise the kubelet reports
@@ -435,7 +435,7 @@ func pushTarget(ref, host string, served []string) (reference.Named, string, err
 
 // PushImage pushes img to the test registry under ref, which names it as the nodes
 // pull it: a name under a mirrored registry ("busybox:stable",
-// "nodeexec.local/agent:0.1.0"; pods need no pull secret) or under the registry's
+// "nodeexec.local/agent:0.2.0"; pods need no pull secret) or under the registry's
 // own address (Registry().NodeHost or Host, e.g. "10.251.0.11:5000/team/app:1";
 // pods need an imagePullSecret). ref must carry a tag. It returns ref's repository
 // with the pushed manifest's digest ("nodeexec.local/agent@sha256:..."), which

@@ -228,13 +228,17 @@ func schedulerArgs(l layout) []string {
 }
 
 // forwarder args: host 127.0.0.1:APIPort -> <run>/apiserver.sock -> (in the hub) 127.0.0.1:6443.
+// Both TCP sides set TCP_NODELAY ("nodelay"), as Go's own sockets do: with
+// Nagle's algorithm on, every small write that follows an unacknowledged
+// one (an exec's or port-forward's SPDY frames) waits for the peer's delayed
+// ACK, about 40 ms each, which no real cluster's path adds.
 func sockForwarderArgs(l layout) []string {
 	return []string{"socat", "UNIX-LISTEN:" + l.apiSock + ",fork,unlink-early,mode=600",
-		"TCP:127.0.0.1:" + strconv.Itoa(hubAPIPort)}
+		"TCP:127.0.0.1:" + strconv.Itoa(hubAPIPort) + ",nodelay"}
 }
 
 func hostForwarderArgs(l layout) []string {
-	return []string{"socat", "TCP-LISTEN:" + strconv.Itoa(l.o.APIPort) + ",bind=127.0.0.1,fork,reuseaddr",
+	return []string{"socat", "TCP-LISTEN:" + strconv.Itoa(l.o.APIPort) + ",bind=127.0.0.1,fork,reuseaddr,nodelay",
 		"UNIX-CONNECT:" + l.apiSock}
 }
 

@@ -138,10 +138,10 @@ func TestControlPlaneArgs(t *testing.T) {
 	if e := strings.Join(etcdArgs(l), " "); !strings.Contains(e, "--data-dir /s/etcd") || !strings.Contains(e, "http://127.0.0.1:2379") {
 		t.Errorf("etcd args %s", e)
 	}
-	if f := strings.Join(hostForwarderArgs(l), " "); f != "socat TCP-LISTEN:16443,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:/r/apiserver.sock" {
+	if f := strings.Join(hostForwarderArgs(l), " "); f != "socat TCP-LISTEN:16443,bind=127.0.0.1,fork,reuseaddr,nodelay UNIX-CONNECT:/r/apiserver.sock" {
 		t.Errorf("host forwarder %s", f)
 	}
-	if f := strings.Join(sockForwarderArgs(l), " "); f != "socat UNIX-LISTEN:/r/apiserver.sock,fork,unlink-early,mode=600 TCP:127.0.0.1:6443" {
+	if f := strings.Join(sockForwarderArgs(l), " "); f != "socat UNIX-LISTEN:/r/apiserver.sock,fork,unlink-early,mode=600 TCP:127.0.0.1:6443,nodelay" {
 		t.Errorf("netns forwarder %s", f)
 	}
 	rules := serviceDNATRules(l)

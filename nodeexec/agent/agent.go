@@ -27,7 +27,7 @@ import (
 // --target PID --namespaces LIST -- CMD...`), which the backends and the
 // image must agree on. It is bumped, and with it DefaultImage's tag, whenever
 // that interface changes.
-const Version = "0.1.0"
+const Version = "0.2.0"
 
 // DefaultImage is the agent image: the static nodeexec binary at Path and
 // nothing else (FROM scratch). No public registry serves it: push it to

@@ -309,13 +309,19 @@ func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.
 	return res, fmt.Errorf("exec in pod %s/%s on node %q: %w", pod.Namespace, pod.Name, node, xerr)
 }
 
+// ErrNotStarted is wrapped by a Streamer's error when the command was
+// certainly not started (the connection was never made, or the other end
+// refused the request): StreamBroke is false for it, and there is nothing
+// to resume.
+var ErrNotStarted = errors.New("the command was not started")
+
 // StreamBroke reports whether an exec error, met after the container was
 // running, means the stream was cut with the command started: not a refusal
 // by the API server (a Status: RBAC, not found, a bad request) and not a
-// connection that was never made (refused).
+// connection that was never made (refused, or ErrNotStarted).
 func StreamBroke(err error) bool {
 	var status apierrors.APIStatus
-	if errors.As(err, &status) || errors.Is(err, syscall.ECONNREFUSED) {
+	if errors.As(err, &status) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrNotStarted) {
 		return false
 	}
 	return true

@@ -46,7 +46,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -183,7 +185,7 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 			Name:                     agent.ContainerName,
 			Image:                    o.Image,
 			ImagePullPolicy:          o.ImagePullPolicy,
-			Command:                  []string{agent.Path, "agent", "hold"},
+			Command:                  []string{agent.Path, "agent", "serve", "--listen", agent.ServeAddress()},
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			Resources:                corev1.ResourceRequirements{Requests: o.Requests},
 			SecurityContext:          &corev1.SecurityContext{Privileged: ptr.To(true)},
@@ -204,7 +206,7 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: l},
+				ObjectMeta: metav1.ObjectMeta{Labels: l, Annotations: map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort)}},
 				Spec:       pod,
 			},
 			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
@@ -474,40 +476,70 @@ func ownedBy(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
 	return ref != nil && ref.UID == ds.UID && ref.Kind == "DaemonSet"
 }
 
+// Agent is a node's resident agent.
+type Agent struct {
+	// Pod is the agent pod's name.
+	Pod string
+	// ServePort is the loopback port its agent listens on for
+	// port-forwarded clients (the pod's agent.AnnotationServe); 0 when it
+	// does not listen (an agent image from before the listener): it is
+	// reached over exec.
+	ServePort int
+}
+
 // Find returns the name of a running, ready agent pod on node in namespace
+// (DefaultNamespace when empty), and false when there is none (not
+// installed, not yet started, or terminating). See FindAgent.
+func Find(ctx context.Context, client kubernetes.Interface, namespace, node string) (pod string, ok bool, err error) {
+	a, ok, err := FindAgent(ctx, client, namespace, node)
+	return a.Pod, ok, err
+}
+
+// FindAgent returns the running, ready agent on node in namespace
 // (DefaultNamespace when empty), and false when there is none (not
 // installed, not yet started, or terminating). Only a pod controlled by the
 // agent DaemonSet (its owner reference carries the DaemonSet's UID) counts,
 // so a pod that merely copies the agent labels cannot pose as an agent and
 // receive users' commands and input. It gets the DaemonSet and lists pods
-// with the agent label selector and a spec.nodeName field selector (RBAC:
-// get daemonsets, list pods).
-func Find(ctx context.Context, client kubernetes.Interface, namespace, node string) (pod string, ok bool, err error) {
+// with the agent label selector and a spec.nodeName field selector, both
+// at once (one round trip; RBAC: get daemonsets, list pods).
+func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node string) (Agent, bool, error) {
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
+	var (
+		list    *corev1.PodList
+		listErr error
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() {
+		list, listErr = client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: Selector(),
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+		})
+	})
 	ds, err := client.AppsV1().DaemonSets(namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
+	wg.Wait()
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", false, nil
+		return Agent{}, false, nil
 	case err != nil:
-		return "", false, apiError("getting the agent daemonset in "+namespace, err)
+		return Agent{}, false, apiError("getting the agent daemonset in "+namespace, err)
 	case !isAgentObject(ds.Labels):
-		return "", false, nil
-	}
-	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: Selector(),
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
-	})
-	if err != nil {
-		return "", false, apiError("listing agent pods in "+namespace, err)
+		return Agent{}, false, nil
+	case listErr != nil:
+		return Agent{}, false, apiError("listing agent pods in "+namespace, listErr)
 	}
 	for _, p := range list.Items {
 		if p.Spec.NodeName == node && ownedBy(&p, ds) && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && ready(&p) {
-			return p.Name, true, nil
+			port, _ := strconv.Atoi(p.Annotations[agent.AnnotationServe])
+			if port <= 0 || port > 65535 {
+				port = 0
+			}
+			return Agent{Pod: p.Name, ServePort: port}, true, nil
 		}
 	}
-	return "", false, nil
+	return Agent{}, false, nil
 }
 
 func ready(p *corev1.Pod) bool {

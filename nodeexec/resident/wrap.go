@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -47,6 +48,11 @@ type WrapOptions struct {
 	// Streamer overrides how commands are run (tests). Defaults to
 	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
 	Streamer podexec.Streamer
+	// Dialer opens the port-forward to an agent pod whose agent listens
+	// (Agent.ServePort). Defaults to NewDialer(Config,
+	// Client.CoreV1().RESTClient()) when Config is set; without a Dialer
+	// every agent is reached over exec (Streamer).
+	Dialer Dialer
 	// SpoolName names each run's spool in the agent container (see
 	// agent.SpoolFor), which must be unique among the agent's runs.
 	// Defaults to 16 random lowercase letters and digits.
@@ -58,6 +64,9 @@ type WrapOptions struct {
 type Backend struct {
 	inner nodeexec.Backend
 	o     WrapOptions
+
+	mu    sync.Mutex
+	found map[string]Agent // by SkipPreflight, for the node's next Run
 }
 
 var _ nodeexec.Backend = (*Backend)(nil)
@@ -97,7 +106,10 @@ func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	if o.SpoolName == nil {
 		o.SpoolName = func() string { return utilrand.String(16) }
 	}
-	return &Backend{inner: inner, o: o}, nil
+	if o.Dialer == nil && o.Config != nil {
+		o.Dialer = NewDialer(o.Config, o.Client.CoreV1().RESTClient())
+	}
+	return &Backend{inner: inner, o: o, found: map[string]Agent{}}, nil
 }
 
 // Unwrap returns the wrapped backend.
@@ -131,16 +143,43 @@ func (b *Backend) Explain(ctx context.Context, req nodeexec.Request) []string {
 func (b *Backend) Name() string { return b.inner.Name() }
 
 // Preflight checks nothing when node has a resident agent (no pod will be
-// created; RBAC on pods/exec is checked by the exec itself), else it is the
-// wrapped backend's, when it has one.
+// created; RBAC on pods/portforward or pods/exec is checked by the API
+// server on the run's own request), else it is the wrapped backend's, when
+// it has one.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
-	if _, ok, err := Find(ctx, b.o.Client, b.o.Namespace, node); err == nil && ok {
+	if b.SkipPreflight(ctx, node) {
 		return nil
 	}
 	if p, ok := b.inner.(nodeexec.Preflighter); ok {
 		return p.Preflight(ctx, node)
 	}
 	return nil
+}
+
+// SkipPreflight implements nodeexec.PreflightSkipper: it reports whether
+// node has a ready resident agent (FindAgent), which the node's next Run
+// then uses without looking it up again.
+func (b *Backend) SkipPreflight(ctx context.Context, node string) bool {
+	a, ok, err := FindAgent(ctx, b.o.Client, b.o.Namespace, node)
+	if err != nil || !ok {
+		return false
+	}
+	b.mu.Lock()
+	b.found[node] = a
+	b.mu.Unlock()
+	return true
+}
+
+// agentOn returns node's agent: the one SkipPreflight found, else FindAgent's.
+func (b *Backend) agentOn(ctx context.Context, node string) (Agent, bool, error) {
+	b.mu.Lock()
+	a, ok := b.found[node]
+	delete(b.found, node)
+	b.mu.Unlock()
+	if ok {
+		return a, true, nil
+	}
+	return FindAgent(ctx, b.o.Client, b.o.Namespace, node)
 }
 
 // Run runs req in the node's resident agent, or with the wrapped backend.
@@ -171,17 +210,44 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		now := b.o.Clock.Now()
 		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: b.Name(), Started: now, Finished: now}, err
 	}
-	pod, ok, err := Find(ctx, b.o.Client, b.o.Namespace, node)
+	a, ok, err := b.agentOn(ctx, node)
 	if err != nil || !ok {
 		log.V(1).Info("no resident agent: creating a pod", "node", node, "err", err)
 		return b.inner.Run(ctx, req)
 	}
-	log.V(1).Info("using the resident agent", "node", node, "pod", pod)
+	log.V(1).Info("using the resident agent", "node", node, "pod", a.Pod, "servePort", a.ServePort)
 	req.Node = node
-	return b.exec(ctx, pod, argv, req)
+	return b.exec(ctx, a, argv, req)
 }
 
-func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {
+// streamer is how the commands reach agent a: through a port-forward to
+// its listener, with exec as the fallback when nothing was started that
+// way (ErrNotServing, a refused port-forward); over exec when it does not
+// listen.
+func (b *Backend) streamer(a Agent) podexec.Streamer {
+	if a.ServePort == 0 || b.o.Dialer == nil {
+		return b.o.Streamer
+	}
+	return &fallbackStreamer{primary: &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort}, secondary: b.o.Streamer}
+}
+
+// fallbackStreamer runs a command with primary, and with secondary when
+// primary did not start it (podexec.ErrNotStarted).
+type fallbackStreamer struct {
+	primary, secondary podexec.Streamer
+}
+
+func (f *fallbackStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+	err := f.primary.Exec(ctx, namespace, pod, opts, streams)
+	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || ctx.Err() != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).V(1).Info("the agent's listener did not run the command: using exec", "namespace", namespace, "pod", pod, "reason", err.Error())
+	return f.secondary.Exec(ctx, namespace, pod, opts, streams)
+}
+
+func (b *Backend) exec(ctx context.Context, a Agent, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {
+	pod, streamer := a.Pod, b.streamer(a)
 	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: b.o.Clock.Now(), Backend: b.Name(), Namespace: b.o.Namespace, Pod: pod}
 	req, firstOutput := nodeexec.RecordFirstOutput(req, b.o.Clock.Now)
 	defer func() {
@@ -219,7 +285,7 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	if !ok {
 		clk = clock.RealClock{}
 	}
-	xerr := podexec.ExecResuming(ctx, b.o.Streamer, clk, b.o.Namespace, pod, opts, streams, resume)
+	xerr := podexec.ExecResuming(ctx, streamer, clk, b.o.Namespace, pod, opts, streams, resume)
 	if xerr == nil {
 		res.ExitCode = 0
 		return res, nil
@@ -235,7 +301,7 @@ func (b *Backend) exec(ctx context.Context, pod string, argv []string, req nodee
 	}
 	if ctx.Err() != nil {
 		if resume != nil && len(resume.Stop) > 0 {
-			b.stop(ctx, pod, resume.Stop)
+			b.stop(ctx, streamer, pod, resume.Stop)
 		}
 		return res, context.Cause(ctx)
 	}
@@ -257,12 +323,12 @@ const StopTimeout = 15 * time.Second
 
 // stop runs argv (agent.StopSpoolArgv) in the agent pod, whatever ctx's
 // state, and logs a failure.
-func (b *Backend) stop(ctx context.Context, pod string, argv []string) {
+func (b *Backend) stop(ctx context.Context, streamer podexec.Streamer, pod string, argv []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StopTimeout)
 	defer cancel()
 	tail := &agent.TailWriter{}
 	opts := &corev1.PodExecOptions{Container: agent.ContainerName, Command: argv, Stdout: true, Stderr: true}
-	if err := b.o.Streamer.Exec(ctx, b.o.Namespace, pod, opts, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: tail}); err != nil {
+	if err := streamer.Exec(ctx, b.o.Namespace, pod, opts, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: tail}); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "could not stop the command of the cancelled or timed-out run: it runs on until the agent's --timeout",
 			"namespace", b.o.Namespace, "pod", pod, "agentSaid", tail.LastLine())
 	}

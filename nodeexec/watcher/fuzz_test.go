@@ -72,7 +72,7 @@ func FuzzValidate(f *testing.F) {
 	}
 	for _, s := range []seed{
 		{"true", "", "", "", "", "", "NoSchedule", "k", int64(time.Minute), 0, 0},
-		{"kill -0 $$", "nsenter", "nodeexec.local/agent:0.1.0", "", "ops", "mnt,net", "NoExecute", "example.com/fix", 0, int64(time.Hour), int64(time.Second)},
+		{"kill -0 $$", "nsenter", "nodeexec.local/agent:0.2.0", "", "ops", "mnt,net", "NoExecute", "example.com/fix", 0, int64(time.Hour), int64(time.Second)},
 		{"x", "debugpod", "busy box", "admin", "Bad_NS", "", "Sometimes", "", -1, -1, -1},
 		{"a\x00b", "ssh", "", "sysadmin", "", "foo", "", "a b", math.MaxInt64, 0, 0},
 		{strings.Repeat("y", 128<<10), "", "BusyBox", "", "", "", "PreferNoSchedule", "k", int64(math.MaxInt32) * int64(time.Second), 0, 0},

@@ -1,0 +1,278 @@
+package agentcmd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+)
+
+// agentServeCommand is the resident agents' main process: it holds the pod
+// as hold does, and listens on --listen (loopback, in the pod's own network
+// namespace) for the clients that reach it through the API server's
+// port-forward; see agent.ServePort for the protocol.
+func agentServeCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "serve",
+		Usage:     "run the agent's command lines for port-forwarded clients until SIGTERM (the resident agents' main process)",
+		UsageText: "serve [--listen 127.0.0.1:7710]",
+		Hidden:    true,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "listen", Value: agent.ServeAddress(), Usage: "loopback `ADDRESS` to listen on"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("serve takes no arguments (got %q)", c.Args().Slice())
+			}
+			host, _, err := net.SplitHostPort(c.String("listen"))
+			if err != nil {
+				return fmt.Errorf("--listen %q: %w: give HOST:PORT such as %s", c.String("listen"), err, agent.ServeAddress())
+			}
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				return fmt.Errorf("--listen %q: the agent listens only on a loopback address (such as %s): it is reached through port-forward, never over the network", c.String("listen"), agent.ServeAddress())
+			}
+			ln, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return fmt.Errorf("agent serve: %w", err)
+			}
+			s := &Server{Exe: agent.Path}
+			go func() {
+				<-c.Context.Done()
+				ln.Close()
+			}()
+			err = s.Serve(c.Context, ln)
+			if c.Context.Err() != nil {
+				return nil // SIGTERM: the pod is being deleted
+			}
+			return err
+		},
+	}
+}
+
+// Server runs the agent's command lines for the connections it accepts.
+type Server struct {
+	// Exe replaces the command line's first word (agent.Path) when it is
+	// started; the tests run other programs with it. Empty: as given.
+	Exe string
+	// Allow, when set, replaces WireRequest.Validate's check of the command
+	// line (tests).
+	Allow func(argv []string) error
+	// HandshakeTimeout bounds the wait for a connection's request frame.
+	// Defaults to 10 s.
+	HandshakeTimeout time.Duration
+}
+
+// Serve accepts connections on ln until it is closed, each served by Handle
+// in its own goroutine. It returns the listener's error.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		go func() {
+			defer conn.Close()
+			s.Handle(ctx, conn)
+		}()
+	}
+}
+
+// Handle serves one connection: it reads the request, starts the command,
+// streams its output and sends its exit status. When the client goes away
+// the command is not stopped: it loses its standard input and runs on (a
+// spooled command line keeps its output and status for `agent attach`; the
+// agent's --timeout bounds it).
+func (s *Server) Handle(ctx context.Context, conn net.Conn) {
+	fw := agent.NewFrameWriter(conn)
+	r := bufio.NewReaderSize(conn, 64<<10)
+	timeout := s.HandshakeTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
+	t, p, err := agent.ReadFrame(r, nil)
+	if err != nil {
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	if t != agent.FrameRequest {
+		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "agent protocol: the first frame must be a request (%q), got %q", agent.FrameRequest, t))
+		return
+	}
+	req, err := s.decode(p)
+	if err != nil {
+		_ = fw.Write(agent.FrameError, []byte(err.Error()))
+		return
+	}
+	exe := req.Command[0]
+	if s.Exe != "" {
+		exe = s.Exe
+	}
+	cmd := exec.Command(exe, req.Command[1:]...)
+	cmd.Args[0] = req.Command[0]
+	if req.TTY {
+		s.runTTY(cmd, r, fw)
+		return
+	}
+	s.runPipes(cmd, req, r, fw)
+}
+
+func (s *Server) decode(p []byte) (agent.WireRequest, error) {
+	if s.Allow == nil {
+		return agent.DecodeRequest(p)
+	}
+	req, err := agent.DecodeRequest(p)
+	if err != nil && req.Version == agent.WireVersion && len(req.Command) > 0 {
+		err = s.Allow(req.Command)
+	}
+	return req, err
+}
+
+// runPipes runs cmd with pipes for its standard streams.
+func (s *Server) runPipes(cmd *exec.Cmd, req agent.WireRequest, r *bufio.Reader, fw *agent.FrameWriter) {
+	var stdin io.WriteCloser
+	var err error
+	if req.Stdin {
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			_ = fw.Write(agent.FrameError, []byte(err.Error()))
+			return
+		}
+	}
+	// The output goes through os.Pipe, read here: cmd.Wait then waits for
+	// the process only, and the output is drained to its end below.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		_ = fw.Write(agent.FrameError, []byte(err.Error()))
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		_ = fw.Write(agent.FrameError, []byte(err.Error()))
+		return
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if stdin != nil {
+			stdin.Close()
+		}
+		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "starting %q: %v", req.Command, err))
+		return
+	}
+	go s.readClient(r, stdin, nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { pump(outR, fw, agent.FrameStdout) })
+	wg.Go(func() { pump(errR, fw, agent.FrameStderr) })
+	wg.Wait()
+	_ = fw.WriteExit(exitCode(cmd.Wait()))
+}
+
+// runTTY runs cmd on a new pseudo-terminal, its controlling terminal.
+func (s *Server) runTTY(cmd *exec.Cmd, r *bufio.Reader, fw *agent.FrameWriter) {
+	ptmx, err := pty.Start(cmd)
+	if err != nil {
+		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "starting %q on a terminal: %v", cmd.Args, err))
+		return
+	}
+	go s.readClient(r, ptmx, ptmx)
+	// The terminal's output ends with EIO once every process holding it
+	// has exited.
+	pump(ptmx, fw, agent.FrameStdout)
+	code := exitCode(cmd.Wait())
+	ptmx.Close()
+	_ = fw.WriteExit(code)
+}
+
+// readClient applies the client's frames: standard input, its end, the
+// terminal's size. When the connection ends, the command's standard input
+// is closed (a terminal's is left: closing it would hang up the session
+// that the command may still be writing to).
+func (s *Server) readClient(r *bufio.Reader, stdin io.WriteCloser, tty *os.File) {
+	buf := make([]byte, 32<<10)
+	for {
+		t, p, err := agent.ReadFrame(r, buf)
+		if err != nil {
+			if stdin != nil && tty == nil {
+				stdin.Close()
+			}
+			return
+		}
+		switch t {
+		case agent.FrameStdin:
+			if stdin != nil {
+				_, _ = stdin.Write(p)
+			}
+		case agent.FrameStdinEOF:
+			if stdin != nil {
+				if tty != nil {
+					// A terminal's end of input is ^D.
+					_, _ = stdin.Write([]byte{4})
+				} else {
+					stdin.Close()
+				}
+			}
+		case agent.FrameResize:
+			if w, h, err := agent.SizeOf(p); err == nil && tty != nil {
+				_ = pty.Setsize(tty, &pty.Winsize{Cols: w, Rows: h})
+			}
+		}
+	}
+}
+
+// pump sends what r yields as frames of type t until r ends. A failed send
+// (the client is gone) does not stop the reading: the command must not
+// block on a full pipe.
+func pump(r io.ReadCloser, fw *agent.FrameWriter, t agent.FrameType) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	sending := true
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && sending {
+			if fw.Write(t, buf[:n]) != nil {
+				sending = false
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// exitCode is the exit status of a command from its Wait error: 128+N when
+// signal N killed it, agent.ErrorExitCode when it could not be waited for.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return agent.ErrorExitCode
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}

@@ -1,0 +1,214 @@
+package agentcmd
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+)
+
+// session is one client connection to a Server listening on loopback.
+type session struct {
+	t    *testing.T
+	conn net.Conn
+	fw   *agent.FrameWriter
+	r    *bufio.Reader
+}
+
+// startServer serves on a loopback port; any command line is allowed.
+func startServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := &Server{Allow: func([]string) error { return nil }, HandshakeTimeout: 2 * time.Second}
+	go func() { _ = s.Serve(t.Context(), ln) }()
+	return ln.Addr().String()
+}
+
+func dialSession(t *testing.T, addr string, req agent.WireRequest) *session {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	s := &session{t: t, conn: conn, fw: agent.NewFrameWriter(conn), r: bufio.NewReader(conn)}
+	p, err := agent.EncodeRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.fw.Write(agent.FrameRequest, p); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// result reads frames until the exit or error frame.
+func (s *session) result() (stdout, stderr string, code int, refused string) {
+	s.t.Helper()
+	var out, errb bytes.Buffer
+	for {
+		typ, p, err := agent.ReadFrame(s.r, nil)
+		if err != nil {
+			s.t.Fatalf("reading a frame: %v (stdout %q stderr %q)", err, out.String(), errb.String())
+		}
+		switch typ {
+		case agent.FrameStdout:
+			out.Write(p)
+		case agent.FrameStderr:
+			errb.Write(p)
+		case agent.FrameExit:
+			code, err := agent.ExitCodeOf(p)
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			return out.String(), errb.String(), code, ""
+		case agent.FrameError:
+			return out.String(), errb.String(), -1, string(p)
+		default:
+			s.t.Fatalf("unexpected frame %q", typ)
+		}
+	}
+}
+
+func TestServeOutputAndExitCode(t *testing.T) {
+	addr := startServer(t)
+	s := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}})
+	out, errOut, code, refused := s.result()
+	if out != "out\n" || errOut != "err\n" || code != 3 || refused != "" {
+		t.Errorf("got stdout %q stderr %q code %d refused %q", out, errOut, code, refused)
+	}
+	s = dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "kill -TERM $$"}})
+	if _, _, code, _ := s.result(); code != 128+15 {
+		t.Errorf("killed by SIGTERM: code %d, want 143", code)
+	}
+	// Output larger than a frame's payload, and nothing lost at the end.
+	s = dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "head -c 3000000 /dev/zero; echo tail"}})
+	if out, _, code, _ := s.result(); len(out) != 3000005 || !strings.HasSuffix(out, "tail\n") || code != 0 {
+		t.Errorf("3 MB of output: got %d bytes, code %d", len(out), code)
+	}
+}
+
+func TestServeStdin(t *testing.T) {
+	addr := startServer(t)
+	s := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "cat; echo done"}, Stdin: true})
+	_ = s.fw.Write(agent.FrameStdin, []byte("hello "))
+	_ = s.fw.Write(agent.FrameStdin, []byte("world\n"))
+	_ = s.fw.Write(agent.FrameStdinEOF, nil)
+	if out, _, code, _ := s.result(); out != "hello world\ndone\n" || code != 0 {
+		t.Errorf("got %q code %d", out, code)
+	}
+	// Without Stdin the command's input is empty.
+	s = dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "cat; echo done"}})
+	if out, _, code, _ := s.result(); out != "done\n" || code != 0 {
+		t.Errorf("no stdin: got %q code %d", out, code)
+	}
+}
+
+func TestServeTTY(t *testing.T) {
+	addr := startServer(t)
+	s := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "read x; stty size; test -t 0 && echo tty; exit 7"}, Stdin: true, TTY: true})
+	// The frames are applied in order: the size is set before the line arrives.
+	_ = s.fw.WriteResize(123, 45)
+	_ = s.fw.Write(agent.FrameStdin, []byte("go\n"))
+	out, errOut, code, _ := s.result()
+	if !strings.Contains(out, "45 123") || !strings.Contains(out, "tty") || errOut != "" || code != 7 {
+		t.Errorf("got stdout %q stderr %q code %d", out, errOut, code)
+	}
+}
+
+func TestServeRefusals(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// The real check: only the agent's own command lines.
+	srv := &Server{HandshakeTimeout: time.Second}
+	go func() { _ = srv.Serve(t.Context(), ln) }()
+	for name, tc := range map[string]struct {
+		req  agent.WireRequest
+		want string
+	}{
+		"version":     {agent.WireRequest{Version: 99, Command: []string{agent.Path, "agent", "nsenter"}}, "protocol version 99"},
+		"not agent":   {agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "id"}}, "only its own command lines"},
+		"main proc":   {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "serve"}}, "main process"},
+		"empty":       {agent.WireRequest{Version: agent.WireVersion}, "only its own command lines"},
+		"not started": {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}}, "starting"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "not started" {
+				srv.Exe = filepath.Join(t.TempDir(), "missing")
+				defer func() { srv.Exe = "" }()
+			}
+			s := dialSession(t, ln.Addr().String(), tc.req)
+			if _, _, _, refused := s.result(); !strings.Contains(refused, tc.want) {
+				t.Errorf("refusal %q, want it to contain %q", refused, tc.want)
+			}
+		})
+	}
+	// A first frame that is not a request.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = agent.NewFrameWriter(conn).Write(agent.FrameStdin, []byte("x"))
+	typ, p, err := agent.ReadFrame(bufio.NewReader(conn), nil)
+	if err != nil || typ != agent.FrameError || !strings.Contains(string(p), "first frame") {
+		t.Errorf("stdin first: %q %q %v", typ, p, err)
+	}
+}
+
+// A client that goes away does not stop the command: it runs to its end.
+func TestServeClientGoneCommandRunsOn(t *testing.T) {
+	addr := startServer(t)
+	marker := filepath.Join(t.TempDir(), "done")
+	s := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "echo started; sleep 0.3; seq 1 100000; touch " + marker}, Stdin: true})
+	typ, _, err := agent.ReadFrame(s.r, nil)
+	if err != nil || typ != agent.FrameStdout {
+		t.Fatalf("first frame %q %v", typ, err)
+	}
+	s.conn.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not run to its end after its client went away")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestServeCommandValidation(t *testing.T) {
+	cmd := agentServeCommand()
+	for _, listen := range []string{"0.0.0.0:7710", "10.0.0.1:7710", "nonsense"} {
+		err := runApp(t, cmd, "serve", "--listen", listen)
+		if err == nil || !strings.Contains(err.Error(), "--listen") {
+			t.Errorf("--listen %s: %v", listen, err)
+		}
+	}
+}
+
+// runApp runs cmd as the only command of an app, with args after the
+// program name.
+func runApp(t *testing.T, cmd *ucli.Command, args ...string) error {
+	t.Helper()
+	app := &ucli.App{Name: "agent", Commands: []*ucli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
+	return app.RunContext(t.Context(), append([]string{"agent"}, args...))
+}

@@ -39,9 +39,11 @@ type trial struct {
 	lostOutput         bool // the command's output never arrived
 }
 
-// BenchmarkRunVsKubectlDebug compares `nodeexec run --node X -- CMD` with
-// `kubectl debug node/X -i --image=IMG --profile=sysadmin -- CMD` on the same
-// node, same image, interleaved (ABBA order), one trial of each per
+// BenchmarkRunVsKubectlDebug compares `nodeexec run --node X -- CMD` (the
+// default path: the nsenter backend) and `nodeexec run --backend debugpod
+// --image IMG` (the same pod as kubectl's) with `kubectl debug node/X -i
+// --image=IMG --profile=sysadmin -- CMD` on the same node, interleaved
+// (ABBA order), one trial of each per
 // iteration: run with -benchtime=10x or more. It reports medians, the ratios
 // nodeexec/kubectl, and API requests per run counted on the client (a
 // counting WrapTransport for nodeexec's library, kubectl's -v=6 request log)
@@ -54,11 +56,15 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 	}
 	ctx := b.Context()
 	node := env.nodes[0]
-	var ours, theirs, oursTrue, theirsTrue []trial
+	var ours, theirs, oursTrue, theirsTrue, debugPod, debugPodTrue []trial
 	for i := 0; i < b.N; i++ {
 		runOurs := func() {
-			ours = append(ours, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
-			oursTrue = append(oursTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--image", env.image, "--", "true"}))
+			// The default path: no --backend, no --image (the nsenter backend, see backendName).
+			ours = append(ours, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--agent-image", agentImage(), "--no-prefix", "--", "echo", "ready"}))
+			oursTrue = append(oursTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--agent-image", agentImage(), "--", "true"}))
+			// The kubectl-faithful debug pod, the same image and profile as the peer.
+			debugPod = append(debugPod, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
+			debugPodTrue = append(debugPodTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--image", env.image, "--", "true"}))
 		}
 		runTheirs := func() {
 			theirs = append(theirs, timeCLI(ctx, b, kubectlPath, []string{"--kubeconfig", env.kubeconfig, "-v=6", "debug", "node/" + node, "-i", "--image=" + env.image, "--profile=sysadmin", "--", "echo", "ready"}))
@@ -138,6 +144,9 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 		"echo_total_ms":                       map[string]any{"nodeexec": ms(med(ours, total)), "kubectl": ms(med(theirs, total)), "ratio": rTotal},
 		"echo_total_ms_kubectl_delivered":     map[string]any{"nodeexec": ms(med(ours, total)), "kubectl": ms(theirTotalDelivered), "ratio": rTotalDelivered},
 		"true_total_ms":                       map[string]any{"nodeexec": ms(med(oursTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": rTrue},
+		"default_backend":                     "nsenter (no --backend, no --image)",
+		"debugpod_echo_first_output_ms":       map[string]any{"nodeexec": ms(med(debugPod, first)), "kubectl": ms(theirFirst), "ratio": ratioOrNone(med(debugPod, first), theirFirst)},
+		"debugpod_true_total_ms":              map[string]any{"nodeexec": ms(med(debugPodTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodTrue, total)) / float64(med(theirsTrue, total))},
 		"kubectl_client_requests_per_run":     medInt(theirs, reqs),
 		"server_requests_per_run_median":      map[string]any{"nodeexec": medInt(ours, sreqs), "kubectl": medInt(theirs, sreqs)},
 		"nodeexec_library_requests_one_node":  lib.oneNode,
@@ -158,6 +167,14 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// ratioOrNone is ours/theirs, or -1 without a measurement of theirs.
+func ratioOrNone(ours, theirs time.Duration) float64 {
+	if theirs <= 0 {
+		return -1
+	}
+	return float64(ours) / float64(theirs)
+}
 
 // timeCLI runs a CLI, timing the first line containing "ready" on stdout and
 // the exit; it counts the client's requests from kubectl's -v=6 log and the

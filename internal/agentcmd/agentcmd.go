@@ -40,6 +40,7 @@ func Commands(streams Streams) []*ucli.Command {
 		agentContainerExecCommand(streams),
 		agentHoldCommand(),
 		agentServeCommand(),
+		agentWarmCommand(streams),
 		agentAttachCommand(streams),
 	}
 }

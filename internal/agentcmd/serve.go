@@ -3,6 +3,7 @@ package agentcmd
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +48,7 @@ func agentServeCommand() *ucli.Command {
 			if err != nil {
 				return fmt.Errorf("agent serve: %w", err)
 			}
-			s := &Server{Exe: agent.Path}
+			s := &Server{Exe: agent.Path, Warm: true}
 			go func() {
 				<-c.Context.Done()
 				ln.Close()
@@ -72,11 +73,38 @@ type Server struct {
 	// HandshakeTimeout bounds the wait for a connection's request frame.
 	// Defaults to 10 s.
 	HandshakeTimeout time.Duration
+	// Warm keeps one `agent warm` process started ahead (Exe, else
+	// agent.Path), which the next request without a TTY gets: the request
+	// does not wait for a process start. Set before Serve.
+	Warm bool
+
+	warmOnce sync.Once
+	warm     chan *warmAgent // of capacity 1; nil without Warm
+}
+
+// pool is the warm agent pool (nil without Warm).
+func (s *Server) pool() chan *warmAgent {
+	s.warmOnce.Do(func() {
+		if s.Warm {
+			s.warm = make(chan *warmAgent, 1)
+		}
+	})
+	return s.warm
 }
 
 // Serve accepts connections on ln until it is closed, each served by Handle
 // in its own goroutine. It returns the listener's error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if pool := s.pool(); pool != nil {
+		go s.refill()
+		defer func() {
+			select {
+			case w := <-pool:
+				w.discard()
+			default:
+			}
+		}()
+	}
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -119,6 +147,12 @@ func (s *Server) Handle(ctx context.Context, conn net.Conn) {
 	if err != nil {
 		_ = fw.Write(agent.FrameError, []byte(err.Error()))
 		return
+	}
+	if !req.TTY {
+		if w := s.takeWarm(); w != nil {
+			s.runWarm(w, req, r, fw)
+			return
+		}
 	}
 	exe := req.Command[0]
 	if s.Exe != "" {
@@ -181,12 +215,125 @@ func (s *Server) runPipes(cmd *exec.Cmd, req agent.WireRequest, r *bufio.Reader,
 		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "starting %q: %v", req.Command, err))
 		return
 	}
+	s.stream(r, fw, stdin, outR, errR, cmd)
+}
+
+// stream connects a started command to the connection: the client's frames
+// to its stdin (nil: none), its stdout and stderr to frames, then its exit
+// status.
+func (s *Server) stream(r *bufio.Reader, fw *agent.FrameWriter, stdin io.WriteCloser, outR, errR *os.File, cmd *exec.Cmd) {
 	go s.readClient(r, stdin, nil)
 	var wg sync.WaitGroup
 	wg.Go(func() { pump(outR, fw, agent.FrameStdout) })
 	wg.Go(func() { pump(errR, fw, agent.FrameStderr) })
 	wg.Wait()
 	_ = fw.WriteExit(exitCode(cmd.Wait()))
+}
+
+// warmAgent is an `agent warm` process started ahead, waiting for its
+// command line on control.
+type warmAgent struct {
+	cmd            *exec.Cmd
+	control        *os.File
+	stdin          *os.File
+	stdout, stderr *os.File
+}
+
+// startWarm starts an `agent warm` process with pipes for its standard
+// streams and its control descriptor.
+func (s *Server) startWarm() (*warmAgent, error) {
+	exe := agent.Path
+	if s.Exe != "" {
+		exe = s.Exe
+	}
+	var files [8]*os.File // control, stdin, stdout, stderr: read and write ends
+	for i := 0; i < 8; i += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range files[:i] {
+				f.Close()
+			}
+			return nil, err
+		}
+		files[i], files[i+1] = r, w
+	}
+	ctlR, ctlW, inR, inW, outR, outW, errR, errW := files[0], files[1], files[2], files[3], files[4], files[5], files[6], files[7]
+	cmd := exec.Command(exe, "agent", "warm")
+	cmd.Args[0] = agent.Path
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.ExtraFiles = []*os.File{ctlR}
+	err := cmd.Start()
+	for _, f := range []*os.File{ctlR, inR, outW, errW} {
+		f.Close()
+	}
+	if err != nil {
+		for _, f := range []*os.File{ctlW, inW, outR, errR} {
+			f.Close()
+		}
+		return nil, err
+	}
+	return &warmAgent{cmd: cmd, control: ctlW, stdin: inW, stdout: outR, stderr: errR}, nil
+}
+
+// refill starts a warm agent for the pool, unless one waits there already.
+func (s *Server) refill() {
+	w, err := s.startWarm()
+	if err != nil {
+		return // the next request starts its process itself
+	}
+	select {
+	case s.pool() <- w:
+	default:
+		w.discard()
+	}
+}
+
+// discard ends a warm agent that will get no command line.
+func (w *warmAgent) discard() {
+	w.control.Close()
+	w.stdin.Close()
+	go func() {
+		_, _ = io.Copy(io.Discard, w.stdout)
+		_, _ = io.Copy(io.Discard, w.stderr)
+		_ = w.cmd.Wait()
+		w.stdout.Close()
+		w.stderr.Close()
+	}()
+}
+
+// takeWarm returns the pool's warm agent, if one waits, and starts the next.
+func (s *Server) takeWarm() *warmAgent {
+	pool := s.pool()
+	if pool == nil {
+		return nil
+	}
+	select {
+	case w := <-pool:
+		go s.refill()
+		return w
+	default:
+		return nil
+	}
+}
+
+// runWarm hands req's command line to the warm agent w.
+func (s *Server) runWarm(w *warmAgent, req agent.WireRequest, r *bufio.Reader, fw *agent.FrameWriter) {
+	line, err := json.Marshal(req.Command)
+	if err == nil {
+		_, err = w.control.Write(append(line, '\n'))
+	}
+	w.control.Close()
+	if err != nil {
+		w.discard()
+		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "handing %q to a warm agent: %v", req.Command, err))
+		return
+	}
+	var stdin io.WriteCloser = w.stdin
+	if !req.Stdin {
+		w.stdin.Close()
+		stdin = nil
+	}
+	s.stream(r, fw, stdin, w.stdout, w.stderr, w.cmd)
 }
 
 // runTTY runs cmd on a new pseudo-terminal, its controlling terminal.

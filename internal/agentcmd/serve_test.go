@@ -3,11 +3,16 @@ package agentcmd
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,4 +216,77 @@ func runApp(t *testing.T, cmd *ucli.Command, args ...string) error {
 	t.Helper()
 	app := &ucli.App{Name: "agent", Commands: []*ucli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
 	return app.RunContext(t.Context(), append([]string{"agent"}, args...))
+}
+
+// asNodeexecEnv makes this test binary act as the nodeexec binary's agent
+// commands (TestMain): the warm agents the Server starts are this binary.
+const asNodeexecEnv = "NODEEXEC_AGENTCMD_TEST_AS_NODEEXEC"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asNodeexecEnv) == "1" {
+		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		app := &ucli.App{Name: "nodeexec", ExitErrHandler: func(*ucli.Context, error) {},
+			Commands: []*ucli.Command{{Name: "agent", Subcommands: Commands(Streams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})}}}
+		err := app.RunContext(ctx, os.Args)
+		cancel()
+		var es ExitStatus
+		switch {
+		case err == nil:
+			os.Exit(0)
+		case errors.As(err, &es):
+			os.Exit(es.Code)
+		default:
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(2)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// A warm agent, started ahead, runs the next request without a TTY: the
+// command's parent is that process; the pool refills; output, stdin and
+// the exit status are as for a process started for the request.
+func TestServeWarm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("entering a namespace (agent nsenter) needs root")
+	}
+	t.Setenv(asNodeexecEnv, "1") // inherited by the warm agents
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := &Server{Exe: self, Warm: true, Allow: func([]string) error { return nil }}
+	go func() { _ = srv.Serve(t.Context(), ln) }()
+	warmPID := func() int {
+		t.Helper()
+		select {
+		case w := <-srv.pool():
+			srv.pool() <- w
+			return w.cmd.Process.Pid
+		case <-time.After(10 * time.Second):
+			t.Fatal("no warm agent within 10s")
+			return 0
+		}
+	}
+	for i := range 3 {
+		pid := warmPID()
+		s := dialSession(t, ln.Addr().String(), agent.WireRequest{Version: agent.WireVersion, Stdin: true,
+			Command: []string{agent.Path, "agent", "nsenter", "--target", fmt.Sprint(os.Getpid()), "--namespaces", "uts", "--", "/bin/sh", "-c", "echo $PPID; cat; exit 9"}})
+		_ = s.fw.Write(agent.FrameStdin, []byte("input\n"))
+		_ = s.fw.Write(agent.FrameStdinEOF, nil)
+		out, errOut, code, refused := s.result()
+		if out != fmt.Sprintf("%d\ninput\n", pid) || code != 9 || refused != "" {
+			t.Errorf("request %d: stdout %q (want the warm agent's PID %d, then the input), stderr %q, code %d, refused %q", i, out, pid, errOut, code, refused)
+		}
+	}
+	// A usage error of the agent's command line: as a cold start has it.
+	s := dialSession(t, ln.Addr().String(), agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}})
+	if _, errOut, code, _ := s.result(); code != 2 || !strings.Contains(errOut, "target") {
+		t.Errorf("missing --target: code %d stderr %q", code, errOut)
+	}
 }

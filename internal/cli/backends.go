@@ -27,10 +27,15 @@ func backendNames() []string {
 }
 
 // backendFlags are the flags that choose and configure a backend; each maps
-// onto one field of that backend's Options.
-func backendFlags() []ucli.Flag {
+// onto one field of that backend's Options. defaultBackend is --backend's
+// default; empty: chosen by backendName.
+func backendFlags(defaultBackend string) []ucli.Flag {
+	usage := "how to reach the node: " + strings.Join(backendNames(), ", ")
+	if defaultBackend == "" {
+		usage += " (default: " + nsenterpod.Name + ", the node's own namespaces from a pod without volumes; " + debugpod.Name + " when --image or --profile is given, which only a debug container has)"
+	}
 	return append([]ucli.Flag{
-		&ucli.StringFlag{Name: "backend", Value: debugpod.Name, Usage: "how to reach the node: " + strings.Join(backendNames(), ", ")},
+		&ucli.StringFlag{Name: "backend", Value: defaultBackend, Usage: usage},
 		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles(), ", ")},
 		&ucli.StringFlag{Name: "image", Value: envOr("NODEEXEC_IMAGE", debugpod.DefaultImage), Usage: "image of the debugging container (default: $NODEEXEC_IMAGE when set and not empty)"},
 		&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
@@ -45,9 +50,26 @@ func backendFlags() []ucli.Flag {
 	}, runtimeFlags()...)
 }
 
+// backendName is the backend the flags choose: --backend when given; else,
+// for run (whose --backend has no default value), debugpod when --image or
+// --profile is given (flags only a debug container has: the command then
+// runs in that image, with kubectl debug's profile), and the nsenter backend
+// otherwise — the fastest pod (no volume for the kubelet to wait on, about
+// 300 ms) and the one whose run survives a cut stream (see README, "The
+// default backend").
+func backendName(c *ucli.Context) string {
+	if name := c.String("backend"); name != "" {
+		return name
+	}
+	if c.IsSet("image") || c.IsSet("profile") {
+		return debugpod.Name
+	}
+	return nsenterpod.Name
+}
+
 // checkBackendFlags validates the backend flags without touching the cluster.
 func checkBackendFlags(c *ucli.Context) error {
-	name := c.String("backend")
+	name := backendName(c)
 	if !slices.Contains(backendNames(), name) {
 		return fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
 	}
@@ -95,7 +117,7 @@ func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, 
 	if err != nil {
 		return nil, err
 	}
-	switch name := c.String("backend"); name {
+	switch name := backendName(c); name {
 	case ephemeral.Name:
 		return newEphemeral(c, client, cfg, ns)
 	case debugpod.Name:

@@ -33,11 +33,11 @@ func podRef(c *ucli.Context, ns string) (namespace, name string, err error) {
 // checkTargets validates the targets: --pod (only with --backend ephemeral)
 // replaces --node, --selector and --all.
 func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
-	if c.String("backend") == runtimeexec.Name {
+	if backendName(c) == runtimeexec.Name {
 		return checkRuntimeTargets(c, targets)
 	}
 	pod := c.String("pod")
-	isEphemeral := c.String("backend") == ephemeral.Name
+	isEphemeral := backendName(c) == ephemeral.Name
 	switch {
 	case c.String("container") != "" && !isEphemeral:
 		return errors.New("--container is for --backend ephemeral")
@@ -52,7 +52,7 @@ func checkTargets(c *ucli.Context, targets nodeexec.Targets) error {
 	case pod == "":
 		return targets.Validate()
 	case !isEphemeral:
-		return fmt.Errorf("--pod is for --backend ephemeral (got --backend %s)", c.String("backend"))
+		return fmt.Errorf("--pod is for --backend ephemeral (got --backend %s)", backendName(c))
 	case len(targets.Nodes) > 0 || targets.Selector != "" || targets.All:
 		return errors.New("--pod targets the pod's node: do not combine it with --node, --selector or --all")
 	}

@@ -34,8 +34,8 @@ func pullHint(err error, command, backend string) string {
 	case backend == ephemeral.Name:
 		return fmt.Sprintf("hint: the node cannot pull %s: give another --image; an ephemeral container pulls with its pod's own imagePullSecrets", image)
 	case backend == nsenterpod.Name || backend == runtimeexec.Name:
-		return fmt.Sprintf("hint: the node cannot pull %s: give an image it can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE), "+
-			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s", image, pe.Namespace)
+		return fmt.Sprintf("hint: the node cannot pull %s: give an image it can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE; `nodeexec image push` puts one in your registry), "+
+			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s; or run in a debug container instead: --backend debugpod --image IMAGE", image, pe.Namespace)
 	default:
 		return fmt.Sprintf("hint: the node cannot pull %s: give an image it can pull with --image (or $NODEEXEC_IMAGE), "+
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s", image, pe.Namespace)

@@ -42,7 +42,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
 			progressFlag(),
 			explainFlag(),
-		}, append(backendFlags(), rolloutFlags()...)...),
+		}, append(backendFlags(""), rolloutFlags()...)...),
 		Action: func(c *ucli.Context) error {
 			return runAction(c, streams)
 		},
@@ -113,11 +113,11 @@ func runAction(c *ucli.Context, streams Streams) error {
 	}
 	// Every node refused the image (pull policy Never, image not there):
 	// bad input, one error and exit status 2, like the checks above.
-	if err := neverPullResults(results, c.String("backend")); err != nil {
+	if err := neverPullResults(results, backendName(c)); err != nil {
 		return err
 	}
 	printResults(c, streams, results)
-	printPullHint(streams.ErrOut, c.String("backend"), results)
+	printPullHint(streams.ErrOut, backendName(c), results)
 	return exitStatus(results)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 )
 
 // DefaultShellTimeout is shell's --timeout: an interactive session lasts longer than a command.
@@ -34,7 +35,7 @@ func shellCommand(streams Streams) *ucli.Command {
 		Flags: append([]ucli.Flag{
 			&ucli.DurationFlag{Name: "timeout", Value: DefaultShellTimeout, Usage: "time limit of the session, pod start included"},
 			explainFlag(),
-		}, backendFlags()...),
+		}, backendFlags(debugpod.Name)...),
 		Action: func(c *ucli.Context) error {
 			return shellAction(c, streams)
 		},
@@ -129,10 +130,10 @@ func shellAction(c *ucli.Context, streams Streams) error {
 			// cursor may still be after the remote prompt.
 			fmt.Fprintln(streams.ErrOut)
 		}
-		return shellExit(streams, c.String("backend"), err)
+		return shellExit(streams, backendName(c), err)
 	}
 	_, err = backend.Run(ctx, req)
-	return shellExit(streams, c.String("backend"), err)
+	return shellExit(streams, backendName(c), err)
 }
 
 // shellExit maps the session's end to the exit status: the remote status

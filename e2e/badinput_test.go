@@ -315,9 +315,21 @@ func TestPodSecurityRefusal(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
 	})
+	// The default backend (nsenter): which level it needs, how to relabel.
 	_, stderr, code := cli(ctx, "", "-n", ns.Name, "run", "--all", "--", "true")
-	// The preflight refuses before anything is created: which level the
-	// namespace enforces, what the profile needs, what fits, how to relabel.
+	for _, want := range []string{
+		`namespace "nodeexec-e2e-baseline" enforces Pod Security level "baseline"`,
+		`backend nsenter needs "privileged"`,
+		"kubectl label namespace nodeexec-e2e-baseline pod-security.kubernetes.io/enforce=privileged",
+	} {
+		if !strings.Contains(stderr, want) || code != 2 {
+			t.Errorf("default backend: exit %d, stderr lacks %q:\n%s", code, want, stderr)
+		}
+	}
+	// kubectl's sysadmin profile (debugpod): the preflight refuses before
+	// anything is created: which level the namespace enforces, what the
+	// profile needs, what fits, how to relabel.
+	_, stderr, code = cli(ctx, "", "-n", ns.Name, "run", "--all", "--profile", "sysadmin", "--", "true")
 	for _, want := range []string{
 		`namespace "nodeexec-e2e-baseline" enforces Pod Security level "baseline"`,
 		`backend debugpod with profile sysadmin needs "privileged"`,

@@ -124,7 +124,7 @@ func TestPreflightLimitedUser(t *testing.T) {
 	})
 
 	t.Run("cli run refused", func(t *testing.T) {
-		_, stderr, code := cli(ctx, "", "--kubeconfig", kubeconfig, "run", "--node", node, "--", "true")
+		_, stderr, code := cli(ctx, "", "--kubeconfig", kubeconfig, "run", "--profile", "sysadmin", "--node", node, "--", "true")
 		if code != 2 {
 			t.Errorf("exit %d, want 2; stderr:\n%s", code, stderr)
 		}
@@ -136,6 +136,15 @@ func TestPreflightLimitedUser(t *testing.T) {
 		} {
 			if !strings.Contains(stderr, s) {
 				t.Errorf("stderr lacks %q:\n%s", s, stderr)
+			}
+		}
+	})
+
+	t.Run("cli run default backend refused", func(t *testing.T) {
+		_, stderr, code := cli(ctx, "", "--kubeconfig", kubeconfig, "run", "--node", node, "--", "true")
+		for _, s := range []string{`backend nsenter needs "privileged"`, "--profile baseline or --profile restricted", "RBAC: backend nsenter needs create pods/exec"} {
+			if code != 2 || !strings.Contains(stderr, s) {
+				t.Errorf("exit %d (want 2), stderr lacks %q:\n%s", code, s, stderr)
 			}
 		}
 	})
@@ -155,7 +164,7 @@ func TestPreflightLimitedUser(t *testing.T) {
 	})
 
 	t.Run("cli explain", func(t *testing.T) {
-		stdout, stderr, code := cli(ctx, "", "--kubeconfig", kubeconfig, "run", "--explain", "--node", node, "--", "hostname")
+		stdout, stderr, code := cli(ctx, "", "--kubeconfig", kubeconfig, "run", "--explain", "--profile", "sysadmin", "--node", node, "--", "hostname")
 		if code != 0 {
 			t.Errorf("exit %d, want 0; stderr:\n%s", code, stderr)
 		}

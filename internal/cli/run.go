@@ -17,6 +17,7 @@ import (
 	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
 )
 
 func runCommand(streams Streams) *ucli.Command {
@@ -86,7 +87,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 			return nil // a resident agent: nothing is created, nothing to collect
 		}
 		if err := runPreflight(ctx, streams.Out, backend, client, ns, first, false); err != nil {
-			return err
+			return defaultBackendHint(c, err)
 		}
 		collectExpired(ctx, client, ns)
 		return nil
@@ -235,4 +236,13 @@ func splitCSV(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// defaultBackendHint adds to a Pod Security refusal of the default backend
+// (nsenter, which needs "privileged") the debug containers that may fit.
+func defaultBackendHint(c *ucli.Context, err error) error {
+	if c.IsSet("backend") || backendName(c) != nsenterpod.Name || !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), "Pod Security level") {
+		return err
+	}
+	return fmt.Errorf("%w; or run in a debug container whose profile needs less: --profile baseline or --profile restricted (kubectl debug's profiles)", err)
 }

@@ -46,7 +46,9 @@ const (
 	// rename) once the command ended and all its output was written.
 	ExitFile = "exit"
 	// PIDFile holds, in decimal, the PID of the process that created the
-	// spool: the agent that runs its command, which Stop signals.
+	// spool — the agent that runs its command, which Stop signals — and,
+	// after a space, its start time (field 22 of /proc/PID/stat, clock
+	// ticks since boot), by which Stop knows a reused PID.
 	PIDFile = "pid"
 )
 
@@ -100,7 +102,11 @@ func Create(dir string) (*Spool, error) {
 		}
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	if err := writeAtomic(dir, PIDFile, strconv.Itoa(os.Getpid())); err != nil {
+	pid := strconv.Itoa(os.Getpid())
+	if start, ok := startTime(os.Getpid()); ok {
+		pid += " " + strconv.FormatUint(start, 10)
+	}
+	if err := writeAtomic(dir, PIDFile, pid); err != nil {
 		return nil, err
 	}
 	s := &Spool{dir: dir, wake: make(chan struct{}, 1)}

@@ -42,8 +42,8 @@ func Stop(ctx context.Context, dir string, poll time.Duration) error {
 			return fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
 		}
 		// Without PIDFile, dir is being created: look again.
-		if pid, ok := readPID(dir); ok {
-			if !runsSpool(pid, dir) {
+		if pid, start, ok := readPID(dir); ok {
+			if !runsSpool(pid, start, dir) {
 				if _, ended := ReadExit(dir); ended { // it ended meanwhile
 					return nil
 				}
@@ -64,20 +64,57 @@ func Stop(ctx context.Context, dir string, poll time.Duration) error {
 	}
 }
 
-// readPID returns the PID recorded in dir's PIDFile.
-func readPID(dir string) (int, bool) {
+// readPID returns the PID recorded in dir's PIDFile, and its start time
+// (0 when not recorded).
+func readPID(dir string) (pid int, start uint64, ok bool) {
 	b, err := os.ReadFile(filepath.Join(dir, PIDFile))
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, 0, false
+	}
+	pid, err = strconv.Atoi(f[0])
+	if err != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	if len(f) > 1 {
+		start, _ = strconv.ParseUint(f[1], 10, 64)
+	}
+	return pid, start, true
+}
+
+// startTime is process pid's start time (field 22 of /proc/PID/stat), and
+// false for a process that is gone or a zombie.
+func startTime(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid, err == nil && pid > 0
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || f[0] == "Z" {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	return start, err == nil
 }
 
-// runsSpool reports whether process pid runs (not a zombie: its command
-// line is empty then) with dir among its arguments, as the agent running
-// the spool's command does (`--spool DIR`).
-func runsSpool(pid int, dir string) bool {
+// runsSpool reports whether process pid is the spool's agent: when its start
+// time was recorded, a live process that started then (the agent may have
+// got its command line after its start: a warm agent); else a live process
+// (not a zombie: its command line is empty then) with dir among its
+// arguments, as the agent running the spool's command has (`--spool DIR`).
+func runsSpool(pid int, start uint64, dir string) bool {
+	if start > 0 {
+		got, ok := startTime(pid)
+		return ok && got == start
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return false

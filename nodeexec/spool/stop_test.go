@@ -69,7 +69,7 @@ func TestCreateRecordsPID(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, spool.PIDFile))
-	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(os.Getpid()) {
+	if f := strings.Fields(string(b)); err != nil || len(f) != 2 || f[0] != strconv.Itoa(os.Getpid()) {
 		t.Errorf("PIDFile holds %q (%v), want this process's PID %d", b, err, os.Getpid())
 	}
 }
@@ -93,6 +93,50 @@ func TestStop(t *testing.T) {
 			t.Error("the agent still runs after Stop")
 		}
 		t.Logf("stopped in %s", time.Since(start))
+	})
+
+	// A warm agent got its command line after it started: its own command
+	// line does not name the spool; the start time recorded beside its PID
+	// identifies it, and tells a reused PID apart.
+	t.Run("by start time: an agent whose command line does not name the spool", func(t *testing.T) {
+		dir, cmd := fakeAgent(t, `'echo 143 > "$1/exit"; exit 143'`)
+		// A second agent, with the spool only in $1 after a placeholder $0.
+		warm := exec.Command("sh", "-c", `trap 'echo 143 > "$1/exit"; exit 143' TERM; : > "$1.warm"; while :; do sleep 0.05; done`, "agent-warm", dir)
+		if err := warm.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = warm.Process.Kill(); _ = warm.Wait() }()
+		_ = cmd.Process.Kill()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(dir + ".warm"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the warm fake agent did not start")
+			}
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(warm.Process.Pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		start := strings.Fields(rest)[19]
+		// The wrong start time: a reused PID, not signalled.
+		if err := os.WriteFile(filepath.Join(dir, spool.PIDFile), []byte(strconv.Itoa(warm.Process.Pid)+" 1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := spool.Stop(ctx, dir, 10*time.Millisecond); err == nil || !strings.Contains(err.Error(), "gone without") || !alive(warm.Process.Pid) {
+			t.Errorf("wrong start time: Stop %v, alive %v; want the agent reported gone and left alone", err, alive(warm.Process.Pid))
+		}
+		if err := os.WriteFile(filepath.Join(dir, spool.PIDFile), []byte(strconv.Itoa(warm.Process.Pid)+" "+start+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := spool.Stop(ctx, dir, 10*time.Millisecond); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if code, ok := spool.ReadExit(dir); !ok || code != 143 {
+			t.Errorf("exit status %d (%v) after Stop, want 143", code, ok)
+		}
 	})
 
 	t.Run("a run that ended is left alone", func(t *testing.T) {

@@ -38,7 +38,7 @@ func TestRunCanaryHaltsOnFailure(t *testing.T) {
 		t.Fatalf("%d records for %d nodes", len(recs), len(env.nodes))
 	}
 	first, rest := recs[0], recs[1:]
-	if first.ExitCode != 5 || first.Stdout != "canary\n" || first.Attempts != 1 || first.Backend != "debugpod" || first.Pod == "" {
+	if first.ExitCode != 5 || first.Stdout != "canary\n" || first.Attempts != 1 || first.Backend != "nsenter" || first.Pod == "" {
 		t.Errorf("canary record = %+v", first)
 	}
 	for _, r := range rest {

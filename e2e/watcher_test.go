@@ -595,7 +595,7 @@ func TestWatcherKillAndRestart(t *testing.T) {
 	logFile := "/var/tmp/nodeexec-e2e-" + name + "-$NODE_NAME.log"
 	t.Cleanup(func() {
 		for _, n := range env.nodes[:2] {
-			cli(context.Background(), "", "run", "--node", n, "--", "sh", "-c", "rm -f /host"+strings.ReplaceAll(logFile, "$NODE_NAME", n))
+			cli(context.Background(), "", "run", "--node", n, "--", "sh", "-c", "rm -f "+strings.ReplaceAll(logFile, "$NODE_NAME", n))
 		}
 	})
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
@@ -641,7 +641,8 @@ spec:
 		if got := pods.runs(n, watcher.ActionRun); len(got) != 1 {
 			t.Errorf("node %s: run pods %v, want exactly one", n, got)
 		}
-		out, errOut, code := cli(ctx, "", "run", "--node", n, "--", "sh", "-c", "cat /host"+strings.ReplaceAll(logFile, "$NODE_NAME", n))
+		// The default backend (nsenter) sees the node's own filesystem.
+		out, errOut, code := cli(ctx, "", "run", "--node", n, "--", "sh", "-c", "cat "+strings.ReplaceAll(logFile, "$NODE_NAME", n))
 		if code != 0 {
 			t.Fatalf("reading the log on %s: %d %s", n, code, errOut)
 		}

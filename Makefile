@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-watcher bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-watcher bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -85,6 +85,12 @@ bench-resident: build ## the warm path (a resident agent through pods/portforwar
 	@mkdir -p bench
 	NODEEXEC_BENCH_RESIDENT_OUT=$(CURDIR)/bench/resident.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkResident' -benchtime $(BENCHTIME) -timeout 30m ./e2e/
 	@cat bench/resident.json
+
+bench-fanout: build ## run --all on every real node vs run on one (the default path), same run; JSON in bench/fanout.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_FANOUT_OUT=$(CURDIR)/bench/fanout.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkFanout' -benchtime $(BENCHTIME) -timeout 30m ./e2e/
+	@cat bench/fanout.json
 
 bench-stream: build ## 300 MB of long-line and short-line output: nodeexec run (prefixed, --no-prefix) vs kubectl exec, same run; JSON in bench/stream.json
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

@@ -372,3 +372,60 @@ func classify(r *http.Request) string {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// BenchmarkFanout compares `nodeexec run --all -- true` on every real node
+// with `nodeexec run --node X -- true` on one, both on the default path (the
+// nsenter backend) and at the default concurrency, interleaved (ABBA): run
+// with -benchtime=10x or more. It reports the medians, their ratio (the
+// issue's target: at most 1.2), and the server-side API requests of each
+// (apiserver_request_total deltas), from which the requests per added node,
+// also as JSON to $NODEEXEC_BENCH_FANOUT_OUT when set.
+func BenchmarkFanout(b *testing.B) {
+	ctx := b.Context()
+	base := []string{"--kubeconfig", env.kubeconfig, "run", "--agent-image", agentImage()}
+	all := append(slices.Clone(base), "--all", "--", "true")
+	one := append(slices.Clone(base), "--node", env.nodes[0], "--", "true")
+	var ta, to []trial
+	for i := 0; i < b.N; i++ {
+		a := func() { ta = append(ta, timeCLI(ctx, b, env.cli, all)) }
+		o := func() { to = append(to, timeCLI(ctx, b, env.cli, one)) }
+		if i%2 == 0 {
+			a()
+			o()
+		} else {
+			o()
+			a()
+		}
+	}
+	b.StopTimer()
+	med := func(ts []trial) (time.Duration, int) {
+		ds, rs := make([]time.Duration, len(ts)), make([]int, len(ts))
+		for i, t := range ts {
+			ds[i], rs[i] = t.total, t.serverRequests
+		}
+		slices.Sort(ds)
+		slices.Sort(rs)
+		return ds[len(ds)/2], rs[len(rs)/2]
+	}
+	allT, allR := med(ta)
+	oneT, oneR := med(to)
+	ratio := float64(allT) / float64(oneT)
+	perNode := float64(allR-oneR) / float64(max(len(env.nodes)-1, 1))
+	b.ReportMetric(ratio, "all-vs-one")
+	b.ReportMetric(perNode, "server-reqs/added-node")
+	b.ReportMetric(0, "ns/op")
+	out, _ := json.MarshalIndent(map[string]any{
+		"nodes": len(env.nodes), "trials": len(ta), "backend": "nsenter (the default)",
+		"true_total_ms":                     map[string]any{"all": ms(allT), "one": ms(oneT), "ratio": ratio},
+		"server_requests_per_run_median":    map[string]int{"all": allR, "one": oneR},
+		"server_requests_per_added_node":    perNode,
+		"target":                            "issue 11.5: run --all <= 1.2x one node; <= 3 API requests per node",
+		"server_requests_counted_resources": "pods, pods/exec/attach/log, node get/list, event list/watch (apiserver_request_total); the kubelets' own node GETs add noise",
+	}, "", "  ")
+	b.Logf("\n%s", out)
+	if f := os.Getenv("NODEEXEC_BENCH_FANOUT_OUT"); f != "" {
+		if err := os.WriteFile(f, append(out, '\n'), 0o644); err != nil {
+			b.Error(err)
+		}
+	}
+}

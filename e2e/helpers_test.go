@@ -108,7 +108,12 @@ func managedPodCount(ctx context.Context, t *testing.T) int {
 
 // cli runs the nodeexec binary with the suite's kubeconfig and image.
 func cli(ctx context.Context, stdin string, args ...string) (stdout, stderr string, code int) {
-	cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", env.kubeconfig}, args...)...)
+	return cliAs(ctx, env.kubeconfig, stdin, args...)
+}
+
+// cliAs runs the nodeexec binary with kubeconfig and the suite's image.
+func cliAs(ctx context.Context, kubeconfig, stdin string, args ...string) (stdout, stderr string, code int) {
+	cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	cmd.Env = append(cmd.Environ(), "NODEEXEC_IMAGE="+env.image)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

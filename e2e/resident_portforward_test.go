@@ -78,24 +78,6 @@ func residentUser(ctx context.Context, t *testing.T, agentNS string, rules []rba
 	return path
 }
 
-// cliAs runs the CLI with kubeconfig (not the suite's admin one).
-func cliAs(ctx context.Context, kubeconfig, stdin string, args ...string) (stdout, stderr string, code int) {
-	cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	var o, e strings.Builder
-	cmd.Stdout, cmd.Stderr = &o, &e
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		code = -1
-		e.WriteString(err.Error())
-	}
-	return o.String(), e.String(), code
-}
-
 // hostProcesses lists the command lines of the machine's processes that
 // contain token (the test cluster's nodes share the machine's kernel).
 func hostProcesses(t *testing.T, token string) []string {

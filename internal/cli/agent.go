@@ -27,7 +27,7 @@ func residentFlags() []ucli.Flag {
 func agentInstallCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:  "install",
-		Usage: "install resident agents: a privileged hostPID DaemonSet, so that runs with --use-resident exec into it instead of creating a pod",
+		Usage: "install resident agents: a privileged hostPID DaemonSet, so that runs with --use-resident run in it (through pods/portforward) instead of creating a pod",
 		Description: "Creates the namespace (default " + resident.DefaultNamespace + ", Pod Security level privileged) unless nodeexec already\n" +
 			"manages it, and the DaemonSet " + resident.DaemonSetName + ", labelled app.kubernetes.io/managed-by=nodeexec and\n" +
 			"app.kubernetes.io/component=agent, and waits until an agent is available on every node. Running it again updates the\n" +
@@ -98,7 +98,7 @@ func agentUninstallCommand(streams Streams) *ucli.Command {
 func agentCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:            "agent",
-		Usage:           "install or uninstall the resident agents (a DaemonSet that makes runs a single exec)",
+		Usage:           "install or uninstall the resident agents (a DaemonSet that makes a run one port-forward request)",
 		HideHelpCommand: true,
 		Subcommands: userFacing(append(agentcmd.Commands(agentcmd.Streams(streams)),
 			agentInstallCommand(streams), agentUninstallCommand(streams)), "install", "uninstall"),

@@ -19,7 +19,7 @@ func runtimeFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringSliceFlag{Name: "runtime-endpoint", Usage: "runtime backend: container runtime socket `PATH` on the node, tried before the well-known ones (repeatable)"},
 		&ucli.BoolFlag{Name: "no-proc-fallback", Usage: "runtime backend: fail when no runtime socket knows the container, instead of scanning /proc/*/cgroup for it"},
-		&ucli.BoolFlag{Name: "use-resident", Usage: "nsenter and runtime backends: exec into the node's resident agent (`nodeexec agent install`) instead of creating a pod, when there is one"},
+		&ucli.BoolFlag{Name: "use-resident", Usage: "nsenter and runtime backends: run in the node's resident agent (`nodeexec agent install`), reached through pods/portforward (exec as the fallback), instead of creating a pod, when there is one"},
 		&ucli.StringFlag{Name: "resident-namespace", Value: resident.DefaultNamespace, Usage: "namespace of the resident agents"},
 	}
 }

@@ -1,8 +1,8 @@
 // Package resident installs nodeexec's agent on every node as a DaemonSet
 // ("resident agents"), finds a node's agent pod, removes them all, and wraps
-// the nsenter and runtime backends so that they exec into the node's
-// resident agent instead of creating a pod: the run then costs one exec
-// (about the time of `kubectl exec`), not a pod start.
+// the nsenter and runtime backends so that they run their command in the
+// node's resident agent instead of creating a pod: the run then costs one
+// port-forward request (less than half a `kubectl exec`), not a pod start.
 //
 // What Install creates, all labelled app.kubernetes.io/managed-by=nodeexec,
 // app.kubernetes.io/component=agent and nodeexec.io/run-id=<install ID>:
@@ -11,11 +11,14 @@
 //     nodeexec-system that holds the watcher), labelled
 //     pod-security.kubernetes.io/enforce=privileged, unless it exists
 //     already and nodeexec manages it;
-//   - the DaemonSet nodeexec-agent: privileged, hostPID, the node's root
-//     filesystem read-only at /host (for the runtime sockets), tolerating
-//     every taint, tiny requests (5m CPU, 16Mi memory), no service account
-//     token, a configurable priorityClassName; its container runs
-//     `nodeexec agent hold`, which only waits for SIGTERM.
+//   - the DaemonSet nodeexec-agent: privileged, hostPID (not hostNetwork),
+//     the node's root filesystem read-only at /host (for the runtime
+//     sockets), tolerating every taint, tiny requests (5m CPU, 16Mi
+//     memory), no service account token, a configurable
+//     priorityClassName; its container runs `nodeexec agent serve`, which
+//     listens on 127.0.0.1:agent.ServePort inside the pod's own network
+//     namespace (the pods carry agent.AnnotationServe) and keeps one
+//     `nodeexec agent warm` process started ahead for the next request.
 //
 // Resident agents have no deadline: they live until Uninstall, which deletes
 // the DaemonSet and, only when Install created it, the namespace (and with
@@ -24,22 +27,26 @@
 // An agent that cannot start (an image that cannot be pulled) fails Install
 // within seconds, and Install rolls back what it created.
 //
-// All traffic goes through the API server (pods/exec): no agent listens on
-// any port.
+// All traffic goes through the API server: a run reaches the agent's
+// loopback listener through pods/portforward (see Wrap), or over pods/exec
+// when nothing was started that way. The listener is reachable from no
+// network: not the node's, not the pod network.
 //
 // # Trust boundary
 //
-// Whoever may create pods, pods/exec or pods/ephemeralcontainers in the
-// agents' namespace is root on every node: bind those rights there to
-// nobody but the people who may run nodeexec with --use-resident.
+// Whoever may create pods, pods/exec, pods/portforward or
+// pods/ephemeralcontainers in the agents' namespace is root on every node:
+// bind those rights there to nobody but the people who may run nodeexec
+// with --use-resident.
 //
 // # Permissions
 //
 // Install and Uninstall: create, get, delete on namespaces; create, get,
 // update, delete on daemonsets in the namespace; list pods there (and,
 // optional, list events, for the registry's reason of a failed pull). Using
-// the agents (Find, Wrap): get daemonsets, list pods and create pods/exec
-// in the namespace.
+// the agents (FindAgent, Wrap): get daemonsets, list pods, and create and
+// get pods/portforward (or create pods/exec, the fallback) in the
+// namespace.
 package resident
 
 import (

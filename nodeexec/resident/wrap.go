@@ -45,8 +45,8 @@ type WrapOptions struct {
 	Commander Commander
 	// Clock for timestamps. Defaults to the real clock.
 	Clock clock.PassiveClock
-	// Streamer overrides how commands are run (tests). Defaults to
-	// podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
+	// Streamer overrides how commands are run over exec (tests). Defaults
+	// to podexec.NewStreamer(Config, Client.CoreV1().RESTClient()).
 	Streamer podexec.Streamer
 	// Dialer opens the port-forward to an agent pod whose agent listens
 	// (Agent.ServePort). Defaults to NewDialer(Config,
@@ -73,10 +73,13 @@ var _ nodeexec.Backend = (*Backend)(nil)
 
 // Wrap returns a backend that, for each request, asks o.Commander for the
 // node and agent command line, looks for a resident agent on that node
-// (Find), and runs the command line there over exec (RBAC: create
-// pods/exec in the namespace); with no resident agent on the node, or
-// nodeexec.ErrUnsupported from the Commander, it calls inner.Run. Results name
-// inner's backend and the resident pod.
+// (FindAgent, or the one SkipPreflight found), and runs the command line
+// there: through a port-forward to the agent's loopback listener when its
+// pod announces one (RBAC: create and get pods/portforward in the
+// namespace), else, or when nothing was started that way (ErrNotServing, a
+// refused port-forward), over exec (create pods/exec). With no resident
+// agent on the node, or nodeexec.ErrUnsupported from the Commander, it
+// calls inner.Run. Results name inner's backend and the resident pod.
 func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	if inner == nil {
 		return nil, errors.New("resident: the backend to wrap is nil")

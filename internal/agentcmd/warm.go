@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -51,8 +50,8 @@ func agentWarmCommand(streams Streams) *ucli.Command {
 			if err := json.Unmarshal(line, &argv); err != nil {
 				return fmt.Errorf("warm: bad command line %q: %w", line, err)
 			}
-			if len(argv) < 3 || argv[1] != "agent" || slices.Contains([]string{"warm", "serve", "hold"}, argv[2]) {
-				return fmt.Errorf("warm: %q is not an agent command line to run (%s agent SUBCOMMAND ...)", argv, agent.Path)
+			if err := agent.CheckRunnable(argv); err != nil {
+				return fmt.Errorf("warm: %w", err)
 			}
 			return RunAgent(c, streams, argv)
 		},

@@ -91,11 +91,18 @@ func (r WireRequest) Validate() error {
 	if r.Version != WireVersion {
 		return fmt.Errorf("protocol version %d: this agent speaks version %d (install the agent image that matches the client: nodeexec agent install)", r.Version, WireVersion)
 	}
-	if !isAgentArgv(r.Command) {
-		return fmt.Errorf("command line %q: the agent runs only its own command lines (%s agent SUBCOMMAND ...)", r.Command, Path)
+	return CheckRunnable(r.Command)
+}
+
+// CheckRunnable checks that argv is one of the agent's own command lines
+// (`Path agent SUBCOMMAND ...`) that runs a command: not the main process
+// of an agent pod (hold, serve) nor a warm agent (warm).
+func CheckRunnable(argv []string) error {
+	if !isAgentArgv(argv) {
+		return fmt.Errorf("command line %q: the agent runs only its own command lines (%s agent SUBCOMMAND ...)", argv, Path)
 	}
-	if slices.Contains([]string{"hold", "serve"}, r.Command[2]) {
-		return fmt.Errorf("command line %q: %q is the agent's main process, not a command to run", r.Command, r.Command[2])
+	if slices.Contains([]string{"hold", "serve", "warm"}, argv[2]) {
+		return fmt.Errorf("command line %q: %q is the agent's main process, not a command to run", argv, argv[2])
 	}
 	return nil
 }

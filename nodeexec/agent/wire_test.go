@@ -64,6 +64,7 @@ func TestDecodeRequest(t *testing.T) {
 		{`{"version":2,"command":["/usr/local/bin/nodeexec","agent","nsenter"]}`, "protocol version 2"},
 		{`{"version":1,"command":["sh","-c","id"]}`, "only its own command lines"},
 		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","hold"]}`, "main process"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","warm"]}`, "main process"},
 		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","-x"]}`, "only its own command lines"},
 	} {
 		if _, err := DecodeRequest([]byte(tc.req)); err == nil || !strings.Contains(err.Error(), tc.want) {

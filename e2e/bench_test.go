@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -81,22 +82,7 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 	b.StopTimer()
 	lib := libraryRequests(ctx, b)
 
-	med := func(ts []trial, f func(trial) time.Duration) time.Duration {
-		ds := make([]time.Duration, len(ts))
-		for i, t := range ts {
-			ds[i] = f(t)
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
-	medInt := func(ts []trial, f func(trial) int) int {
-		xs := make([]int, len(ts))
-		for i, t := range ts {
-			xs[i] = f(t)
-		}
-		slices.Sort(xs)
-		return xs[len(xs)/2]
-	}
+	med, medInt := median[time.Duration], median[int]
 	first := func(t trial) time.Duration { return t.firstOutput }
 	total := func(t trial) time.Duration { return t.total }
 	reqs := func(t trial) int { return t.requests }
@@ -167,6 +153,16 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// median is the median of f over the trials (the upper one of an even count).
+func median[T cmp.Ordered](ts []trial, f func(trial) T) T {
+	xs := make([]T, len(ts))
+	for i, t := range ts {
+		xs[i] = f(t)
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
 
 // ratioOrNone is ours/theirs, or -1 without a measurement of theirs.
 func ratioOrNone(ours, theirs time.Duration) float64 {
@@ -398,17 +394,10 @@ func BenchmarkFanout(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	med := func(ts []trial) (time.Duration, int) {
-		ds, rs := make([]time.Duration, len(ts)), make([]int, len(ts))
-		for i, t := range ts {
-			ds[i], rs[i] = t.total, t.serverRequests
-		}
-		slices.Sort(ds)
-		slices.Sort(rs)
-		return ds[len(ds)/2], rs[len(rs)/2]
-	}
-	allT, allR := med(ta)
-	oneT, oneR := med(to)
+	total := func(t trial) time.Duration { return t.total }
+	reqs := func(t trial) int { return t.serverRequests }
+	allT, allR := median(ta, total), median(ta, reqs)
+	oneT, oneR := median(to, total), median(to, reqs)
 	ratio := float64(allT) / float64(oneT)
 	perNode := float64(allR-oneR) / float64(max(len(env.nodes)-1, 1))
 	b.ReportMetric(ratio, "all-vs-one")

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -86,14 +85,7 @@ func BenchmarkResident(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	med := func(ts []trial, f func(trial) time.Duration) time.Duration {
-		var ds []time.Duration
-		for _, t := range ts {
-			ds = append(ds, f(t))
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
+	med := median[time.Duration]
 	fo := func(t trial) time.Duration { return t.firstOutput }
 	tot := func(t trial) time.Duration { return t.total }
 	report := map[string]any{"node": node, "image": env.image, "trials": b.N, "agent_transport": "pods/portforward to the agent's loopback listener"}

@@ -43,6 +43,16 @@ func controlled(ctx context.Context, t *testing.T, dyn dynamic.Interface, prefix
 // controlledNamed is controlled with the NodeScript's name.
 func controlledNamed(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, extra string) string {
 	t.Helper()
+	applyOnRealNodes(ctx, t, dyn, name, `  script: 'echo "fixed $NODE_NAME"'
+`+extra)
+	return name
+}
+
+// applyOnRealNodes applies NodeScript name on both real nodes, two at a
+// time, with the rest of its spec (YAML lines indented two spaces), and
+// deletes it when the test ends.
+func applyOnRealNodes(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, spec string) {
+	t.Helper()
 	cleanupNodeScript(t, dyn, name)
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
@@ -51,9 +61,7 @@ metadata: {name: %s}
 spec:
   %s
   rollout: {canary: 0, maxConcurrency: 2}
-  script: 'echo "fixed $NODE_NAME"'
-%s`, name, realNodes, extra))
-	return name
+%s`, name, realNodes, spec))
 }
 
 // complete waits until NodeScript name is Complete with succeeded nodes.

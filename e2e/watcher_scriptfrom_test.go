@@ -98,17 +98,9 @@ func TestWatcherScriptFrom(t *testing.T) {
 // time, with output records and spec.scriptFrom from.
 func controlledFrom(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, from string) {
 	t.Helper()
-	cleanupNodeScript(t, dyn, name)
-	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
-apiVersion: nodeexec.io/v1alpha1
-kind: NodeScript
-metadata: {name: %s}
-spec:
-  %s
-  rollout: {canary: 0, maxConcurrency: 2}
-  recordOutput: true
+	applyOnRealNodes(ctx, t, dyn, name, fmt.Sprintf(`  recordOutput: true
   scriptFrom: %s
-`, name, realNodes, from))
+`, from))
 }
 
 // TestWatcherConfigMapEnv: spec.configMapEnv gives the scripts variables
@@ -126,18 +118,10 @@ func TestWatcherConfigMapEnv(t *testing.T) {
 		t.Cleanup(func() { _ = cms.Delete(context.Background(), cm, metav1.DeleteOptions{}) })
 	}
 	printer := uniqueName("e2e-cmenv-print-")
-	cleanupNodeScript(t, dyn, printer)
-	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
-apiVersion: nodeexec.io/v1alpha1
-kind: NodeScript
-metadata: {name: %s}
-spec:
-  %s
-  rollout: {canary: 0, maxConcurrency: 2}
-  recordOutput: true
+	applyOnRealNodes(ctx, t, dyn, printer, fmt.Sprintf(`  recordOutput: true
   script: 'echo "level=$LEVEL region=$REGION zone=$ZONE ignored=${IGNORED:-unset}"'
   configMapEnv: [{configMap: %s-one, key: LEVEL}, {configMap: %s-all}]
-`, printer, realNodes, name, name))
+`, name, name))
 	complete(ctx, t, dyn, printer, 2)
 	for _, node := range env.nodes[:2] {
 		if out := nodeOutput(ctx, t, watcher.DefaultNamespace, printer, node, watcher.ActionRun); !strings.Contains(out, "level=debug region=eu-1 zone=b ignored=unset") {

@@ -169,6 +169,13 @@ func TestImagePullSecret(t *testing.T) {
 		if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", agents, "--agent-image", agentRef, "--image-pull-secret", "regcred", "--timeout", "2m"); code != 0 {
 			t.Fatalf("agent install with --image-pull-secret: exit %d\n%s", code, stderr)
 		}
+		// A run through the agent pulled from the registry: its listener,
+		// through pods/portforward, not exec.
+		stdout, stderr, code := cli(ctx, "", "-v", "1", "run", "--node", node, "--backend", "nsenter", "--use-resident", "--resident-namespace", agents,
+			"--no-prefix", "--", "sh", "-c", "echo via-registry; exit 4")
+		if code != 4 || stdout != "via-registry\n" || !strings.Contains(stderr, `"servePort"=7710`) || strings.Contains(stderr, "using exec") || strings.Contains(stderr, "created pod") {
+			t.Errorf("run through the agent pulled from the registry: exit %d (want 4), stdout %q\n%s", code, stdout, stderr)
+		}
 		if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", agents); code != 0 {
 			t.Errorf("agent uninstall: exit %d\n%s", code, stderr)
 		}

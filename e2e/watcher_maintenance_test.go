@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
@@ -87,7 +88,10 @@ func TestWatcherMaintenanceDrain(t *testing.T) {
 	if !waitFor(90*time.Second, func() bool { first = workload(); return first != nil }) {
 		t.Fatalf("the workload pod never ran on %s", node)
 	}
-	// When the first workload pod is gone (evicted), as seen from here.
+	// When the first workload pod is gone (evicted), as seen from here:
+	// through a watch, as the run pods are seen (recordPods), so that both
+	// times carry the same small delay (a 100 ms poll here once saw the
+	// eviction after the run pod's creation).
 	var (
 		mu     sync.Mutex
 		goneAt time.Time
@@ -95,15 +99,35 @@ func TestWatcherMaintenanceDrain(t *testing.T) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	t.Cleanup(stopWatch)
 	go func() {
+		gone := func() {
+			mu.Lock()
+			goneAt = time.Now()
+			mu.Unlock()
+		}
 		for watchCtx.Err() == nil {
 			p, err := env.client.CoreV1().Pods("default").Get(watchCtx, first.Name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil) {
-				mu.Lock()
-				goneAt = time.Now()
-				mu.Unlock()
+				gone()
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			w, err := env.client.CoreV1().Pods("default").Watch(watchCtx, metav1.ListOptions{
+				FieldSelector: "metadata.name=" + first.Name, ResourceVersion: p.ResourceVersion})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if q, ok := ev.Object.(*corev1.Pod); ev.Type == watch.Deleted || (ok && q.DeletionTimestamp != nil) {
+					w.Stop()
+					gone()
+					return
+				}
+			}
+			// The watch ended (timeout, expired version): look again.
 		}
 	}()
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -91,9 +92,26 @@ func checkSelectorFlag(c *ucli.Context) error {
 	return nil
 }
 
+// maxQuantityLen bounds a quantity flag's length; the longest real
+// request is well under it (e.g. 0.000000001 or 9223372036854775807).
+const maxQuantityLen = 64
+
+// quantityExponent finds a quantity's decimal exponent ("1e3", "5E-2"),
+// submatch 1 being its digits.
+var quantityExponent = regexp.MustCompile(`[eE][+-]?([0-9]+)$`)
+
 // parseQuantity reads a resource quantity flag such as --cpu-request 10m:
 // Kubernetes quantity syntax, not negative.
 func parseQuantity(flag, s string) (resource.Quantity, error) {
+	// resource.ParseQuantity's time and memory grow with the size of a
+	// decimal exponent (1e-999999999 takes minutes and gigabytes), so a
+	// value no request could need is refused before it is parsed.
+	if len(s) > maxQuantityLen {
+		return resource.Quantity{}, fmt.Errorf("--%s: %d characters is too long for a quantity: give at most %d (e.g. 100m, 64Mi)", flag, len(s), maxQuantityLen)
+	}
+	if m := quantityExponent.FindStringSubmatch(s); m != nil && len(strings.TrimLeft(m[1], "0")) > 2 {
+		return resource.Quantity{}, fmt.Errorf("--%s %q: exponent %s is out of range: give one between e-99 and e99, or a suffix (e.g. 100m, 64Mi)", flag, s, m[0])
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return q, fmt.Errorf("--%s %q: %w (e.g. 100m, 0.5, 64Mi, 1Gi)", flag, s, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	ucli "github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -108,11 +109,33 @@ func FuzzParseNamespaces(f *testing.F) {
 	})
 }
 
+// TestParseQuantityExponent: a decimal exponent whose parsing would take
+// minutes and gigabytes is refused at once, naming the flag; one within
+// e-99..e99 is parsed.
+func TestParseQuantityExponent(t *testing.T) {
+	for s, want := range map[string]string{
+		"1e-999999999":          `--cpu-request "1e-999999999": exponent e-999999999 is out of range`,
+		"1E+100":                `exponent E+100 is out of range`,
+		strings.Repeat("1", 65): "65 characters is too long",
+		"":                      `--cpu-request ""`,
+	} {
+		if _, err := parseQuantity("cpu-request", s); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseQuantity(%.20q) = %v, want an error containing %q", s, err, want)
+		}
+	}
+	for s, want := range map[string]string{"1e3": "1k", "5e-3": "5m", "2e09": "2G", "64Mi": "64Mi"} {
+		q, err := parseQuantity("cpu-request", s)
+		if err != nil || q.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("parseQuantity(%q) = %v, %v; want %s", s, q.String(), err, want)
+		}
+	}
+}
+
 // FuzzParseQuantity: --cpu-request and --memory-request. Never a panic; an
 // accepted quantity is not negative and its canonical form parses to the
 // same value; a refusal names the flag.
 func FuzzParseQuantity(f *testing.F) {
-	for _, s := range []string{"10m", "16Mi", "0", "1", "0.5", "1Gi", "-1", "1 GB", "lots", "", "1e3", "9223372036854775807Ei", "1.5.5", "+5m", "10000000E"} {
+	for _, s := range []string{"10m", "16Mi", "0", "1", "0.5", "1Gi", "-1", "1 GB", "lots", "", "1e3", "9223372036854775807Ei", "1.5.5", "+5m", "10000000E", "1e-999999999", "1E99", "5e-100", "1e007"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -18,8 +20,10 @@ type record struct {
 	Attempts int    `json:"attempts"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
-	Backend  string `json:"backend"`
-	Pod      string `json:"pod"`
+	// StdoutSHA256 is the digest of the whole stdout.
+	StdoutSHA256 string `json:"stdoutSha256"`
+	Backend      string `json:"backend"`
+	Pod          string `json:"pod"`
 }
 
 // TestRunCanaryHaltsOnFailure: a failing canary stops the run; the other
@@ -45,6 +49,23 @@ func TestRunCanaryHaltsOnFailure(t *testing.T) {
 		if !r.Skipped || r.Attempts != 0 || !strings.Contains(r.Error, "canary failed") {
 			t.Errorf("node after the canary: %+v, want skipped because the canary failed", r)
 		}
+	}
+}
+
+// TestRunJSONOneNodeDigest: -o json on one named node keeps the stdout's
+// digest (the text output of one node skips hashing, json must not).
+func TestRunJSONOneNodeDigest(t *testing.T) {
+	stdout, stderr, code := cli(t.Context(), "", "run", "--node", env.nodes[0], "-o", "json", "--", "echo", "digest")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var recs []record
+	if err := json.Unmarshal([]byte(stdout), &recs); err != nil || len(recs) != 1 {
+		t.Fatalf("-o json: %v, %d records\n%s", err, len(recs), stdout)
+	}
+	sum := sha256.Sum256([]byte("digest\n"))
+	if got := recs[0]; got.Stdout != "digest\n" || got.StdoutSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("record stdout %q sha256 %q, want %q and %x", got.Stdout, got.StdoutSHA256, "digest\n", sum)
 	}
 }
 

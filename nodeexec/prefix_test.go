@@ -345,7 +345,7 @@ func FuzzRecorder(f *testing.F) {
 	f.Add([]byte("abc"), []byte{0}, uint16(2))
 	f.Add(bytes.Repeat([]byte("0123456789"), 1000), []byte{3, 200, 1}, uint16(100))
 	f.Fuzz(func(t *testing.T, data, sizes []byte, max uint16) {
-		r := newRecorder(int(max))
+		r := newRecorder(int(max), true)
 		for _, c := range chunks(data, sizes) {
 			_, _ = r.Write(c)
 			if cap(r.tail) > 4*int(max)+64 {
@@ -371,7 +371,7 @@ func max0(n int) int { return max(0, n) }
 // BenchmarkRecorder: the digest and tail every node's streams pass through.
 func BenchmarkRecorder(b *testing.B) {
 	chunk := bytes.Repeat([]byte("a"), 32<<10)
-	r := newRecorder(DefaultTailBytes)
+	r := newRecorder(DefaultTailBytes, true)
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
 	for b.Loop() {

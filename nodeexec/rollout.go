@@ -34,11 +34,13 @@ type Output struct {
 	Tail []byte
 	// Bytes is the stream's whole length.
 	Bytes int64
-	// SHA256 is the hex digest of the whole stream: equal digests, equal output.
+	// SHA256 is the hex digest of the whole stream: equal digests, equal
+	// output. Empty when RunnerOptions.SkipDigest is set.
 	SHA256 string
 }
 
-// recorder keeps a stream's length, digest and tail.
+// recorder keeps a stream's length, digest (h, nil when not asked for) and
+// tail.
 type recorder struct {
 	max  int
 	n    int64
@@ -46,14 +48,22 @@ type recorder struct {
 	tail []byte
 }
 
-func newRecorder(max int) *recorder { return &recorder{max: max, h: sha256.New()} }
+func newRecorder(max int, digest bool) *recorder {
+	r := &recorder{max: max}
+	if digest {
+		r.h = sha256.New()
+	}
+	return r
+}
 
 // Write hashes p and keeps the stream's last max bytes in a buffer of at
 // most 2*max bytes: each byte is copied into it at most twice, whatever the
 // sizes of the writes.
 func (r *recorder) Write(p []byte) (int, error) {
 	r.n += int64(len(p))
-	r.h.Write(p)
+	if r.h != nil {
+		r.h.Write(p)
+	}
 	switch {
 	case r.max <= 0:
 	case len(p) >= r.max:
@@ -70,7 +80,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 
 func (r *recorder) output() Output {
 	tail := r.tail[max(0, len(r.tail)-r.max):]
-	return Output{Tail: append([]byte(nil), tail...), Bytes: r.n, SHA256: hex.EncodeToString(r.h.Sum(nil))}
+	o := Output{Tail: append([]byte(nil), tail...), Bytes: r.n}
+	if r.h != nil {
+		o.SHA256 = hex.EncodeToString(r.h.Sum(nil))
+	}
+	return o
 }
 
 // tee writes to w (when non-nil) and to the recorder.

@@ -102,7 +102,7 @@ func TestParseCountOrPercent(t *testing.T) {
 }
 
 func TestRecorder(t *testing.T) {
-	r := newRecorder(5)
+	r := newRecorder(5, true)
 	for _, chunk := range []string{"hel", "lo wor", "ld\n"} {
 		_, _ = r.Write([]byte(chunk))
 	}

@@ -220,6 +220,17 @@ func TestRunOutputSummaries(t *testing.T) {
 	if a.Stdout.SHA256 != b.Stdout.SHA256 || a.Stderr.SHA256 == b.Stderr.SHA256 {
 		t.Errorf("digests: equal stdout must match (%s, %s), different stderr must not", a.Stdout.SHA256, b.Stdout.SHA256)
 	}
+
+	// SkipDigest: the same lengths and tails, no digests.
+	r = newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("a")...), Backend: be, TailBytes: 5, SkipDigest: true})
+	results, err = r.Run(t.Context(), nodeexec.Targets{Nodes: []string{"a"}}, nodeexec.Request{Command: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nodeexec.Output{Tail: []byte("same\n"), Bytes: 16}
+	if diff := cmp.Diff(want, results[0].Stdout); diff != "" || results[0].Stderr.SHA256 != "" {
+		t.Errorf("SkipDigest: stdout (-want +got):\n%sstderr digest %q, want none", diff, results[0].Stderr.SHA256)
+	}
 }
 
 // TestRunPreflightHook: RunnerOptions.Preflight replaces the backend's

@@ -56,7 +56,7 @@ func newRecorder(max int, digest bool) *recorder {
 	return r
 }
 
-// Write hashes p and keeps the stream's last max bytes in a buffer of at
+// Write hashes p (when a digest is asked for) and keeps the stream's last max bytes in a buffer of at
 // most 2*max bytes: each byte is copied into it at most twice, whatever the
 // sizes of the writes.
 func (r *recorder) Write(p []byte) (int, error) {

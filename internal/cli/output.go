@@ -186,7 +186,8 @@ func printGroups(w io.Writer, results []nodeexec.NodeResult) {
 	_ = tw.Flush()
 }
 
-// describe is a short description of an output: size, digest prefix and last line.
+// describe is a short description of an output: size, digest prefix (when
+// hashed) and last line.
 func describe(o nodeexec.Output) string {
 	if o.Bytes == 0 {
 		return "(empty)"
@@ -195,6 +196,9 @@ func describe(o nodeexec.Output) string {
 	last := lines[len(lines)-1]
 	if len(last) > 40 {
 		last = last[:37] + "..."
+	}
+	if o.SHA256 == "" { // RunnerOptions.SkipDigest
+		return fmt.Sprintf("%dB %q", o.Bytes, last)
 	}
 	return fmt.Sprintf("%dB sha256:%s %q", o.Bytes, o.SHA256[:8], last)
 }

@@ -20,6 +20,19 @@ func res(node string, code int, stdout string) nodeexec.NodeResult {
 	return r
 }
 
+// TestDescribeWithoutDigest: an output not hashed (RunnerOptions.SkipDigest)
+// is described by its size and last line, without a digest.
+func TestDescribeWithoutDigest(t *testing.T) {
+	o := nodeexec.Output{Tail: []byte("a\nlast\n"), Bytes: 7}
+	if got, want := describe(o), `7B "last"`; got != want {
+		t.Errorf("describe = %q, want %q", got, want)
+	}
+	o.SHA256 = fmt.Sprintf("%064x", 7)
+	if got, want := describe(o), `7B sha256:00000000 "last"`; got != want {
+		t.Errorf("describe = %q, want %q", got, want)
+	}
+}
+
 func TestPrintGroupsOddNodeLast(t *testing.T) {
 	var buf bytes.Buffer
 	results := []nodeexec.NodeResult{

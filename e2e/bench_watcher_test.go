@@ -40,7 +40,9 @@ const childEnv = "NODEEXEC_E2E_RSS_CHILD"
 // BenchmarkWatcher measures the watcher against its peers at
 // NODEEXEC_BENCH_NODES (default 5,000) SIMULATED kwok nodes, all in one run:
 //   - rollout throughput (nodes/s from apply to Complete, maxConcurrency
-//     100%) against kwok's raw rate of one pod per node (RawPodRate);
+//     100%) against kwok's raw rate of one pod per node (RawPodRate), and
+//     the API writes per node run (the watcher's clientset: pods, nodes,
+//     Events; the NodeScript's status, per reconcile, is not counted);
 //   - memory: RSS after sync of the watcher (trimmed node cache) against a
 //     plain full Node informer, both in this test binary; and of the real
 //     `nodeexec watch`;
@@ -76,7 +78,8 @@ func BenchmarkWatcher(b *testing.B) {
 	// Watcher throughput.
 	name := uniqueName("bench-scale-")
 	cleanupNodeScript(b, dyn, name)
-	startScaleWatcher(b, dyn)
+	writes := startScaleWatcher(b, dyn)
+	writes.reset()
 	t0 := time.Now()
 	applyNodeScript(ctx, b, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
@@ -91,6 +94,9 @@ spec:
 		return ns.Status.Stage == watcher.StageComplete
 	})
 	took := time.Since(t0)
+	by, all, events := writes.counts()
+	res["watcher_writes_per_node"], res["watcher_writes"], res["watcher_event_writes"] = round(float64(all)/float64(n)), by, events
+	b.Logf("SIMULATED %d nodes: %d API writes by the watcher's clientset (%.2f per node run, target <= 3; %d Events): %v", n, all, float64(all)/float64(n), events, by)
 	thr := float64(n) / took.Seconds()
 	res["watcher_nodes_per_s"], res["watcher_rollout_s"], res["throughput_ratio"] = round(thr), round(took.Seconds()), round(thr/raw)
 	b.Logf("SIMULATED %d nodes: raw pod rate %.1f/s (created in %s, all ended in %s); watcher rollout %s = %.1f nodes/s; ratio %.2f (target >= 0.5)",

@@ -5,7 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,10 +82,87 @@ func fastClient(t testing.TB) kubernetes.Interface {
 }
 
 // startScaleWatcher runs a watcher tuned for simulated nodes (no logs to
-// read) until the test ends.
-func startScaleWatcher(t testing.TB, dyn dynamic.Interface) {
+// read) until the test ends; its writes through the clientset (pods, nodes,
+// Events, ConfigMaps) are counted in the writeCounter returned.
+func startScaleWatcher(t testing.TB, dyn dynamic.Interface) *writeCounter {
 	t.Helper()
-	startWatcherWith(t, watcher.Options{Client: fastClient(t), Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
+	wc := &writeCounter{by: map[string]int{}}
+	cfg := *env.config
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			wc.note(r)
+			return rt.RoundTrip(r)
+		})
+	})
+	cs, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWatcherWith(t, watcher.Options{Client: cs, Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
+	return wc
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// writeCounter counts a client's API writes (POST, PUT, PATCH, DELETE) by
+// verb and resource ("PATCH nodes/status").
+type writeCounter struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (c *writeCounter) note(r *http.Request) {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return
+	}
+	c.mu.Lock()
+	c.by[r.Method+" "+apiResource(r.URL.Path)]++
+	c.mu.Unlock()
+}
+
+// apiResource is the resource (and subresource) of a core API path:
+// /api/v1/nodes/N/status is nodes/status, /api/v1/namespaces/NS/pods/P is pods.
+func apiResource(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) > 2 && parts[0] == "api" {
+		parts = parts[2:]
+	} else if len(parts) > 3 && parts[0] == "apis" {
+		parts = parts[3:]
+	}
+	if len(parts) > 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch {
+	case len(parts) >= 3:
+		return parts[0] + "/" + parts[2]
+	case len(parts) >= 1:
+		return parts[0]
+	}
+	return path
+}
+
+// reset zeroes the counts.
+func (c *writeCounter) reset() {
+	c.mu.Lock()
+	c.by = map[string]int{}
+	c.mu.Unlock()
+}
+
+// counts returns the counts and their total; of events alone, too.
+func (c *writeCounter) counts() (by map[string]int, total, events int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	by = maps.Clone(c.by)
+	for k, v := range by {
+		total += v
+		if strings.HasSuffix(k, " events") {
+			events += v
+		}
+	}
+	return by, total, events
 }
 
 func TestWatcherScale1000(t *testing.T) { testWatcherScale(t, 1000) }
@@ -120,7 +200,7 @@ func testWatcherScale(t testing.TB, n int) {
 			}
 		}
 	}
-	startScaleWatcher(t, dyn)
+	writes := startScaleWatcher(t, dyn)
 	// maxConcurrency: 2% at 5,000 nodes (100 at once, the benchmark's
 	// figure); 5% at 1,000 (50 at once), which keeps the rollout of
 	// TestWatcherScale1000 (kwok holds each run 3-11 s) within CI's budget.
@@ -134,6 +214,7 @@ func testWatcherScale(t testing.TB, n int) {
 		name := uniqueName("e2e-scale-")
 		cleanupNodeScript(t, dyn, name)
 		pods := recordPods(t, name)
+		writes.reset()
 		t0 := time.Now()
 		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
@@ -165,6 +246,18 @@ spec:
 			total += len(r)
 		}
 		t.Logf("%d run pods for %d nodes", total, n)
+		// Issue 11, target 3: at most 3 API writes per node run. Each run
+		// is a pod created, its node's status patched once (state and
+		// condition), the pod deleted; a failed run adds its Warning Event,
+		// successes are one Event per reconcile.
+		by, all, events := writes.counts()
+		t.Logf("SIMULATED: %d API writes for %d node runs (%.2f per node; %d Events): %v", all, n, float64(all)/float64(n), events, by)
+		if all > 3*n+fails+n/20 {
+			t.Errorf("%d API writes for %d node runs (%.2f per node), want at most 3 per node plus the failures' Events: %v", all, n, float64(all)/float64(n), by)
+		}
+		if p := by["PATCH nodes/status"]; p > n+n/100 {
+			t.Errorf("%d patches of nodes/status for %d runs, want one per run", p, n)
+		}
 	})
 
 	subtest(t, "error-budget", func(t testing.TB) {

@@ -217,7 +217,23 @@ func nodeState(ctx context.Context, t testing.TB, node, name string) (watcher.No
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, n
+	// The run pod is the record while it goes, as nodeexec status shows it.
+	pods, err := env.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		LabelSelector: watcher.LabelNodeScript + "=" + name + "," + watcher.LabelAction + " in (check,run)",
+		FieldSelector: "spec.nodeName=" + node,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var going *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+			(going == nil || going.CreationTimestamp.Before(&p.CreationTimestamp)) {
+			going = p
+		}
+	}
+	return watcher.WithRunPod(s, going), n
 }
 
 // podLog records, from a watch, every pod a NodeScript's watcher created:
@@ -391,9 +407,10 @@ spec:
 	if c := findCond(ns, v1alpha1.ConditionComplete); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Complete condition %+v", c)
 	}
-	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + second + ",reason=" + watcher.ReasonSucceeded})
-	if err != nil || !slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return strings.Contains(e.Message, name) }) {
-		t.Errorf("no %s event for %s on node %s (%v)", watcher.ReasonSucceeded, name, second, err)
+	// Successes are aggregated: one Event on the NodeScript per reconcile, naming the nodes.
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=NodeScript,involvedObject.name=" + name + ",reason=" + watcher.ReasonSucceeded})
+	if err != nil || !slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return strings.Contains(e.Message, second) }) {
+		t.Errorf("no %s event on %s naming node %s (%v)", watcher.ReasonSucceeded, name, second, err)
 	}
 }
 

@@ -166,6 +166,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 				until.UTC().Format(time.RFC3339), orDash(ns.Annotations[watcher.AnnotationRunNowBy]), ns.Name)
 		}
 	}
+	if rep.RunsError != "" {
+		fmt.Fprintf(w, "runs going not shown (a node running shows its state before the run): %s\n", rep.RunsError)
+	}
 	if rep.OutputError != "" {
 		fmt.Fprintf(w, "output not shown: %s\n", rep.OutputError)
 	}

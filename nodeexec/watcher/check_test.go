@@ -48,7 +48,7 @@ func TestChecked(t *testing.T) {
 		})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if diff := cmp.Diff(c.want, checked(running, "h", 2, "p", "b2", c.out, now)); diff != "" {
+			if diff := cmp.Diff(c.want, checked(running, "h", 2, "p", "b1", c.out, now)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -244,6 +244,10 @@ type NodeReport struct {
 type Report struct {
 	NodeScript *v1alpha1.NodeScript `json:"nodeScript"`
 	Nodes      []NodeReport         `json:"nodes"`
+	// RunsError says why the run pods could not be listed (for example,
+	// no right to list pods in the run namespace): a node whose run is
+	// going then shows the state before it. Empty otherwise.
+	RunsError string `json:"runsError,omitempty"`
 	// OutputError says why the output records could not be read (with
 	// spec.recordOutput set): for example, no right to list ConfigMaps in
 	// the run namespace. Empty otherwise.
@@ -253,8 +257,11 @@ type Report struct {
 // Status reads a NodeScript and every node's state for it (one list of
 // nodes) and, when spec.recordOutput is set, the output records (one list
 // of ConfigMaps in the run namespace; a refusal is reported in
-// Report.OutputError, not as an error). RBAC: get on nodescripts, list on
-// nodes, list on configmaps in the run namespace.
+// Report.OutputError, not as an error), and the check and run pods going
+// (one list of pods in the run namespace; the pod is a run's record while
+// it goes, see WithRunPod; a refusal is reported in Report.RunsError). RBAC:
+// get on nodescripts, list on nodes, list on pods and configmaps in the run
+// namespace.
 func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string) (*Report, error) {
 	ns, err := Get(ctx, dyn, name)
 	if err != nil {
@@ -275,6 +282,10 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 			records = l.Items
 		}
 	}
+	going, err := goingRuns(ctx, client, ns)
+	if err != nil {
+		rep.RunsError = err.Error()
+	}
 	var cont string
 	for {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
@@ -292,6 +303,8 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 			s, err := DecodeState(n.Annotations, name)
 			if err != nil {
 				s = NodeState{Phase: "Unknown", Reason: err.Error()}
+			} else {
+				s = WithRunPod(s, going[n.Name])
 			}
 			rep.Nodes = append(rep.Nodes, NodeReport{
 				Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: outputOf(records, n.Name),
@@ -304,6 +317,41 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 	}
 	slices.SortFunc(rep.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Node, b.Node) })
 	return rep, nil
+}
+
+// goingRuns are NodeScript ns's check and run pods that have not finished
+// and are not being deleted, by node (one list of pods in the run
+// namespace; RBAC: list on pods there).
+func goingRuns(ctx context.Context, client kubernetes.Interface, ns *v1alpha1.NodeScript) (map[string]*corev1.Pod, error) {
+	sel := fmt.Sprintf("%s=%s,%s in (%s,%s)", LabelNodeScript, ns.Name, LabelAction, ActionCheck, ActionRun)
+	list, err := client.CoreV1().Pods(RunNamespace(&ns.Spec)).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("run pods in namespace %s: %w", RunNamespace(&ns.Spec), err)
+	}
+	going := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if o := going[p.Spec.NodeName]; o == nil || o.CreationTimestamp.Before(&p.CreationTimestamp) {
+			going[p.Spec.NodeName] = p
+		}
+	}
+	return going, nil
+}
+
+// WithRunPod is a node's state s, as its annotation records it, seen with
+// pod, the node's check or run pod that has not finished (nil: none). The
+// pod is the record of a run while it goes, and the annotation is written
+// when it has finished: a pod s does not name yet makes the node Running
+// with the pod's spec hash, attempt, start and boot ID. It is a pure
+// function.
+func WithRunPod(s NodeState, pod *corev1.Pod) NodeState {
+	if pod == nil || s.Pod == pod.Name {
+		return s
+	}
+	return runningState(s, pod)
 }
 
 // crdMissing reports whether err is the API server not serving the

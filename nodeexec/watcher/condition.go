@@ -117,21 +117,40 @@ func findCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCon
 // NodeCondition says from its state (as phase 3 left it); every other node
 // loses ns's condition. Only a condition that differs from the node's
 // (status, reason or message) is written, in parallel; its
-// lastTransitionTime changes only with its status. Output: the joined
-// errors of the writes.
+// lastTransitionTime changes only with its status. While a run or check pod
+// goes (podRecord), a node's condition is kept (the outcome's write,
+// writeState, sets it), and a node without one gets the one its recorded
+// state (the annotation) says. Output: the joined errors of the writes.
 func (c *controller) nodeConditions(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, now time.Time) error {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var work []func() error
 	for _, n := range cached.all {
-		var want *corev1.NodeCondition
+		var (
+			want    *corev1.NodeCondition
+			running bool
+		)
 		if selectsNode(ns, sel, n) {
 			s, ok := c.w.state(ctx, ns.Name, n)
 			if !ok {
 				continue // unreadable: left alone (and logged)
 			}
-			want = NodeCondition(ns.Name, hash, s)
+			want, running = NodeCondition(ns.Name, hash, s), podRecord(s)
 		}
 		have := c.w.condition(ns.Name, n)
+		if running {
+			// The run pod is the record while it goes: the condition
+			// changes with the outcome's write. A node without one (its
+			// ignore annotation just removed) gets the one the state
+			// recorded before the run says.
+			if have != nil {
+				continue
+			}
+			before, err := DecodeState(n.Annotations, ns.Name)
+			if err != nil {
+				continue
+			}
+			want = NodeCondition(ns.Name, hash, before)
+		}
 		if sameCondition(have, want) {
 			continue
 		}
@@ -164,11 +183,7 @@ func (w *Watcher) writeCondition(ctx context.Context, name, node string, have, w
 			return err
 		}
 	} else {
-		c := *want
-		c.LastHeartbeatTime, c.LastTransitionTime = metav1.NewTime(now.UTC().Truncate(time.Second)), metav1.NewTime(now.UTC().Truncate(time.Second))
-		if have != nil && have.Status == c.Status && !have.LastTransitionTime.IsZero() {
-			c.LastTransitionTime = have.LastTransitionTime
-		}
+		c := stamp(*want, have, now)
 		want = &c
 		if err := patchCondition(ctx, w.o.Client, node, c); err != nil {
 			return err
@@ -181,6 +196,17 @@ func (w *Watcher) writeCondition(ctx context.Context, name, node string, have, w
 	w.conds[name][node] = want
 	w.mu.Unlock()
 	return nil
+}
+
+// stamp is condition c, replacing have, with its times set at now (to the
+// second): lastHeartbeatTime now, lastTransitionTime now unless have has
+// the same status (then have's).
+func stamp(c corev1.NodeCondition, have *corev1.NodeCondition, now time.Time) corev1.NodeCondition {
+	c.LastHeartbeatTime, c.LastTransitionTime = metav1.NewTime(now.UTC().Truncate(time.Second)), metav1.NewTime(now.UTC().Truncate(time.Second))
+	if have != nil && have.Status == c.Status && !have.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = have.LastTransitionTime
+	}
+	return c
 }
 
 // patchCondition sets condition c on node with a strategic merge patch of

@@ -3,6 +3,9 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,7 +256,10 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		return runPods{}, err
 	}
 	going := runPods{busy: map[string]bool{}, actions: map[string]bool{}}
-	var finish []func() error
+	var (
+		finish []func() error
+		ok     succeeded
+	)
 	for _, o := range podObjs {
 		pod := o.(*corev1.Pod)
 		node, action := pod.Spec.NodeName, pod.Labels[LabelAction]
@@ -265,12 +271,13 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		ready, since := nodeReady(n)
 		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
 		if runsScript(action) && out.Done {
-			if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Pod == pod.Name {
-				bootID, err := c.bootID(ctx, n, s, out)
+			if s, ok := c.w.state(ctx, ns.Name, n); ok {
+				start := startBootID(pod, s)
+				bootID, err := c.bootID(ctx, n, start, out)
 				if err != nil {
 					return runPods{}, err
 				}
-				out = Rebooted(out, s.BootID, bootID)
+				out = Rebooted(out, start, bootID)
 			}
 		}
 		if pod.DeletionTimestamp != nil && !out.Done {
@@ -282,16 +289,47 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 			if runsScript(action) {
 				going.busy[node] = true
 				if pod.DeletionTimestamp == nil {
-					if err := c.adopt(ctx, ns, n, pod); err != nil {
-						return runPods{}, err
-					}
+					c.adopt(ctx, ns, n, pod)
 				}
 			}
 			continue
 		}
-		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, now) })
+		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, &ok, now) })
 	}
-	return going, c.parallel(finish)
+	err = c.parallel(finish)
+	ok.event(c.events, ns)
+	return going, err
+}
+
+// succeeded collects the nodes whose run succeeded in one reconcile, for
+// one Event on the NodeScript instead of one per node.
+type succeeded struct {
+	mu    sync.Mutex
+	nodes []string
+}
+
+func (s *succeeded) add(node string) {
+	s.mu.Lock()
+	s.nodes = append(s.nodes, node)
+	s.mu.Unlock()
+}
+
+// maxEventNodes bounds the node names one aggregated Event lists.
+const maxEventNodes = 20
+
+// event records one Normal ReasonSucceeded Event on ns naming the nodes
+// added (the first maxEventNodes, sorted, and how many more); none when
+// there are none.
+func (s *succeeded) event(r record.EventRecorder, ns *v1alpha1.NodeScript) {
+	if len(s.nodes) == 0 {
+		return
+	}
+	slices.Sort(s.nodes)
+	names := strings.Join(s.nodes[:min(len(s.nodes), maxEventNodes)], ", ")
+	if more := len(s.nodes) - maxEventNodes; more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	r.Eventf(ns, corev1.EventTypeNormal, ReasonSucceeded, "the script succeeded on %d node(s): %s", len(s.nodes), names)
 }
 
 // nodePolicies is phase 2. Inputs: ns at spec hash, the cached nodes, the

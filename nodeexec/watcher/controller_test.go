@@ -141,7 +141,7 @@ func TestRecordFinished(t *testing.T) {
 	infra := func(reason string) *NodeState {
 		return finished(PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason, s.ExitCode = true, reason, nil })
 	}
-	deleted := func(name string) []string { return []string{"patch nodes n1", "delete pods " + name} }
+	deleted := func(name string) []string { return []string{"patch nodes/status n1", "delete pods " + name} }
 	// A failure on a node whose cached boot ID is the run's is checked
 	// against the API's.
 	failed := append([]string{"get nodes n1"}, deleted(run)...)
@@ -185,7 +185,7 @@ func TestRecordFinished(t *testing.T) {
 		}},
 		{phaseCase: phaseCase{
 			name: "running pod adopted", pods: pod(ActionRun, running, nil),
-			want: finished(PhaseRunning, func(*NodeState) {}), wantCalls: []string{"patch nodes n1"},
+			want: finished(PhaseRunning, func(*NodeState) {}), // the pod is the record: nothing written
 		}, busy: true},
 		{phaseCase: phaseCase{
 			name: "terminating pod", state: state(ns, PhaseRunning, nil),
@@ -258,7 +258,7 @@ func TestNodePolicies(t *testing.T) {
 		{phaseCase: phaseCase{
 			name: "lost run", state: state(ns, PhaseRunning, nil),
 			want:      state(ns, PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason = true, "PodDisappeared" }),
-			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonInfrastructure},
+			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonInfrastructure},
 		}, wantPhase: PhaseRunning},
 		{phaseCase: phaseCase{
 			name:  "infrastructure failure waiting for its retry",
@@ -267,16 +267,16 @@ func TestNodePolicies(t *testing.T) {
 		{phaseCase: phaseCase{
 			name: "failure policy: cordon", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,
 			want:      with(failed, func(s *NodeState) { s.Cordoned, s.CordonedByUs = true, true }),
-			wantCalls: []string{"patch nodes n1", "patch nodes n1"}, wantReasons: []string{ReasonCordoned},
+			wantCalls: []string{"patch nodes n1", "patch nodes/status n1"}, wantReasons: []string{ReasonCordoned},
 		}, wantPhase: PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: cordoned by someone else", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed, node: cordoned,
-			want: with(failed, func(s *NodeState) { s.Cordoned = true }), wantCalls: []string{"patch nodes n1"},
+			want: with(failed, func(s *NodeState) { s.Cordoned = true }), wantCalls: []string{"patch nodes/status n1"},
 		}, wantPhase: PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: rollback", spec: policy(v1alpha1.FailurePolicy{Rollback: true}), state: failed,
 			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
-			wantCalls: []string{"create pods " + rollback, "patch nodes n1"},
+			wantCalls: []string{"create pods " + rollback, "patch nodes/status n1"},
 		}, wantPhase: PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: rollback pod going", spec: policy(v1alpha1.FailurePolicy{Rollback: true}), state: failed,
@@ -286,7 +286,7 @@ func TestNodePolicies(t *testing.T) {
 			name: "failure policy: rollback pod lost", spec: policy(v1alpha1.FailurePolicy{Rollback: true}),
 			state:     with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
 			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseFailed }),
-			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonRollbackFailed},
+			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonRollbackFailed},
 		}, wantPhase: PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "not selected: no policy", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,
@@ -306,7 +306,7 @@ func TestNodePolicies(t *testing.T) {
 		{phaseCase: phaseCase{
 			name: "succeeded: our cordon undone", state: state(ns, PhaseSucceeded, func(s *NodeState) { s.Cordoned, s.CordonedByUs = true, true }), node: cordoned,
 			want:      state(ns, PhaseSucceeded, nil),
-			wantCalls: []string{"patch nodes n1", "patch nodes n1"}, wantReasons: []string{ReasonUncordoned},
+			wantCalls: []string{"patch nodes n1", "patch nodes/status n1"}, wantReasons: []string{ReasonUncordoned},
 		}, wantPhase: PhaseSucceeded},
 		{phaseCase: phaseCase{
 			name: "run of an older spec going", state: state(ns, PhaseSucceeded, func(s *NodeState) { s.Hash = "older" }),
@@ -346,12 +346,12 @@ func TestStartRuns(t *testing.T) {
 		start, verify []string
 	}{
 		{phaseCase: phaseCase{
-			name: "first run", want: state(ns, PhaseRunning, nil), wantCalls: []string{"create pods " + run(1), "patch nodes n1"},
+			name: "first run", want: state(ns, PhaseRunning, nil), wantCalls: []string{"create pods " + run(1)},
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "retry", state: infra,
 			want:      &NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 3, Since: t0, Pod: run(3), BootID: "boot-1", CordonedByUs: true, Cordoned: true},
-			wantCalls: []string{"create pods " + run(3), "patch nodes n1"},
+			wantCalls: []string{"create pods " + run(3)},
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "run pod created before, not in the cache yet",
@@ -360,7 +360,8 @@ func TestStartRuns(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: state(ns, PhaseRunning, nil), wantCalls: []string{"create pods " + run(1), "patch nodes n1"},
+			// The pod found is the record: created without a boot ID here.
+			want: state(ns, PhaseRunning, func(s *NodeState) { s.BootID = "" }), wantCalls: []string{"create pods " + run(1)},
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "create refused",

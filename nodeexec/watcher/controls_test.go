@@ -98,10 +98,12 @@ func TestNodeCondition(t *testing.T) {
 	}
 }
 
-// The condition follows the node's record: Pending while the run goes,
-// Applied once it succeeded (and not written again while unchanged),
-// Outdated when the spec changes, its transition time moving only with its
-// status; removed when the node is no longer selected or is ignored.
+// The condition follows the node's record: none (or the one before) while
+// the run goes (the pod is the record), Applied once it succeeded, in the
+// same patch as the state (and not written again while unchanged),
+// Outdated when the spec changes and while the new spec runs, its
+// transition time moving only with its status; removed when the node is no
+// longer selected or is ignored.
 func TestReconcileNodeCondition(t *testing.T) {
 	ns := script(nil)
 	hash := v1alpha1.SpecHash(&ns.Spec)
@@ -123,16 +125,21 @@ func TestReconcileNodeCondition(t *testing.T) {
 		}
 	}
 	e.reconcile()
-	check("started", []string{"patch nodes/status n1"}, corev1.ConditionFalse, ConditionPending, "spec "+hash+" is running here", t0)
-	if n := e.node("n1"); ready(n).Status != corev1.ConditionTrue {
-		t.Errorf("the Ready condition changed: %+v", n.Status.Conditions)
+	if len(e.calls["conditions"]) != 0 || e.nodeCondition("n1") != nil {
+		t.Errorf("started: condition %+v, writes %v; want none while the pod is the record", e.nodeCondition("n1"), e.calls["conditions"])
 	}
 
 	e.clock.Step(time.Minute)
 	e.setPod(podName(ns, "n1", ActionRun, 1), exited(0))
 	e.reconcile()
 	applied := e.clock.Now()
-	check("succeeded", []string{"patch nodes/status n1"}, corev1.ConditionTrue, ConditionApplied, "spec "+hash+" succeeded here", applied)
+	check("succeeded", nil, corev1.ConditionTrue, ConditionApplied, "spec "+hash+" succeeded here", applied)
+	if !slices.Contains(e.calls[""], "patch nodes/status n1") {
+		t.Errorf("succeeded: the state and condition not written in one patch: %v", e.calls[""])
+	}
+	if n := e.node("n1"); ready(n).Status != corev1.ConditionTrue {
+		t.Errorf("the Ready condition changed: %+v", n.Status.Conditions)
+	}
 
 	e.clock.Step(time.Minute)
 	e.reconcile()
@@ -157,7 +164,10 @@ func TestReconcileNodeCondition(t *testing.T) {
 	e.cs.ReactionChain = e.cs.ReactionChain[1:]
 	e.clock.Step(time.Minute)
 	e.reconcile()
-	check("the new spec runs", []string{"patch nodes/status n1"}, corev1.ConditionFalse, ConditionPending, "spec "+hash2+" is running here", outdated)
+	c = e.nodeCondition("n1")
+	if len(e.calls["conditions"]) != 0 || c == nil || c.Reason != ConditionOutdated || !c.LastTransitionTime.Time.Equal(outdated) {
+		t.Errorf("the new spec runs: condition %+v, writes %v; want Outdated, unwritten", c, e.calls["conditions"])
+	}
 
 	// Ignored, then no longer selected: no condition.
 	e.updateNode("n1", func(n *corev1.Node) { n.Annotations[IgnoreAnnotation("fix")] = "alice" })
@@ -284,7 +294,7 @@ func TestRerun(t *testing.T) {
 		t.Errorf("n2 ran again: %+v", s)
 	}
 	// The state (Pending, request removed) then the start (Running).
-	if diff := cmp.Diff([]string{"patch nodes n1", "create pods " + pod, "patch nodes n1"}, e.calls[""]); diff != "" {
+	if diff := cmp.Diff([]string{"patch nodes/status n1", "create pods " + pod}, e.calls[""]); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 	e.checkEvents("rerun", ReasonRerun)
@@ -327,11 +337,11 @@ func TestRerunRequests(t *testing.T) {
 	}{
 		{phaseCase: phaseCase{name: "applied", state: succeeded,
 			want:      &NodeState{Phase: PhasePending, Attempts: 1, AttemptsBefore: 1, Since: t0, Reason: "RerunRequested"},
-			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonRerun}},
+			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonRerun}},
 			request: hash, selected: true, wantState: PhasePending, wantWrite: true},
 		{phaseCase: phaseCase{name: "keeps the cordon record", state: state(ns, PhaseFailed, func(s *NodeState) { s.Cordoned, s.CordonedByUs, s.ExitCode = true, true, ptr.To(1) }),
 			want:      &NodeState{Phase: PhasePending, Attempts: 1, AttemptsBefore: 1, Since: t0, Reason: "RerunRequested", Cordoned: true, CordonedByUs: true},
-			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonRerun}},
+			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonRerun}},
 			request: hash, selected: true, wantState: PhasePending, wantWrite: true},
 		{phaseCase: phaseCase{name: "running: waits", state: state(ns, PhaseRunning, nil)},
 			request: hash, selected: true, wantState: PhaseRunning},

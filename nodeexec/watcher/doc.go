@@ -11,4 +11,13 @@
 // builds the nodeexec.Backend spec.backend names, and the watcher creates its
 // CompletionPod (nodeexec.CompletionPodBuilder), reading the outcome from
 // the pod's status. It knows no backend by name.
+//
+// Writes: while a run goes, its pod is the record (attempt, spec hash,
+// start, boot ID: see WithRunPod); the outcome is written once, when the pod
+// has finished, as one patch of the node's status that sets the state
+// annotation and the NodeScript's Node condition; then the pod is deleted.
+// A plain run is three writes per node (create, patch, delete), and the
+// successes a reconcile records are one Event on the NodeScript. A run pod
+// deleted by someone else while no watcher runs leaves no record: the node
+// runs again.
 package watcher

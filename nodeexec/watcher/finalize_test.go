@@ -82,7 +82,7 @@ func TestFinalize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.writeState(ctx, "fix", nodes[2], NodeState{Hash: "h", Phase: PhaseRunning}); err != nil {
+	if err := w.writeState(ctx, ns, nodes[2], NodeState{Hash: "h", Phase: PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})

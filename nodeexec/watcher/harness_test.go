@@ -44,8 +44,9 @@ type env struct {
 	scriptCache         cache.Store
 	// calls are the last reconcile's calls to the clientset ("") and the
 	// dynamic client ("dyn"), as "verb resource[/subresource] name"; the
-	// clientset's patches of nodes/status (phase 4, the node conditions,
-	// made in parallel) apart, sorted ("conditions").
+	// clientset's patches of nodes/status that set only a condition (phase
+	// 4, made in parallel) apart, sorted ("conditions"). A state write is
+	// "patch nodes/status NODE" in "" (its condition in the same patch).
 	calls map[string][]string
 }
 
@@ -70,6 +71,13 @@ func newEnv(t *testing.T, scripts []*v1alpha1.NodeScript, objs ...runtime.Object
 	e.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Millisecond, time.Second),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "test", Clock: clk})
+	// The API server sets a pod's creation time.
+	e.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); ok && p.CreationTimestamp.IsZero() {
+			p.CreationTimestamp = metav1.NewTime(clk.Now())
+		}
+		return false, nil, nil
+	})
 	t.Cleanup(func() { cancel(); e.queue.ShutDown() })
 	e.c = &controller{w: w, nodes: corelisters.NewNodeLister(e.nodeCache), pods: e.podCache, scripts: e.scriptCache, events: e.events, queue: e.queue}
 	return e
@@ -121,8 +129,8 @@ func (e *env) reconcile() time.Duration {
 		e.t.Fatalf("reconcile: %v", err)
 	}
 	e.calls = map[string][]string{"dyn": describe(e.dyn.Actions())}
-	for _, call := range describe(e.cs.Actions()) {
-		if strings.HasPrefix(call, "patch nodes/status ") {
+	for i, call := range describe(e.cs.Actions()) {
+		if p, ok := e.cs.Actions()[i].(k8stesting.PatchAction); ok && strings.HasPrefix(call, "patch nodes/status ") && !strings.Contains(string(p.GetPatch()), `"metadata"`) {
 			e.calls["conditions"] = append(e.calls["conditions"], call)
 		} else {
 			e.calls[""] = append(e.calls[""], call)
@@ -159,7 +167,11 @@ func (e *env) state(node string) NodeState {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return s
+	going, err := goingRuns(e.ctx, e.cs, e.nodeScript())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return WithRunPod(s, going[node])
 }
 
 // pods are the stored pods' names, sorted.

@@ -59,12 +59,12 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	}
 	if ns.Spec.Maintenance.Drain == nil {
 		next.Maintenance = MaintenanceDrained
-		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+		if err := c.w.writeState(ctx, ns, n, next); err != nil {
 			return err
 		}
 		return c.start(ctx, ns, hash, n, next, ActionRun, now)
 	}
-	if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+	if err := c.w.writeState(ctx, ns, n, next); err != nil {
 		return err
 	}
 	c.drainBefore(ctx, ns, n)
@@ -120,7 +120,7 @@ func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n
 			s.NextRetry = &t
 			c.events.Eventf(n, corev1.EventTypeWarning, ReasonDrainFailed, "nodescript %s: before the run: %s", ns.Name, msg)
 		}
-		if err := c.w.writeState(ctx, ns.Name, cur, s); err != nil {
+		if err := c.w.writeState(ctx, ns, cur, s); err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "recording the drain", "node", n.Name)
 		}
 	}()

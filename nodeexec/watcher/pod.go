@@ -29,6 +29,11 @@ const (
 	LabelAction = "nodeexec.io/action"
 	// AnnotationAttempt is the attempt number of the run (1 for the first).
 	AnnotationAttempt = "nodeexec.io/attempt"
+	// AnnotationBootID is the node's status.nodeInfo.bootID when the pod
+	// was created: while a check or run pod goes, the pod is the node's
+	// record of the run (see NodeState), and a failure on a node that
+	// rebooted since is an infrastructure failure (NodeRebooted).
+	AnnotationBootID = "nodeexec.io/boot-id"
 )
 
 // Actions: which of a NodeScript's scripts a pod runs.
@@ -111,6 +116,9 @@ type RunPodSpec struct {
 	// Attempt numbers the run (1 for the first).
 	Node, Action string
 	Attempt      int
+	// BootID is the node's status.nodeInfo.bootID, kept on the pod as
+	// AnnotationBootID; empty leaves the annotation out.
+	BootID string
 	// Now is the creation time (deadline annotation, activeDeadlineSeconds).
 	Now time.Time
 }
@@ -244,6 +252,9 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	pod.Labels[LabelNodeScript] = ns.Name
 	pod.Labels[LabelAction] = s.Action
 	pod.Annotations[AnnotationAttempt] = strconv.Itoa(s.Attempt)
+	if s.BootID != "" {
+		pod.Annotations[AnnotationBootID] = s.BootID
+	}
 	return pod, nil
 }
 

@@ -56,7 +56,7 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 		}
 	}
 	if changed {
-		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+		if err := c.w.writeState(ctx, ns, n, s); err != nil {
 			return err
 		}
 	}
@@ -86,7 +86,7 @@ func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *c
 	}
 	s.CordonedByUs, s.Cordoned = false, false
 	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUncordoned, "nodescript %s: uncordoned (the watcher had cordoned it): %s", ns.Name, why)
-	return c.w.writeState(ctx, ns.Name, n, s)
+	return c.w.writeState(ctx, ns, n, s)
 }
 
 // drain evicts the node's pods in the background with kubectl's drain
@@ -126,7 +126,7 @@ func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 			return
 		}
 		s.Drain = result
-		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+		if err := c.w.writeState(ctx, ns, n, s); err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "recording the drain", "node", n.Name)
 		}
 	}()

@@ -62,7 +62,7 @@ func (c *controller) reapply(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	}
 	next := runAgain(s, hash, now, reason)
 	return next, func() error {
-		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+		if err := c.w.writeState(ctx, ns, n, next); err != nil {
 			return err
 		}
 		var why string

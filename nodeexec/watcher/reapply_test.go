@@ -87,7 +87,7 @@ func TestReapplyOnReboot(t *testing.T) {
 		t.Errorf("n2 ran again: %+v", s)
 	}
 	// The state (Pending, ReapplyOnReboot), then the start (Running).
-	if diff := cmp.Diff([]string{"patch nodes n1", "create pods " + pod, "patch nodes n1"}, e.calls[""]); diff != "" {
+	if diff := cmp.Diff([]string{"patch nodes/status n1", "create pods " + pod}, e.calls[""]); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 	e.checkEvents("reapply", ReasonReapplyOnReboot)

@@ -83,18 +83,18 @@ func (c *controller) rebooting(ctx context.Context, ns *v1alpha1.NodeScript, has
 	case "back":
 		c.events.Eventf(n, corev1.EventTypeNormal, ReasonRebooted, "nodescript %s: the node is back after %s with boot ID %s (was %s)", ns.Name, now.Sub(s.Since).Round(time.Second), boot, s.BootID)
 		s.Phase, s.Maintenance, s.RebootIssued, s.BootID, s.Since = PhaseSucceeded, "", false, boot, now
-		return c.w.writeState(ctx, ns.Name, n, s)
+		return c.w.writeState(ctx, ns, n, s)
 	case "timeout":
 		msg := fmt.Sprintf("the node did not come back with a new boot ID and Ready within %s (boot ID %s, Ready %t)", now.Sub(s.Since).Round(time.Second), boot, ready)
 		c.events.Eventf(n, corev1.EventTypeWarning, ReasonRebootTimeout, "nodescript %s: %s", ns.Name, msg)
 		s.Phase, s.Maintenance, s.RebootIssued, s.Reason, s.Message, s.Since = PhaseFailed, "", false, ReasonRebootTimeout, msg, now
-		return c.w.writeState(ctx, ns.Name, n, s)
+		return c.w.writeState(ctx, ns, n, s)
 	case "issue":
 		if err := c.reboot(ctx, ns, hash, n, s, now); err != nil {
 			return err
 		}
 		s.RebootIssued = true
-		return c.w.writeState(ctx, ns.Name, n, s)
+		return c.w.writeState(ctx, ns, n, s)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -62,7 +63,8 @@ func TestReconcileRollout(t *testing.T) {
 	if want := podName(ns, canary, ActionRun, 1); pod != want {
 		t.Errorf("canary pod %s, want %s", pod, want)
 	}
-	if diff := cmp.Diff([]string{"create pods " + pod, "patch nodes " + canary}, e.calls[""]); diff != "" {
+	// The pod is the run's record while it goes: nothing else is written.
+	if diff := cmp.Diff([]string{"create pods " + pod}, e.calls[""]); diff != "" {
 		t.Errorf("first reconcile, clientset (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"get nodescripts fix", "patch nodescripts fix", "patch nodescripts/status fix"}, e.calls["dyn"]); diff != "" {
@@ -96,7 +98,7 @@ func TestReconcileRollout(t *testing.T) {
 		}
 		wantActions := []string{
 			"get pods/log", "get configmaps fix." + prevNode, "create configmaps fix." + prevNode,
-			"patch nodes " + prevNode, "delete pods " + prevPod,
+			"patch nodes/status " + prevNode, "delete pods " + prevPod,
 		}
 		wantReasons := []string{ReasonSucceeded}
 		if i < len(names)-1 {
@@ -104,7 +106,7 @@ func TestReconcileRollout(t *testing.T) {
 			if done[canary] {
 				t.Fatalf("node %s started again", canary)
 			}
-			wantActions = append(wantActions, "create pods "+pod, "patch nodes "+canary)
+			wantActions = append(wantActions, "create pods "+pod)
 		} else {
 			wantReasons = append(wantReasons, ReasonComplete)
 		}
@@ -336,7 +338,7 @@ func TestReconcileLostRun(t *testing.T) {
 	}
 	e.c.w.expect(pod, e.clock.Now()) // created, not seen by the informer
 	e.reconcile()
-	if s := e.state(node); s.Phase != PhaseRunning {
+	if s, _ := e.c.w.state(e.ctx, "fix", e.node(node)); s.Phase != PhaseRunning {
 		t.Errorf("a pod just created counts as lost: %+v", s)
 	}
 	e.clock.Step(time.Minute + time.Second)
@@ -350,15 +352,24 @@ func TestReconcileAdoptsRunningPod(t *testing.T) {
 	ns := script(nil)
 	pod := runPod(t, ns, "n1", ActionRun, 1)
 	pod.Status = running
-	// A watcher stopped between the pod's creation and the state's write.
+	// A watcher restarted while a run pod goes: the pod is the record,
+	// nothing is written and nothing else started.
+	pod.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+	pod.Annotations[AnnotationBootID] = "boot-1"
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), pod)
 	e.reconcile()
-	if diff := cmp.Diff([]string{"patch nodes n1"}, e.calls[""]); diff != "" {
-		t.Errorf("clientset (-want +got):\n%s", diff)
+	if len(e.calls[""]) != 0 {
+		t.Errorf("clientset: %v, want no call", e.calls[""])
 	}
-	want := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Attempts: 1, Since: t0, Pod: pod.Name}
+	want := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Attempts: 1, Since: t0.Add(-time.Minute), Pod: pod.Name, BootID: "boot-1"}
 	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
-		t.Errorf("state (-want +got):\n%s", diff)
+		t.Errorf("state, as Status shows it (-want +got):\n%s", diff)
+	}
+	if s, _ := e.c.w.state(e.ctx, "fix", e.node("n1")); !cmp.Equal(want, s) {
+		t.Errorf("the watcher's view: %+v, want %+v", s, want)
+	}
+	if st := e.nodeScript().Status; st.Running != 1 {
+		t.Errorf("status counts %d running, want 1", st.Running)
 	}
 	// Adopted once.
 	e.reconcile()
@@ -592,5 +603,59 @@ func TestReconcileHolds(t *testing.T) {
 				t.Errorf("released: next window %v", st.NextWindow)
 			}
 		})
+	}
+}
+
+// A plain run costs three writes per node (issue 11, target 3): the pod's
+// creation, one patch of the node's status with the outcome (annotation and
+// condition together), the pod's deletion; and the successes of a
+// reconcile are one Event on the NodeScript, not one per node.
+func TestReconcileWritesPerRun(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) {
+		s.Rollout.Canary = ptr.To[int32](0)
+		s.Rollout.MaxConcurrency = ptr.To(intstr.FromString("100%"))
+	})
+	names := []string{"n1", "n2", "n3", "n4"}
+	var objs []runtime.Object
+	for _, n := range names {
+		objs = append(objs, testNode(n))
+	}
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, objs...)
+	var writes []string
+	count := func() {
+		for _, c := range append(e.calls[""], e.calls["conditions"]...) {
+			if !strings.HasPrefix(c, "get ") && !strings.HasPrefix(c, "list ") {
+				writes = append(writes, c)
+			}
+		}
+	}
+	e.reconcile()
+	count()
+	for _, n := range names {
+		e.setPod(podName(ns, n, ActionRun, 1), exited(0))
+	}
+	e.clock.Step(time.Minute)
+	e.reconcile()
+	count()
+	if st := e.nodeScript().Status; st.Stage != StageComplete || st.Succeeded != int32(len(names)) {
+		t.Fatalf("status %+v, want Complete with every node succeeded", st)
+	}
+	if len(writes) != 3*len(names) {
+		t.Errorf("%d writes for %d nodes, want 3 per node: %v", len(writes), len(names), writes)
+	}
+	for _, n := range names {
+		if c := e.nodeCondition(n); c == nil || c.Reason != ConditionApplied {
+			t.Errorf("node %s: condition %+v, want Applied", n, c)
+		}
+	}
+	ev := e.recorded()
+	var succeeded []string
+	for _, x := range ev {
+		if strings.Contains(x, ReasonSucceeded) {
+			succeeded = append(succeeded, x)
+		}
+	}
+	if len(succeeded) != 1 || !strings.Contains(succeeded[0], "succeeded on 4 node(s): n1, n2, n3, n4") {
+		t.Errorf("success Events %q, want one naming the 4 nodes", succeeded)
 	}
 }

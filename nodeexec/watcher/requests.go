@@ -113,7 +113,7 @@ func (c *controller) rerun(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	}
 	next := runAgain(s, hash, now, "RerunRequested")
 	return next, func() error {
-		if err := c.w.writeState(ctx, ns.Name, n, next, RerunAnnotation(ns.Name)); err != nil {
+		if err := c.w.writeState(ctx, ns, n, next, RerunAnnotation(ns.Name)); err != nil {
 			return err
 		}
 		c.events.Eventf(n, corev1.EventTypeNormal, ReasonRerun, "nodescript %s: spec %s is to run here again (nodeexec rerun); attempt %d (%s) forgotten", ns.Name, hash, s.Attempts, s.Phase)

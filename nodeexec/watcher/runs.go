@@ -18,15 +18,16 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// bootID is node n's boot ID to judge the finished run out recorded as s:
+// bootID is node n's boot ID to judge the finished run out of pod against:
 // the cached one, or the API's when the cache still shows the boot the run
-// started on and a reboot may explain the failure. After a reboot the
-// kubelet reports the new boot ID and the dead run pod on separate
-// requests, which reach this process through separate watches: the pod's
-// failure can arrive first, and must not be recorded as the script's.
-func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, out Outcome) (string, error) {
+// started on (startBootID) and a reboot may explain the failure. After a
+// reboot the kubelet reports the new boot ID and the dead run pod on
+// separate requests, which reach this process through separate watches:
+// the pod's failure can arrive first, and must not be recorded as the
+// script's.
+func (c *controller) bootID(ctx context.Context, n *corev1.Node, startBootID string, out Outcome) (string, error) {
 	cached := n.Status.NodeInfo.BootID
-	if s.Phase != PhaseRunning || s.BootID == "" || cached != s.BootID || !rebootCandidate(out) {
+	if startBootID == "" || cached != startBootID || !rebootCandidate(out) {
 		return cached, nil
 	}
 	live, err := c.w.o.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
@@ -39,17 +40,54 @@ func (c *controller) bootID(ctx context.Context, n *corev1.Node, s NodeState, ou
 	return live.Status.NodeInfo.BootID, nil
 }
 
-// start creates the pod of action on node n (s is its current state) and
-// records the run as Running.
+// startBootID is the boot ID run pod was created on: its AnnotationBootID,
+// else (a pod created before the annotation) the one recorded in s when s
+// names the pod; "" when unknown.
+func startBootID(pod *corev1.Pod, s NodeState) string {
+	if b := pod.Annotations[AnnotationBootID]; b != "" {
+		return b
+	}
+	if s.Pod == pod.Name {
+		return s.BootID
+	}
+	return ""
+}
+
+// runningState is the state of a node whose state was prev while its run
+// or check pod goes: Running, with the pod's spec hash (run ID), attempt,
+// creation time and boot ID; the attempts before a rerun and the watcher's
+// cordon carried over from prev. The pod is the record of a run while it
+// goes: this state is kept in memory (Watcher.note), not written, and read
+// back from the pod after a restart (adopt) and by Status. It is a pure
+// function.
+func runningState(prev NodeState, pod *corev1.Pod) NodeState {
+	hash := pod.Labels[nodeexec.LabelRunID]
+	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
+	return NodeState{
+		Hash: hash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: attemptsBefore(prev, hash), Since: pod.CreationTimestamp.Time,
+		Pod: pod.Name, BootID: startBootID(pod, prev), CordonedByUs: prev.CordonedByUs, Cordoned: prev.Cordoned && prev.CordonedByUs,
+	}
+}
+
+// podRecord reports whether s is a run's state while its pod goes (see
+// runningState): Running, with a pod, and no maintenance step.
+func podRecord(s NodeState) bool {
+	return s.Phase == PhaseRunning && s.Pod != "" && s.Maintenance == ""
+}
+
+// start creates the pod of action on node n (s is its current state). For
+// a check or run, the pod is the record of the run while it goes: the
+// node's state becomes Running in this process only (runningState), and
+// the outcome is written once, when the pod has finished (finish).
 func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
 	if action == ActionRun && needsPreparation(ns, hash, s) {
 		return c.prepare(ctx, ns, hash, n, s, now)
 	}
-	attempt, before := 1, 0
+	attempt := 1
 	if runsScript(action) && s.Hash == hash {
-		attempt, before = s.Attempts+1, s.AttemptsBefore
+		attempt = s.Attempts + 1
 	}
-	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, Now: now})
+	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, BootID: n.Status.NodeInfo.BootID, Now: now})
 	if err != nil {
 		return err
 	}
@@ -62,30 +100,22 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 		c.w.unexpect(pod.Name)
 		return fmt.Errorf("node %s: creating %s pod: %w", n.Name, action, err)
 	}
-	if !runsScript(action) {
-		return nil
+	if runsScript(action) {
+		pod.CreationTimestamp = metav1.NewTime(now)
+		c.w.note(ns.Name, n.Name, runningState(s, pod))
 	}
-	// One Event per run, with its result (see finish); the start is in the
-	// node's state annotation (Running, the pod, the attempt).
-	return c.w.writeState(ctx, ns.Name, n, NodeState{
-		Hash: hash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: before, Since: now, Pod: pod.Name, BootID: n.Status.NodeInfo.BootID,
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
-	})
+	return nil
 }
 
-// adopt records a run pod found running as the node's run (after a restart
-// between the pod's creation and the state's write).
-func (c *controller) adopt(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod) error {
+// adopt takes a run or check pod found going as node n's run when the
+// node's state does not name it yet (after a restart of the watcher: the
+// pod is the record of a run while it goes).
+func (c *controller) adopt(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod) {
 	s, ok := c.w.state(ctx, ns.Name, n)
-	podHash := pod.Labels[nodeexec.LabelRunID]
-	if !ok || (s.Phase == PhaseRunning && s.Pod == pod.Name) || (s.Pod == pod.Name && s.Hash == podHash) {
-		return nil
+	if !ok || s.Pod == pod.Name {
+		return
 	}
-	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
-	return c.w.writeState(ctx, ns.Name, n, NodeState{
-		Hash: podHash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: attemptsBefore(s, podHash), Since: pod.CreationTimestamp.Time, Pod: pod.Name,
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
-	})
+	c.w.note(ns.Name, n.Name, runningState(s, pod))
 }
 
 // attemptsBefore is s's AttemptsBefore when s is a record of hash, else 0.
@@ -97,9 +127,9 @@ func attemptsBefore(s NodeState, hash string) int {
 }
 
 // finish records a finished run pod's outcome on its node, then deletes the pod.
-func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out Outcome, now time.Time) error {
-	s, ok := c.w.state(ctx, ns.Name, n)
-	if !ok {
+func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out Outcome, ok *succeeded, now time.Time) error {
+	s, readable := c.w.state(ctx, ns.Name, n)
+	if !readable {
 		return nil
 	}
 	podHash := pod.Labels[nodeexec.LabelRunID]
@@ -143,14 +173,11 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
 			// The boot the fix was made in (spec.reapply.onReboot): the
 			// run's own start boot, which a success cannot outlive.
-			next.BootID = n.Status.NodeInfo.BootID
-			if s.Pod == pod.Name && s.BootID != "" {
-				next.BootID = s.BootID
-			}
+			next.BootID = cmpOr(startBootID(pod, s), n.Status.NodeInfo.BootID)
 			if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
 				output = c.logTail(ctx, pod)
 			}
-			c.events.Event(n, corev1.EventTypeNormal, ReasonSucceeded, msg())
+			ok.add(n.Name) // one Event on the NodeScript for the reconcile's successes
 			if reboot {
 				// Succeeded once the node is back with a new boot ID (reboot.go).
 				next.Phase, next.Maintenance, next.Reason = PhaseRunning, MaintenanceRebooting, ""
@@ -161,7 +188,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())
 		}
 		c.recordOutput(ctx, ns, n, podHash, action, output, now)
-		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+		if err := c.w.writeState(ctx, ns, n, next); err != nil {
 			return err
 		}
 		recorded = true
@@ -169,7 +196,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		if s.Pod == pod.Name && s.Phase != PhaseRunning {
 			break // recorded before; only the pod's deletion is left
 		}
-		next := checked(s, podHash, attempt, pod.Name, n.Status.NodeInfo.BootID, out, now)
+		next := checked(s, podHash, attempt, pod.Name, cmpOr(startBootID(pod, s), n.Status.NodeInfo.BootID), out, now)
 		output := out.Tail
 		if next.Phase == PhaseNotNeeded && ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
 			output = c.logTail(ctx, pod) // exit 0 leaves no termination message
@@ -187,7 +214,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeWarning, ReasonCheckFailed, msg()+": "+next.Message)
 		}
 		c.recordOutput(ctx, ns, n, podHash, action, output, now)
-		if err := c.w.writeState(ctx, ns.Name, n, next); err != nil {
+		if err := c.w.writeState(ctx, ns, n, next); err != nil {
 			return err
 		}
 		recorded = true
@@ -203,7 +230,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
 			c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, msg())
 		}
-		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+		if err := c.w.writeState(ctx, ns, n, s); err != nil {
 			return err
 		}
 		recorded = true
@@ -220,7 +247,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			s.Rollback = PhaseFailed
 			c.events.Event(n, corev1.EventTypeWarning, ReasonRollbackFailed, msg())
 		}
-		if err := c.w.writeState(ctx, ns.Name, n, s); err != nil {
+		if err := c.w.writeState(ctx, ns, n, s); err != nil {
 			return err
 		}
 		recorded = true
@@ -274,7 +301,7 @@ func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev
 	s.NextRetry = &t
 	c.events.Eventf(n, corev1.EventTypeWarning, ReasonInfrastructure, "nodescript %s: run pod %s disappeared before its outcome was recorded", ns.Name, s.Pod)
 	c.w.metrics.runs.WithLabelValues(ns.Name, ActionRun, "infrastructure").Inc()
-	return c.w.writeState(ctx, ns.Name, n, s)
+	return c.w.writeState(ctx, ns, n, s)
 }
 
 // backoff is the pause before retry number attempt: InitialBackoff doubled
@@ -299,10 +326,10 @@ func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
 func runsScript(action string) bool { return action == ActionRun || action == ActionCheck }
 
 // checked is the state a finished check pod (spec.checkScript) leaves
-// node state s in, for spec hash, attempt and pod, on a node of boot
-// bootID, after outcome out at now, following node-problem-detector's
+// node state s in, for spec hash, attempt and pod, which ran in boot
+// bootID (the pod's AnnotationBootID), after outcome out at now, following node-problem-detector's
 // plugin contract:
-//   - exit 0: NotNeeded (exit code 0, the boot recorded as a success's is);
+//   - exit 0: NotNeeded (exit code 0, bootID recorded as a success's boot is);
 //   - exit 1: Pending with Checked set (reason CheckNeeded): the run
 //     starts next, and the check is not counted against the retry limit
 //     (AttemptsBefore moves past it);
@@ -324,9 +351,6 @@ func checked(s NodeState, hash string, attempt int, pod, bootID string, out Outc
 	case out.ExitCode == 0:
 		next.Phase, next.ExitCode = PhaseNotNeeded, ptr.To(0)
 		next.BootID = bootID
-		if s.Pod == pod && s.BootID != "" {
-			next.BootID = s.BootID
-		}
 	case out.ExitCode == 1:
 		next.Phase, next.ExitCode, next.Checked, next.Reason = PhasePending, ptr.To(1), true, ReasonCheckNeeded
 		next.AttemptsBefore++

@@ -60,7 +60,9 @@ const MaxStateBytes = 2048
 // NodeState is one node's record of one NodeScript, kept in the node's
 // annotation so that it survives a restart of the watcher: phase, exit
 // code, attempts, spec hash, times and reasons; never the run's output.
-// Readers of the node (get nodes) can read it.
+// Readers of the node (get nodes) can read it. While a check or run pod
+// goes, the pod is the record and the annotation still holds the state
+// before it (WithRunPod combines them, as Status does).
 type NodeState struct {
 	// Hash is the SpecHash the phase refers to; a different hash means the
 	// node has not run the current spec.
@@ -107,8 +109,11 @@ type NodeState struct {
 	// (NodeRebooted), retried; a success on a node that rebooted since runs
 	// again under spec.reapply.onReboot.
 	BootID string `json:"bootID,omitempty"`
-	// Pod is the run's pod while Phase is Running: the record that the run
-	// was started, which a restarted watcher adopts instead of starting another.
+	// Pod is the run's pod: while Phase is Running, the pod that is the
+	// run's record (the annotation keeps the state before the run until its
+	// outcome is written; WithRunPod shows the run), which a restarted
+	// watcher adopts instead of starting another; after, the pod the
+	// outcome came from.
 	Pod string `json:"pod,omitempty"`
 	// Reason says why the phase was entered when it is not the script's own
 	// exit: Timeout, VerifyFailed, or an infrastructure reason (ErrImagePull,

@@ -520,9 +520,15 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 	return s, true
 }
 
-// writeState patches node n's state annotation for NodeScript name to s,
-// removing the annotations drop in the same patch. RBAC: patch on nodes.
-func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s NodeState, drop ...string) error {
+// writeState records s as node n's state for NodeScript ns: one strategic
+// merge patch of the node's status (the API server keeps metadata changes
+// made through nodes/status) that sets the state annotation, removes the
+// annotations drop, and sets ns's Node condition when NodeCondition says
+// otherwise than the node (a node ns does not select is left to phase 4).
+// So a run's outcome and its condition are one write. RBAC: patch on
+// nodes/status.
+func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, drop ...string) error {
+	name := ns.Name
 	s = s.bounded()
 	s.Since = s.Since.UTC().Truncate(time.Second)
 	if s.NextRetry != nil {
@@ -533,11 +539,21 @@ func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s
 	for _, k := range drop {
 		ann[k] = nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	body := map[string]any{"metadata": map[string]any{"annotations": ann}}
+	var cond *corev1.NodeCondition
+	if sel, err := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector); err == nil && selectsNode(ns, sel, n) {
+		have, want := w.condition(name, n), NodeCondition(name, v1alpha1.SpecHash(&ns.Spec), s)
+		if want != nil && !sameCondition(have, want) {
+			c := stamp(*want, have, w.o.Clock.Now())
+			cond = &c
+			body["status"] = map[string]any{"conditions": []corev1.NodeCondition{c}}
+		}
+	}
+	patch, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	if _, err := w.o.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}); err != nil {
+	if _, err := w.o.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status"); err != nil {
 		return fmt.Errorf("node %s: writing state of nodescript %s: %w", n.Name, name, err)
 	}
 	w.mu.Lock()
@@ -545,8 +561,28 @@ func (w *Watcher) writeState(ctx context.Context, name string, n *corev1.Node, s
 		w.overlay[name] = map[string]NodeState{}
 	}
 	w.overlay[name][n.Name] = s
+	if cond != nil {
+		if w.conds[name] == nil {
+			w.conds[name] = map[string]*corev1.NodeCondition{}
+		}
+		w.conds[name][n.Name] = cond
+	}
 	w.mu.Unlock()
 	return nil
+}
+
+// note keeps s as node n's state for NodeScript name in this process only,
+// without writing it: the state of a run whose pod is the record while it
+// goes (runningState). The annotation keeps the state before the run until
+// the outcome is written (writeState).
+func (w *Watcher) note(name, node string, s NodeState) {
+	s.Since = s.Since.UTC().Truncate(time.Second)
+	w.mu.Lock()
+	if w.overlay[name] == nil {
+		w.overlay[name] = map[string]NodeState{}
+	}
+	w.overlay[name][node] = s
+	w.mu.Unlock()
 }
 
 // expect notes a pod created and not yet seen by the informer.

@@ -216,6 +216,9 @@ func testWatcherScale(t testing.TB, n int) {
 		pods := recordPods(t, name)
 		writes.reset()
 		t0 := time.Now()
+		// canary: 0. The canary is any selected node, and 1% of the nodes
+		// fail: a failing canary halts the rollout, as it must (about one
+		// run in a hundred picked one with canary: 1).
 		applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
 kind: NodeScript
@@ -223,7 +226,7 @@ metadata: {name: %s}
 spec:
   nodeSelector: {matchLabels: {type: kwok}}
   script: 'true'
-  rollout: {canary: 1, maxConcurrency: "%d%%", maxFailures: "2%%"}
+  rollout: {canary: 0, maxConcurrency: "%d%%", maxFailures: "2%%"}
 `, name, pct))
 		ns := waitNodeScript(ctx, t, dyn, name, 20*time.Minute, "complete", func(ns *v1alpha1.NodeScript) bool {
 			return ns.Status.Stage == watcher.StageComplete

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,7 +95,9 @@ func startWatcherWith(t testing.TB, o watcher.Options) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := funcr.New(func(prefix, args string) { t.Log("watcher:", prefix, args) }, funcr.Options{})
+	// NODEEXEC_E2E_WATCHER_V sets the log's verbosity (1: a line per reconcile, with its phases' times).
+	v, _ := strconv.Atoi(os.Getenv("NODEEXEC_E2E_WATCHER_V"))
+	log := funcr.New(func(prefix, args string) { t.Log("watcher:", prefix, args) }, funcr.Options{Verbosity: v})
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	done := make(chan error, 1)
 	go func() { done <- w.Start(ctx) }()

@@ -220,6 +220,7 @@ func TestRunBadInput(t *testing.T) {
 		{name: "watch bad success lines", args: []string{"watch", "--success-log-lines", "-5"}, want: []string{"--success-log-lines -5"}},
 		{name: "watch zero workers", args: []string{"watch", "--workers", "0"}, want: []string{"--workers 0"}},
 		{name: "watch negative parallelism", args: []string{"watch", "--create-parallelism", "-2"}, want: []string{"--create-parallelism -2"}},
+		{name: "watch negative pod batch period", args: []string{"watch", "--pod-batch-period", "-1s"}, want: []string{"--pod-batch-period -1s"}},
 		{name: "watch lease without namespace", args: []string{"watch", "--leader-elect", "--leader-election-namespace="}, want: []string{"--leader-election-namespace"}},
 		{name: "watch with an argument", args: []string{"watch", "extra"}, want: []string{"no arguments"}},
 		{name: "watch metrics port only", args: []string{"watch", "--metrics-bind-address", "8080"}, want: []string{`--metrics-bind-address "8080"`, "HOST:PORT"}},

@@ -459,6 +459,8 @@ func watchCommand(streams Streams) *ucli.Command {
 				"the pods and run Leases of `nodeexec run` and `shell` clients that died (0 disables; RBAC: deploy/'s ClusterRole nodeexec-run-collector)"},
 			&ucli.IntFlag{Name: "workers", Value: 2, Usage: "NodeScripts reconciled at once"},
 			&ucli.IntFlag{Name: "create-parallelism", Value: 16, Usage: "pod creates and node patches one reconcile makes at once"},
+			&ucli.DurationFlag{Name: "pod-batch-period", Value: watcher.DefaultPodBatchPeriod, Usage: "how long a run pod's event waits before it reconciles its NodeScript, " +
+				"so that runs finishing together are recorded in one reconcile (0: at once)"},
 			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept in its output record, for NodeScripts with spec.recordOutput (-1: none)"},
 		},
 		Action: func(c *ucli.Context) error {
@@ -478,6 +480,9 @@ func watchCommand(streams Streams) *ucli.Command {
 			}
 			if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
 				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + watcher.DefaultNamespace + ")")
+			}
+			if d := c.Duration("pod-batch-period"); d < 0 {
+				return fmt.Errorf("--pod-batch-period %s: give a duration such as 1s, or 0 to reconcile on every pod event at once", d)
 			}
 			if d := c.Duration("collect-interval"); d < 0 {
 				return fmt.Errorf("--collect-interval %s: give a positive duration such as 15s, or 0 to disable the collector", d)
@@ -502,6 +507,9 @@ func watchCommand(streams Streams) *ucli.Command {
 			}
 			if o.CollectInterval == 0 {
 				o.CollectInterval = -1 // Options: negative disables, zero is the default
+			}
+			if o.PodBatchPeriod = c.Duration("pod-batch-period"); o.PodBatchPeriod == 0 {
+				o.PodBatchPeriod = -1 // Options: negative is at once, zero is the default
 			}
 			if c.Bool("leader-elect") {
 				o.LeaderElection = &watcher.LeaderElection{Namespace: c.String("leader-election-namespace"), Name: c.String("leader-election-id")}

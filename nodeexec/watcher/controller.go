@@ -131,17 +131,22 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
+	clk := c.w.o.Clock
+	took := func(t time.Time) time.Duration { return clk.Since(t).Round(time.Millisecond) }
 	// 1. Record the runs that finished, adopt the ones running.
+	t1 := clk.Now()
 	going, err := c.recordFinished(ctx, ns, cached, now)
 	if err != nil {
 		return 0, err
 	}
 	// 2. Per selected node: lost runs, the failure policy, taints.
+	t2 := clk.Now()
 	nodes, retryAt, err := c.nodePolicies(ctx, ns, hash, cached, going, now)
 	if err != nil {
 		return 0, err
 	}
 	// 3. Decide (past the nodes a blocking pod holds back), and start what it allows.
+	t3 := clk.Now()
 	d, err := c.decideUnblocked(ctx, ns, nodes, cached, now)
 	if err != nil {
 		return 0, err
@@ -151,13 +156,20 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 			retryAt = t
 		}
 	}
+	t4 := clk.Now()
 	startErr := c.startRuns(ctx, ns, d, cached, nodes, going, now)
 	// 4. The NodeScript's condition on each node.
+	t5 := clk.Now()
 	condErr := c.nodeConditions(ctx, ns, hash, cached, now)
 	// 5. Status.
+	t6 := clk.Now()
 	if err := c.status(ctx, ns, d, hash, startErr, now); err != nil {
 		return 0, err
 	}
+	logr.FromContextOrDiscard(ctx).V(1).Info("reconciled", "stage", d.Stage, "nodes", len(cached.all), "recorded", going.finished,
+		"started", len(d.Start), "running", d.Counts.Running, "took", took(t1), "record", t2.Sub(t1).Round(time.Millisecond),
+		"policies", t3.Sub(t2).Round(time.Millisecond), "decide", t4.Sub(t3).Round(time.Millisecond), "start", t5.Sub(t4).Round(time.Millisecond),
+		"conditions", t6.Sub(t5).Round(time.Millisecond), "status", took(t6))
 	if err := errors.Join(startErr, condErr); err != nil {
 		return 0, err
 	}
@@ -178,6 +190,8 @@ type runPods struct {
 	busy map[string]bool
 	// actions holds "node/action" for every action with a pod.
 	actions map[string]bool
+	// finished counts the finished pods recorded.
+	finished int
 }
 
 // admit is phase 0: it reads NodeScript name from the cache and returns it
@@ -296,6 +310,7 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		}
 		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, &ok, now) })
 	}
+	going.finished = len(finish)
 	err = c.parallel(finish)
 	ok.event(c.events, ns)
 	return going, err

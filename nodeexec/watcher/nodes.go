@@ -92,6 +92,58 @@ func sameNode(a, b *corev1.Node) bool {
 		a.Status.NodeInfo.BootID == b.Status.NodeInfo.BootID
 }
 
+// withoutRecords is trimmed node n without the records the watcher writes
+// itself: the NodeScripts' state annotations and Node conditions (rerun
+// and ignore annotations, which people write, are kept). n is not changed.
+func withoutRecords(n *corev1.Node) *corev1.Node {
+	out := *n
+	out.Annotations = nil
+	for k, v := range n.Annotations {
+		if name, ok := nodeAnnotation(k); ok && k == StateAnnotation(name) {
+			continue
+		}
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Annotations[k] = v
+	}
+	out.Status.Conditions = nil
+	for _, c := range n.Status.Conditions {
+		if !strings.HasPrefix(string(c.Type), ConditionPrefix) {
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	return &out
+}
+
+// statusOnlyChange reports whether NodeScript update old -> obj (as the
+// dynamic informer delivers them) changed nothing but the status (and the
+// resourceVersion and managedFields): the generation (spec), labels,
+// annotations (run-now), finalizers and deletion timestamp are the same.
+func statusOnlyChange(old, obj any) bool {
+	a, ok1 := old.(metav1.Object)
+	b, ok2 := obj.(metav1.Object)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return a.GetUID() == b.GetUID() && a.GetGeneration() == b.GetGeneration() &&
+		apiequality.Semantic.DeepEqual(a.GetLabels(), b.GetLabels()) &&
+		apiequality.Semantic.DeepEqual(a.GetAnnotations(), b.GetAnnotations()) &&
+		apiequality.Semantic.DeepEqual(a.GetFinalizers(), b.GetFinalizers()) &&
+		a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp())
+}
+
+// podUpdateMatters reports whether a run pod's update old -> p can change
+// what a reconcile does: p came to an outcome (PodOutcome on a Ready node:
+// finished, or a failure its status shows, such as an image that cannot be
+// pulled) or its deletion started. A pod being scheduled and starting
+// changes nothing a reconcile reads; the node's readiness is watched on the
+// node.
+func podUpdateMatters(old, p *corev1.Pod) bool {
+	done := func(p *corev1.Pod) bool { return PodOutcome(p, true, time.Time{}, time.Time{}, 0).Done }
+	return (done(p) && !done(old)) || (p.DeletionTimestamp != nil) != (old.DeletionTimestamp != nil)
+}
+
 // nodeReady returns the node's Ready status and when it last changed.
 func nodeReady(n *corev1.Node) (bool, time.Time) {
 	for _, c := range n.Status.Conditions {

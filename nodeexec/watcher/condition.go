@@ -189,13 +189,19 @@ func (w *Watcher) writeCondition(ctx context.Context, name, node string, have, w
 			return err
 		}
 	}
+	w.wroteCondition(name, node, want)
+	return nil
+}
+
+// wroteCondition keeps c (nil: removed) as node's condition of NodeScript
+// name until the node cache shows it (see condition).
+func (w *Watcher) wroteCondition(name, node string, c *corev1.NodeCondition) {
 	w.mu.Lock()
 	if w.conds[name] == nil {
 		w.conds[name] = map[string]*corev1.NodeCondition{}
 	}
-	w.conds[name][node] = want
+	w.conds[name][node] = c
 	w.mu.Unlock()
-	return nil
 }
 
 // stamp is condition c, replacing have, with its times set at now (to the

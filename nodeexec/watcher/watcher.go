@@ -593,25 +593,18 @@ func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *co
 	if _, err := w.o.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status"); err != nil {
 		return fmt.Errorf("node %s: writing state of nodescript %s: %w", n.Name, name, err)
 	}
-	w.mu.Lock()
-	if w.overlay[name] == nil {
-		w.overlay[name] = map[string]NodeState{}
-	}
-	w.overlay[name][n.Name] = s
+	w.note(name, n.Name, s)
 	if cond != nil {
-		if w.conds[name] == nil {
-			w.conds[name] = map[string]*corev1.NodeCondition{}
-		}
-		w.conds[name][n.Name] = cond
+		w.wroteCondition(name, n.Name, cond)
 	}
-	w.mu.Unlock()
 	return nil
 }
 
-// note keeps s as node n's state for NodeScript name in this process only,
-// without writing it: the state of a run whose pod is the record while it
-// goes (runningState). The annotation keeps the state before the run until
-// the outcome is written (writeState).
+// note keeps s as node's state for NodeScript name in this process until
+// the node cache shows it (see state): after writeState, what it wrote; and,
+// never written, the state of a run whose pod is the record while it goes
+// (runningState), the annotation keeping the state before the run until the
+// outcome is written.
 func (w *Watcher) note(name, node string, s NodeState) {
 	s.Since = s.Since.UTC().Truncate(time.Second)
 	w.mu.Lock()

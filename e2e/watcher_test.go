@@ -97,7 +97,7 @@ func startWatcherWith(t testing.TB, o watcher.Options) (stop func()) {
 	}
 	// NODEEXEC_E2E_WATCHER_V sets the log's verbosity (1: a line per reconcile, with its phases' times).
 	v, _ := strconv.Atoi(os.Getenv("NODEEXEC_E2E_WATCHER_V"))
-	log := funcr.New(func(prefix, args string) { t.Log("watcher:", prefix, args) }, funcr.Options{Verbosity: v})
+	log := funcr.New(func(prefix, args string) { t.Log("watcher:", prefix, args) }, funcr.Options{Verbosity: v, LogTimestamp: v > 0})
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	done := make(chan error, 1)
 	go func() { done <- w.Start(ctx) }()

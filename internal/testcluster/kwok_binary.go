@@ -80,9 +80,10 @@ func (r *runner) waitKwok(ctx context.Context) error {
 // kwok's informers (pkg/utils/informer) force resourceVersion=0 on every request,
 // watches included. kube-apiserver 1.37 (WatchList on by default) turns a watch from
 // resourceVersion 0 with allowWatchBookmarks into a watch-list stream
-// (sendInitialEvents=true), which needs etcd's RequestWatchProgress; Debian's etcd
-// 3.4 lacks it, so every such watch ends at once with "a watch stream was requested
-// by the client but the required storage feature RequestWatchProgress is disabled".
+// (sendInitialEvents=true), which needs etcd's RequestWatchProgress; an etcd before
+// 3.5 (this cluster ran Debian's 3.4 before it built DefaultEtcdVersion) lacks it,
+// so every such watch ends at once with "a watch stream was requested by the client
+// but the required storage feature RequestWatchProgress is disabled".
 // Stock kwok then sees changes only when its reflectors re-list, backing off up to
 // 30 s: nodes and pods move through their stages seconds to tens of seconds late.
 // With the patch a watch resumes from the resourceVersion its reflector passes (as

@@ -284,7 +284,7 @@ func runKwokPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns s
 	// watch from the resourceVersion of a list from the watch cache (as an informer
 	// does): on this cluster a watch without one is served as a watch-list (API
 	// server 1.37 default), and that fails with "Too large resource version" when the
-	// pod watch cache lags etcd (etcd 3.4 sends no progress notifications)
+	// pod watch cache lags etcd on an etcd without progress notifications (before 3.5)
 	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		t.Fatal(err)

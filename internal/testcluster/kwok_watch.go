@@ -46,9 +46,9 @@ type listWatchFuncs struct {
 // the list's resourceVersion, as an informer does, calling handle for every object
 // (deleted for deletions) until it returns true. A watch that ends is resumed from
 // the last resourceVersion seen; after a watch error it starts over (reset, list).
-// Unlike an informer it makes no watch-list request: on this cluster those fail
-// (etcd 3.4 lacks RequestWatchProgress), and so does a watch without a
-// resourceVersion (served as one by kube-apiserver 1.37).
+// Unlike an informer it makes no watch-list request, so that it works on etcd
+// versions before 3.5 too (they lack RequestWatchProgress, and kube-apiserver
+// 1.37 serves a watch without a resourceVersion as a watch-list).
 func listWatch(ctx context.Context, lw listWatchFuncs, reset func(), handle func(obj runtime.Object, deleted bool) bool) error {
 	var last error
 	for attempt := 0; ; attempt++ {

@@ -151,7 +151,7 @@ func kubeletArgs(l layout, n nodeSpec) []string {
 
 func etcdArgs(l layout) []string {
 	return []string{
-		"etcd", "--name", "nodeexec-tc", "--data-dir", l.etcdDir,
+		l.etcdBinary(DefaultEtcdVersion), "--name", "nodeexec-tc", "--data-dir", l.etcdDir,
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", "nodeexec-tc=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:2381",

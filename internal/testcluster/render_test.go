@@ -138,6 +138,9 @@ func TestControlPlaneArgs(t *testing.T) {
 	if e := strings.Join(etcdArgs(l), " "); !strings.Contains(e, "--data-dir /s/etcd") || !strings.Contains(e, "http://127.0.0.1:2379") {
 		t.Errorf("etcd args %s", e)
 	}
+	if e := etcdArgs(l)[0]; e != "/c/bin/etcd-v"+DefaultEtcdVersion {
+		t.Errorf("etcd binary %s, want the one built into the cache's bin (not a packaged etcd)", e)
+	}
 	if f := strings.Join(hostForwarderArgs(l), " "); f != "socat TCP-LISTEN:16443,bind=127.0.0.1,fork,reuseaddr,nodelay UNIX-CONNECT:/r/apiserver.sock" {
 		t.Errorf("host forwarder %s", f)
 	}

@@ -50,7 +50,7 @@ type artifacts struct {
 }
 
 // buildArtifacts installs the packages and builds Kubernetes, the pause
-// binary and base images, and the registry (each cached).
+// binary and base images, the registry and etcd (each cached).
 func (r *runner) buildArtifacts(ctx context.Context) (artifacts, error) {
 	var a artifacts
 	t := time.Now()
@@ -81,6 +81,12 @@ func (r *runner) buildArtifacts(ctx context.Context) (artifacts, error) {
 		return a, err
 	}
 	r.timing("build-registry", t)
+
+	t = time.Now()
+	if _, err := r.buildEtcd(ctx, DefaultEtcdVersion); err != nil {
+		return a, err
+	}
+	r.timing("build-etcd", t)
 	return a, nil
 }
 

@@ -55,6 +55,16 @@ type phaseCase struct {
 	wantErr     string
 }
 
+// uncache drops run pod name from the pod cache, as an informer that has
+// not seen it yet would lack it.
+func uncache(name string) func(*env) {
+	return func(e *env) {
+		if err := e.podCache.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: name}}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 // setUp is an env holding c's cluster, and its NodeScript.
 func (c phaseCase) setUp(t *testing.T) (*env, *v1alpha1.NodeScript) {
 	ns := script(c.spec)
@@ -258,7 +268,21 @@ func TestNodePolicies(t *testing.T) {
 		{phaseCase: phaseCase{
 			name: "lost run", state: state(ns, PhaseRunning, nil),
 			want:      state(ns, PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason = true, "PodDisappeared" }),
-			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonInfrastructure},
+			wantCalls: []string{"get pods " + podName(ns, "n1", ActionRun, 1), "patch nodes/status n1"}, wantReasons: []string{ReasonInfrastructure},
+		}, wantPhase: PhaseRunning},
+		{phaseCase: phaseCase{
+			name: "run pod in the cache since phase 1's snapshot", state: state(ns, PhaseRunning, nil),
+			pods: func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
+				return []*corev1.Pod{runPod(t, ns, "n1", ActionRun, 1)}
+			},
+		}, wantPhase: PhaseRunning},
+		{phaseCase: phaseCase{
+			name: "run pod in the API server, not yet in the cache", state: state(ns, PhaseRunning, nil),
+			pods: func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
+				return []*corev1.Pod{runPod(t, ns, "n1", ActionRun, 1)}
+			},
+			after:     uncache(podName(ns, "n1", ActionRun, 1)),
+			wantCalls: []string{"get pods " + podName(ns, "n1", ActionRun, 1)},
 		}, wantPhase: PhaseRunning},
 		{phaseCase: phaseCase{
 			name:  "infrastructure failure waiting for its retry",
@@ -286,7 +310,16 @@ func TestNodePolicies(t *testing.T) {
 			name: "failure policy: rollback pod lost", spec: policy(v1alpha1.FailurePolicy{Rollback: true}),
 			state:     with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
 			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseFailed }),
-			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonRollbackFailed},
+			wantCalls: []string{"get pods " + rollback, "patch nodes/status n1"}, wantReasons: []string{ReasonRollbackFailed},
+		}, wantPhase: PhaseFailed},
+		{phaseCase: phaseCase{
+			name: "failure policy: rollback pod in the API server, not yet in the cache", spec: policy(v1alpha1.FailurePolicy{Rollback: true}),
+			state: with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
+			pods: func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
+				return []*corev1.Pod{runPod(t, ns, "n1", ActionRollback, 1)}
+			},
+			after:     uncache(rollback),
+			wantCalls: []string{"get pods " + rollback},
 		}, wantPhase: PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "not selected: no policy", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,

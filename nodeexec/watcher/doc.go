@@ -19,5 +19,7 @@
 // A plain run is three writes per node (create, patch, delete), and the
 // successes a reconcile records are one Event on the NodeScript. A run pod
 // deleted by someone else while no watcher runs leaves no record: the node
-// runs again.
+// runs again. A run is recorded lost (RunInfrastructureFailure) only when
+// the API server, not just the cache, no longer has its pod: under load
+// the pod informer can lag behind the pods the watcher created.
 package watcher

@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -345,6 +346,55 @@ func TestReconcileLostRun(t *testing.T) {
 	e.reconcile()
 	if s := e.state(node); s.Phase != PhaseFailed || s.Reason != "PodDisappeared" {
 		t.Errorf("a minute later: %+v", s)
+	}
+}
+
+// A run pod the cache does not show a minute after its creation (a pod
+// informer lagging under load) is not lost while the API server has it: no
+// retry, no second run, no Event; it is lost once the API server has it
+// no more.
+func TestReconcileLostRunCacheLags(t *testing.T) {
+	ns := script(nil)
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
+	e.reconcile()
+	node, pod := e.runningNode("n1")
+	e.clock.Step(time.Minute + time.Second)
+	lagging := func() {
+		e.t.Helper()
+		e.sync()
+		if err := e.podCache.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: pod}}); err != nil {
+			t.Fatal(err)
+		}
+		e.cs.ClearActions()
+		if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+	}
+	lagging()
+	if s, _ := e.c.w.state(e.ctx, "fix", e.node(node)); s.Phase != PhaseRunning || s.Pod != pod {
+		t.Errorf("a run whose pod the API server has is recorded %+v", s)
+	}
+	if p := e.pods(); !slices.Equal(p, []string{pod}) {
+		t.Errorf("pods %v, want only %s", p, pod)
+	}
+	if ev := e.recorded(); len(ev) != 0 {
+		t.Errorf("events %q", ev)
+	}
+	// Expected again for a minute: no second GET meanwhile.
+	lagging()
+	for _, a := range e.cs.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "pods" {
+			t.Errorf("got the pod again within the minute: %v", a)
+		}
+	}
+	// Gone from the API server too: lost.
+	if err := e.cs.CoreV1().Pods(DefaultNamespace).Delete(e.ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(time.Minute + time.Second)
+	e.reconcile()
+	if s := e.state(node); s.Phase != PhaseFailed || s.Reason != "PodDisappeared" {
+		t.Errorf("once the pod is gone: %+v", s)
 	}
 }
 

@@ -293,9 +293,40 @@ func (c *controller) logTail(ctx context.Context, pod *corev1.Pod) string {
 	return string(b)
 }
 
+// gone reports whether pod, of ns, which phase 1's snapshot of the cache
+// did not show going and which is no longer expected, is gone. It is not
+// when the cache has it now (the informer added it since the snapshot, and
+// its event ended the expectation). The cache is not the authority for
+// the rest: gone gets the pod from the API server (RBAC: get on pods). A
+// pod that is there is not gone but not yet in the cache (a pod informer
+// lagging more than the minute a created pod is expected for, as under
+// load): it is expected for another minute, and its events reconcile
+// again.
+func (c *controller) gone(ctx context.Context, ns *v1alpha1.NodeScript, pod string, now time.Time) (bool, error) {
+	namespace := RunNamespace(&ns.Spec)
+	if _, ok, err := c.pods.GetByKey(namespace + "/" + pod); ok || err != nil {
+		return false, err
+	}
+	_, err := c.w.o.Client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		logr.FromContextOrDiscard(ctx).V(1).Info("pod not in the cache yet; waiting for it", "nodescript", ns.Name, "pod", pod)
+		c.w.expect(pod, now)
+		return false, nil
+	case apierrors.IsNotFound(err):
+		return true, nil
+	default:
+		return false, fmt.Errorf("getting pod %s: %w", pod, err)
+	}
+}
+
 // lost records a run whose pod disappeared before its outcome was recorded
-// (deleted by someone else, or with its node): an infrastructure failure.
+// (deleted by someone else, or with its node; see gone): an infrastructure
+// failure.
 func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+	if gone, err := c.gone(ctx, ns, s.Pod, now); !gone || err != nil {
+		return err
+	}
 	s.Phase, s.Infrastructure, s.Reason, s.Since = PhaseFailed, true, "PodDisappeared", now
 	t := now.Add(backoff(ns, s.Attempts))
 	s.NextRetry = &t

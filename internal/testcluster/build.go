@@ -296,34 +296,10 @@ func (r *runner) buildEtcd(ctx context.Context, version string) (string, error) 
 	if commandExists(out) {
 		return out, nil
 	}
-	goBin, err := goTool()
-	if err != nil {
-		return "", err
-	}
-	src := filepath.Join(r.o.CacheDir, "src", "etcd-v"+version)
-	for _, d := range []string{src, r.l.binDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", fmt.Errorf("build etcd: %w", err)
-		}
-	}
-	files := map[string]string{
-		"main.go": etcdMain,
-		"go.mod":  "module nodeexec-testcluster-etcd\n\ngo 1.24\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
-			return "", fmt.Errorf("build etcd: %w", err)
-		}
-	}
 	r.logf("building go.etcd.io/etcd/server/v3 v%s (cold: under a minute on 2 cores)", version)
-	env := []string{"GOCACHE=" + r.l.gocache, "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off"}
-	if _, err := runEnv(ctx, env, src, goBin, "get", "go.etcd.io/etcd/server/v3@v"+version); err != nil {
-		return "", fmt.Errorf("build etcd: %w", err)
-	}
-	if _, err := runEnv(ctx, env, src, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", out+".tmp", "."); err != nil {
-		return "", fmt.Errorf("build etcd: %w", err)
-	}
-	return out, os.Rename(out+".tmp", out)
+	return out, r.buildScratch(ctx, "etcd", filepath.Join(r.o.CacheDir, "src", "etcd-v"+version), out,
+		map[string][]byte{"main.go": []byte(etcdMain), "go.mod": []byte("module nodeexec-testcluster-etcd\n\ngo 1.24\n")},
+		"go.etcd.io/etcd/server/v3@v"+version)
 }
 
 //go:embed pause/main.go
@@ -338,27 +314,43 @@ func (r *runner) buildPause(ctx context.Context) (string, error) {
 	if commandExists(out) {
 		return out, nil
 	}
+	return out, r.buildScratch(ctx, "pause", filepath.Join(r.o.CacheDir, "src", "pause"), out,
+		map[string][]byte{"main.go": pauseSource, "go.mod": []byte("module nodeexec-testcluster-pause\n\ngo 1.22\n")})
+}
+
+// buildScratch builds binary out from a scratch module in directory src
+// holding files (by name: its main package and go.mod): first `go get` of
+// each module@version in get (recorded in go.mod and go.sum), then `go build
+// -trimpath -ldflags "-s -w"`, with CGO off and the cluster's Go build
+// cache. what names the build in errors.
+func (r *runner) buildScratch(ctx context.Context, what, src, out string, files map[string][]byte, get ...string) error {
 	goBin, err := goTool()
 	if err != nil {
-		return "", err
+		return err
 	}
-	src := filepath.Join(r.o.CacheDir, "src", "pause")
-	for _, d := range []string{src, r.l.binDir} {
+	for _, d := range []string{src, filepath.Dir(out)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", fmt.Errorf("build pause: %w", err)
+			return fmt.Errorf("build %s: %w", what, err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), pauseSource, 0o644); err != nil {
-		return "", fmt.Errorf("build pause: %w", err)
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(src, name), body, 0o644); err != nil {
+			return fmt.Errorf("build %s: %w", what, err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module nodeexec-testcluster-pause\n\ngo 1.22\n"), 0o644); err != nil {
-		return "", fmt.Errorf("build pause: %w", err)
+	env := []string{"GOCACHE=" + r.l.gocache, "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off"}
+	if len(get) > 0 {
+		if _, err := runEnv(ctx, env, src, goBin, append([]string{"get"}, get...)...); err != nil {
+			return fmt.Errorf("build %s: %w", what, err)
+		}
 	}
-	env := []string{"GOCACHE=" + r.l.gocache, "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off"}
 	if _, err := runEnv(ctx, env, src, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", out+".tmp", "."); err != nil {
-		return "", fmt.Errorf("build pause: %w", err)
+		return fmt.Errorf("build %s: %w", what, err)
 	}
-	return out, os.Rename(out+".tmp", out)
+	if err := os.Rename(out+".tmp", out); err != nil {
+		return fmt.Errorf("build %s: %w", what, err)
+	}
+	return nil
 }
 
 // baseImages builds the images every cluster needs: the sandbox image (PauseImage)

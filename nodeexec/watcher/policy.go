@@ -50,16 +50,15 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 		s.Rollback, changed = "Running", true
 	} else if s.Rollback == "Running" && !rollbackBusy {
 		name := RunPodName(ns.Name, s.Hash, n.Name, ActionRollback, 1)
-		gone := false
 		if !c.w.expected(name) {
-			var err error
-			if gone, err = c.gone(ctx, ns, name, now); err != nil {
+			gone, err := c.gone(ctx, ns, name, now)
+			if err != nil {
 				return err
 			}
-		}
-		if gone {
-			s.Rollback, changed = PhaseFailed, true
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonRollbackFailed, "nodescript %s: rollback pod %s disappeared before its outcome was recorded", ns.Name, name)
+			if gone {
+				s.Rollback, changed = PhaseFailed, true
+				c.events.Eventf(n, corev1.EventTypeWarning, ReasonRollbackFailed, "nodescript %s: rollback pod %s disappeared before its outcome was recorded", ns.Name, name)
+			}
 		}
 	}
 	if changed {

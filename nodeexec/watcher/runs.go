@@ -310,7 +310,7 @@ func (c *controller) gone(ctx context.Context, ns *v1alpha1.NodeScript, pod stri
 	_, err := c.w.o.Client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		logr.FromContextOrDiscard(ctx).V(1).Info("pod not in the cache yet; waiting for it", "nodescript", ns.Name, "pod", pod)
+		logr.FromContextOrDiscard(ctx).V(1).Info("pod not in the cache yet; waiting for it", "pod", pod)
 		c.w.expect(pod, now)
 		return false, nil
 	case apierrors.IsNotFound(err):

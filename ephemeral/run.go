@@ -206,7 +206,7 @@ func (b *Backend) attachAndWait(ctx context.Context, w *podWatch, name, node str
 			case s.Terminated != nil:
 				return -1, &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Terminated.Reason,
 					Message: fmt.Sprintf("ephemeral container %q ended (exit code %d) before the attach connected, so the command did not run: %s", name, s.Terminated.ExitCode, s.Terminated.Message)}
-			case s.Waiting != nil && podexec.FatalWaiting(s.Waiting.Reason):
+			case podexec.FatalWaiting(s.Waiting):
 				pe := &nodeexec.PodError{Node: node, Namespace: b.o.Namespace, Pod: b.o.Pod, Reason: s.Waiting.Reason,
 					Message: fmt.Sprintf("ephemeral container %q: %s", name, s.Waiting.Message)}
 				if nodeexec.IsImagePullReason(s.Waiting.Reason) && pod != nil {
@@ -291,7 +291,7 @@ func (b *Backend) stop(ctx context.Context, w *podWatch, name string) error {
 			return nil // the pod's deletion ends every process
 		case st != nil && st.State.Terminated != nil:
 			return nil
-		case st != nil && st.State.Waiting != nil && podexec.FatalWaiting(st.State.Waiting.Reason):
+		case st != nil && podexec.FatalWaiting(st.State.Waiting):
 			return nil // it never ran
 		}
 		if attemptNow && !killed {

@@ -68,6 +68,19 @@ func TestPodFailure(t *testing.T) {
 			}}},
 			want: podErr("OOMKilled", `container "debugger" exited with code 137: out of memory`),
 		},
+		{
+			name:   "secret not yet in the kubelet's cache",
+			status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("debugger", "CreateContainerConfigError", "failed to sync secret cache: timed out waiting for the condition")}},
+		},
+		{
+			name:   "pod not yet registered with the kubelet's configmap cache",
+			status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("debugger", "CreateContainerConfigError", `object "ns"/"cm" not registered`)}},
+		},
+		{
+			name:   "secret missing",
+			status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("debugger", "CreateContainerConfigError", `secret "s" not found`)}},
+			want:   podErr("CreateContainerConfigError", `secret "s" not found`),
+		},
 		{name: "being deleted", status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running("debugger")}}, deleting: true, want: podErr("Deleted", "the pod is being deleted")},
 		{name: "being deleted wins over failed", status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, deleting: true, want: podErr("Deleted", "the pod is being deleted")},
 	}
@@ -94,6 +107,33 @@ func TestPodFailure(t *testing.T) {
 				t.Errorf("PodFailure mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestFatalWaiting(t *testing.T) {
+	for _, tt := range []struct {
+		reason, message string
+		want            bool
+	}{
+		{"ContainerCreating", "", false},
+		{"PodInitializing", "", false},
+		{"CrashLoopBackOff", "back-off 10s restarting failed container", false},
+		{"ErrImagePull", "pull access denied", true},
+		{"CreateContainerError", "context deadline exceeded", true},
+		{"CreateContainerConfigError", `secret "s" not found`, true},
+		{"CreateContainerConfigError", `couldn't find key X in Secret ns/s`, true},
+		{"CreateContainerConfigError", `configmap "c" not found`, true},
+		{"CreateContainerConfigError", "failed to sync secret cache: timed out waiting for the condition", false},
+		{"CreateContainerConfigError", "failed to sync configmap cache: timed out waiting for the condition", false},
+		{"CreateContainerConfigError", `object "ns"/"s" not registered`, false},
+	} {
+		w := &corev1.ContainerStateWaiting{Reason: tt.reason, Message: tt.message}
+		if got := podexec.FatalWaiting(w); got != tt.want {
+			t.Errorf("FatalWaiting(%s: %q) = %v, want %v", tt.reason, tt.message, got, tt.want)
+		}
+	}
+	if podexec.FatalWaiting(nil) {
+		t.Error("FatalWaiting(nil) = true, want false")
 	}
 }
 

@@ -359,7 +359,7 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 		if cs.Name != container {
 			continue
 		}
-		if w := cs.State.Waiting; w != nil && fatalWaiting(w.Reason) {
+		if w := cs.State.Waiting; fatalWaiting(w) {
 			pe := fail(w.Reason, w.Message)
 			if nodeexec.IsImagePullReason(w.Reason) {
 				pe.Image = ContainerImage(pod, container)
@@ -403,22 +403,43 @@ func ContainerImage(pod *corev1.Pod, container string) string {
 	return ""
 }
 
-// FatalWaiting reports container waiting reasons that will not resolve
-// before a short run's deadline, or need the user to act: image pull
-// failures and container creation errors. Shared by the backends and the
-// watcher, which classify a pod's waiting container with it.
-func FatalWaiting(reason string) bool {
-	switch reason {
+// FatalWaiting reports whether a container waiting in w will not start
+// before a short run's deadline, or needs the user to act: image pull
+// failures and container creation errors. Nil is not fatal. Shared by the
+// backends and the watcher, which classify a pod's waiting container with it.
+//
+// A CreateContainerConfigError whose message is the kubelet's own cache
+// catching up (TransientConfigError) is not fatal: the kubelet retries, and
+// then starts the container or names the missing Secret or ConfigMap.
+func FatalWaiting(w *corev1.ContainerStateWaiting) bool {
+	if w == nil {
+		return false
+	}
+	switch w.Reason {
 	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-		"CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+		"CreateContainerError", "RunContainerError":
 		return true
+	case "CreateContainerConfigError":
+		return !TransientConfigError(w.Message)
 	}
 	return false
 }
 
+// TransientConfigError reports a CreateContainerConfigError message that
+// says the kubelet has not yet read the pod's Secrets or ConfigMaps, rather
+// than that one is missing: its watch-based cache did not sync within its
+// one-second wait ("failed to sync secret cache: timed out waiting for the
+// condition"), or the pod was not yet registered with it ("object "ns"/"name"
+// not registered"). Seen on loaded nodes and after kubelet restarts; the
+// kubelet retries the container on its next pod sync.
+func TransientConfigError(message string) bool {
+	return strings.HasPrefix(message, "failed to sync ") && strings.Contains(message, " cache") ||
+		strings.HasPrefix(message, "object ") && strings.HasSuffix(message, " not registered")
+}
+
 // fatalWaiting is FatalWaiting, plus a container the kubelet keeps restarting.
-func fatalWaiting(reason string) bool {
-	return FatalWaiting(reason) || reason == "CrashLoopBackOff"
+func fatalWaiting(w *corev1.ContainerStateWaiting) bool {
+	return FatalWaiting(w) || w != nil && w.Reason == "CrashLoopBackOff"
 }
 
 func containerRunning(pod *corev1.Pod, container string) bool {

@@ -341,7 +341,7 @@ func AgentPodFailure(ds *appsv1.DaemonSet, pods []corev1.Pod) *nodeexec.PodError
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != agent.ContainerName || cs.State.Waiting == nil || !podexec.FatalWaiting(cs.State.Waiting.Reason) {
+			if cs.Name != agent.ContainerName || !podexec.FatalWaiting(cs.State.Waiting) {
 				continue
 			}
 			if pe := podexec.PodFailure(p, cs.Name, p.Spec.NodeName); pe != nil {

@@ -91,7 +91,7 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 	if pod.DeletionTimestamp != nil {
 		return infra("PodDeleted", "the run's pod was deleted before the run ended")
 	}
-	if cs != nil && cs.State.Waiting != nil && podexec.FatalWaiting(cs.State.Waiting.Reason) {
+	if cs != nil && podexec.FatalWaiting(cs.State.Waiting) {
 		w := cs.State.Waiting
 		if nodeexec.IsImagePullReason(w.Reason) {
 			return infra(w.Reason, PullMessage(podexec.ContainerImage(pod, cs.Name), w.Message))

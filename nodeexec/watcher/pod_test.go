@@ -120,9 +120,10 @@ func TestPodOutcome(t *testing.T) {
 	term := func(code int32, reason, msg string) []corev1.ContainerStatus {
 		return []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg}}}}
 	}
-	waiting := func(reason string) []corev1.ContainerStatus {
-		return []corev1.ContainerStatus{{Name: "c", Image: "registry.example/img:1", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "m"}}}}
+	waitingMsg := func(reason, msg string) []corev1.ContainerStatus {
+		return []corev1.ContainerStatus{{Name: "c", Image: "registry.example/img:1", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
 	}
+	waiting := func(reason string) []corev1.ContainerStatus { return waitingMsg(reason, "m") }
 	for _, c := range []struct {
 		name          string
 		status        corev1.PodStatus
@@ -141,6 +142,8 @@ func TestPodOutcome(t *testing.T) {
 		{"preempted", corev1.PodStatus{Phase: corev1.PodFailed, Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}, ContainerStatuses: term(137, "Error", "")}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "Disrupted"}},
 		{"never ran", corev1.PodStatus{Phase: corev1.PodFailed}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ContainerNotRun"}},
 		{"image pull", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waiting("ErrImagePull")}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "ErrImagePull", Message: PullMessage("registry.example/img:1", "m")}}, // the image from the status: the informer trims the spec
+		{"secret missing", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waitingMsg("CreateContainerConfigError", `secret "s" not found`)}, false, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "CreateContainerConfigError", Message: `secret "s" not found`}},
+		{"kubelet's secret cache not synced", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waitingMsg("CreateContainerConfigError", "failed to sync secret cache: timed out waiting for the condition")}, false, true, time.Time{}, Outcome{ExitCode: -1}},
 		{"deleted by someone", corev1.PodStatus{Phase: corev1.PodRunning}, true, true, time.Time{}, Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "PodDeleted", Message: "the run's pod was deleted before the run ended"}},
 		{"node briefly NotReady", corev1.PodStatus{Phase: corev1.PodRunning}, false, false, now.Add(-10 * time.Second), Outcome{ExitCode: -1}},
 		{"node NotReady", corev1.PodStatus{Phase: corev1.PodRunning}, false, false, now.Add(-2 * time.Minute), Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "NodeNotReady", Message: "the node has not been Ready for 2m0s"}},

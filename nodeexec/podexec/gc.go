@@ -24,7 +24,8 @@ import (
 // when cancelled; such pods are left only by a client that was killed (the
 // pod's activeDeadlineSeconds has stopped it by then, but the object stays).
 // Pods without a deadline annotation, such as resident agents, are never
-// touched, nor are the watcher's run pods (owned by a NodeScript, whose
+// touched, nor are pods being deleted (with a grace period of at most
+// DeleteGracePeriod), nor the watcher's run pods (owned by a NodeScript, whose
 // lifecycle the watcher owns). namespace "" means every namespace. It returns the deleted pods
 // as "namespace/name". RBAC: list and delete on pods.
 func CollectGarbage(ctx context.Context, client kubernetes.Interface, namespace string, now time.Time) ([]string, error) {
@@ -38,7 +39,7 @@ func CollectGarbage(ctx context.Context, client kubernetes.Interface, namespace 
 	var errs []error
 	for _, p := range list.Items {
 		deadline, err := time.Parse(time.RFC3339, p.Annotations[nodeexec.AnnotationDeadline])
-		if err != nil || !deadline.Before(now) || ownedByWatcher(&p) {
+		if err != nil || !deadline.Before(now) || ownedByWatcher(&p) || beingDeleted(&p) {
 			continue
 		}
 		err = client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
@@ -66,12 +67,24 @@ func ownedByWatcher(p *corev1.Pod) bool {
 	return false
 }
 
+// beingDeleted reports a pod already deleted with a grace period no longer
+// than DeleteGracePeriod: typically the pod its own run deleted as it ended,
+// which the kubelet is still stopping. Deleting it again would change
+// nothing but cost a request; a pod deleted with a longer grace period is
+// deleted again, which shortens it.
+func beingDeleted(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil && ptr.Deref(p.DeletionGracePeriodSeconds, 0) <= DeleteGracePeriod
+}
+
 // CollectExpired deletes, in namespace ("" for every namespace), the pods
 // of runs whose client died: pods labelled LabelLease whose run Lease has
 // expired (LeaseExpired: not renewed for its leaseDurationSeconds) or no
 // longer exists, then the expired Leases. Live runs renew their Lease every
 // DefaultLeaseRenewInterval, so their pods are never touched; pods without
-// LabelLease (resident agents, the watcher's run pods) never are either.
+// LabelLease (resident agents, the watcher's run pods) never are either,
+// nor pods already being deleted (such as a finished run's, which the
+// kubelet is still stopping) with a grace period of at most
+// DeleteGracePeriod.
 // Deletions use a 1 s grace period and the pod's UID as precondition. It
 // returns what it deleted as "pod/namespace/name" and
 // "lease/namespace/name". RBAC: list, delete on pods; list, delete on
@@ -109,7 +122,7 @@ func CollectExpired(ctx context.Context, client kubernetes.Interface, namespace 
 	var deleted []string
 	var errs []error
 	for _, p := range podList.Items {
-		if live[p.Namespace+"/"+p.Labels[LabelLease]] || ownedByWatcher(&p) {
+		if live[p.Namespace+"/"+p.Labels[LabelLease]] || ownedByWatcher(&p) || beingDeleted(&p) {
 			continue
 		}
 		err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{

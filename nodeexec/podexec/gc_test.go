@@ -34,6 +34,8 @@ func TestCollectGarbage(t *testing.T) {
 		pod("a", "not-ours", false, now.Add(-time.Hour).Format(time.RFC3339)),
 		pod("a", "garbled", true, "yesterday"),
 		watcherPod("a", "watcher-run", now.Add(-time.Hour)),
+		deleting(pod("a", "ended", true, now.Add(-time.Minute).Format(time.RFC3339)), podexec.DeleteGracePeriod),
+		deleting(pod("b", "slow", true, now.Add(-time.Minute).Format(time.RFC3339)), 30),
 	)
 	got, err := podexec.CollectGarbage(t.Context(), client, "a", now)
 	if err != nil {
@@ -46,13 +48,19 @@ func TestCollectGarbage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"b/expired-too"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"b/expired-too", "b/slow"}, got); diff != "" {
 		t.Errorf("all namespaces (-want +got):\n%s", diff)
 	}
 	left, _ := client.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{})
-	if len(left.Items) != 5 {
-		t.Errorf("%d pods left, want the 5 that are not expired nodeexec pods (the watcher's run pod is its own)", len(left.Items))
+	if len(left.Items) != 6 {
+		t.Errorf("%d pods left, want the 6 that are not expired nodeexec pods (the watcher's run pod is its own; the ended one is being deleted)", len(left.Items))
 	}
+}
+
+// deleting marks p as deleted with a grace period of grace seconds.
+func deleting(p *corev1.Pod, grace int64) *corev1.Pod {
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}, &grace
+	return p
 }
 
 // watcherPod is a watcher run pod: owned by a NodeScript, past its deadline.

@@ -274,7 +274,13 @@ func TestCollectExpired(t *testing.T) {
 	agent := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "agent", Labels: map[string]string{nodeexec.LabelManagedBy: nodeexec.ManagedByValue}}}
 	w := watcherPod("a", "watcher-run", now.Add(-time.Hour))
 	w.Labels[podexec.LabelLease] = "nodeexec-run-dead"
-	cs := fake.NewClientset(
+	// A finished run's pod, which its run deleted and the kubelet is still
+	// stopping, is not deleted again; one deleted with a longer grace period is.
+	ended := mkPod("a", "ended-pod", "nodeexec-run-gone")
+	ended.DeletionTimestamp, ended.DeletionGracePeriodSeconds = &metav1.Time{Time: now}, ptr.To(podexec.DeleteGracePeriod)
+	slow := mkPod("a", "slow-pod", "nodeexec-run-gone")
+	slow.DeletionTimestamp, slow.DeletionGracePeriodSeconds = &metav1.Time{Time: now}, ptr.To(int64(30))
+	cs := fake.NewClientset(ended, slow,
 		mkLease("a", "nodeexec-run-live", now.Add(-29*time.Second)),
 		mkLease("a", "nodeexec-run-dead", now.Add(-31*time.Second)),
 		mkLease("b", "nodeexec-run-dead2", now.Add(-time.Hour)),
@@ -290,7 +296,7 @@ func TestCollectExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(got)
-	if diff := cmp.Diff([]string{"lease/a/nodeexec-run-dead", "pod/a/dead-pod", "pod/a/orphan-pod"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"lease/a/nodeexec-run-dead", "pod/a/dead-pod", "pod/a/orphan-pod", "pod/a/slow-pod"}, got); diff != "" {
 		t.Errorf("namespace a (-want +got):\n%s", diff)
 	}
 	got, err = podexec.CollectExpired(t.Context(), cs, "", now)
@@ -307,7 +313,7 @@ func TestCollectExpired(t *testing.T) {
 		left = append(left, p.Name)
 	}
 	slices.Sort(left)
-	if diff := cmp.Diff([]string{"agent", "live-pod", "watcher-run"}, left); diff != "" {
+	if diff := cmp.Diff([]string{"agent", "ended-pod", "live-pod", "watcher-run"}, left); diff != "" {
 		t.Errorf("pods left (-want +got):\n%s", diff)
 	}
 }

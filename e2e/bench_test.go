@@ -379,6 +379,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func BenchmarkFanout(b *testing.B) {
 	ctx := b.Context()
 	base := []string{"--kubeconfig", env.kubeconfig, "run", "--agent-image", agentImage()}
+	auditFrom := auditOffset(b)
 	all := append(slices.Clone(base), "--all", "--", "true")
 	one := append(slices.Clone(base), "--node", env.nodes[0], "--", "true")
 	var ta, to []trial
@@ -403,18 +404,153 @@ func BenchmarkFanout(b *testing.B) {
 	b.ReportMetric(ratio, "all-vs-one")
 	b.ReportMetric(perNode, "server-reqs/added-node")
 	b.ReportMetric(0, "ns/op")
-	out, _ := json.MarshalIndent(map[string]any{
+	res := map[string]any{
 		"nodes": len(env.nodes), "trials": len(ta), "backend": "nsenter (the default)",
 		"true_total_ms":                     map[string]any{"all": ms(allT), "one": ms(oneT), "ratio": ratio},
 		"server_requests_per_run_median":    map[string]int{"all": allR, "one": oneR},
 		"server_requests_per_added_node":    perNode,
 		"target":                            "issue 11.5: run --all <= 1.2x one node; <= 3 API requests per node",
 		"server_requests_counted_resources": "pods, pods/exec/attach/log, node get/list, event list/watch (apiserver_request_total); the kubelets' own node GETs add noise",
-	}, "", "  ")
+	}
+	if auditFrom >= 0 {
+		a := auditPodRequests(ctx, b, auditFrom)
+		res["audit_run_pods"] = a.pods
+		res["audit_requests_per_run_pod_median"] = map[string]int{"nodeexec": a.clientMedian, "kubelet": a.kubeletMedian, "other": a.otherMedian}
+		res["audit_nodeexec_requests_by_call"] = a.clientByCall
+		res["audit_kubelet_requests_by_call"] = a.kubeletByCall
+		res["audit_note"] = "kube-apiserver's audit log (testcluster's policy: pod create/delete, pods/exec/attach/portforward) of every run pod the trials created, by user: nodeexec is the CLI (admin kubeconfig), kubelet is system:node:*; other is anyone else (a later run's collector deleting the pod again)"
+		b.ReportMetric(float64(a.clientMedian), "nodeexec-reqs/pod")
+	}
+	out, _ := json.MarshalIndent(res, "", "  ")
 	b.Logf("\n%s", out)
 	if f := os.Getenv("NODEEXEC_BENCH_FANOUT_OUT"); f != "" {
 		if err := os.WriteFile(f, append(out, '\n'), 0o644); err != nil {
 			b.Error(err)
 		}
 	}
+}
+
+// auditOffset is the size of the test cluster's audit log now (where a
+// benchmark's requests start), or -1 without the local test cluster.
+func auditOffset(b *testing.B) int64 {
+	b.Helper()
+	if env.cluster == nil {
+		return -1
+	}
+	fi, err := os.Stat(env.cluster.AuditLog())
+	if err != nil {
+		b.Fatalf("the test cluster's audit log: %v", err)
+	}
+	return fi.Size()
+}
+
+// auditCounts attributes the API requests on run pods, from the audit log.
+type auditCounts struct {
+	pods                                     int
+	clientMedian, kubeletMedian, otherMedian int
+	clientByCall, kubeletByCall              map[string]int
+}
+
+// auditPodRequests waits until the run pods the benchmark created are gone
+// (the kubelets' final deletes are in the log then), and then counts, from
+// offset on, the requests on each pod the nodeexec CLI created (not its
+// dry-run creates): by the CLI, by kubelets and by anyone else.
+func auditPodRequests(ctx context.Context, b *testing.B, offset int64) auditCounts {
+	b.Helper()
+	if !waitFor(30*time.Second, func() bool {
+		list, err := env.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + podexec.LabelLease})
+		return err == nil && len(list.Items) == 0
+	}) {
+		b.Fatal("the benchmark's run pods are not gone after 30s")
+	}
+	f, err := os.Open(env.cluster.AuditLog())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() < offset {
+		offset = 0 // rotated meanwhile: what is left of the benchmark's part
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		b.Fatal(err)
+	}
+	type event struct {
+		Verb       string `json:"verb"`
+		RequestURI string `json:"requestURI"`
+		User       struct {
+			Username string `json:"username"`
+		} `json:"user"`
+		UserAgent string `json:"userAgent"`
+		ObjectRef struct {
+			Resource, Subresource, Namespace, Name string
+		} `json:"objectRef"`
+	}
+	type perPod struct {
+		client, kubelet, other int
+		deleted                bool // the run deleted it
+	}
+	pods := map[string]*perPod{}
+	var order []string
+	c := auditCounts{clientByCall: map[string]int{}, kubeletByCall: map[string]int{}}
+	byCall := map[string]map[string]int{} // pod -> call -> count, to fold in once the pod is known
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e event
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.ObjectRef.Resource != "pods" || e.ObjectRef.Name == "" {
+			continue
+		}
+		key := e.ObjectRef.Namespace + "/" + e.ObjectRef.Name
+		call := e.Verb + " pods"
+		if e.ObjectRef.Subresource != "" {
+			call = e.Verb + " pods/" + e.ObjectRef.Subresource
+		}
+		fromCLI := strings.HasPrefix(e.UserAgent, "nodeexec")
+		if e.Verb == "create" && e.ObjectRef.Subresource == "" {
+			if !fromCLI || strings.Contains(e.RequestURI, "dryRun") {
+				continue
+			}
+			pods[key] = &perPod{}
+			order = append(order, key)
+		}
+		p := pods[key]
+		if p == nil {
+			continue
+		}
+		who := "other"
+		switch {
+		case strings.HasPrefix(e.User.Username, "system:node:"):
+			p.kubelet++
+			who = "kubelet"
+		case fromCLI && !p.deleted:
+			// The run's own requests, up to its delete; a delete after
+			// that is a later run's collector.
+			p.client++
+			p.deleted = e.Verb == "delete"
+			who = "client"
+		default:
+			p.other++
+		}
+		if byCall[who] == nil {
+			byCall[who] = map[string]int{}
+		}
+		byCall[who][call]++
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatal(err)
+	}
+	if len(order) == 0 {
+		b.Fatal("the audit log has no run pod created by nodeexec")
+	}
+	var cl, kl, ot []int
+	for _, k := range order {
+		cl, kl, ot = append(cl, pods[k].client), append(kl, pods[k].kubelet), append(ot, pods[k].other)
+	}
+	med := func(v []int) int { slices.Sort(v); return v[len(v)/2] }
+	c.pods, c.clientMedian, c.kubeletMedian, c.otherMedian = len(order), med(cl), med(kl), med(ot)
+	c.clientByCall, c.kubeletByCall = byCall["client"], byCall["kubelet"]
+	if other := byCall["other"]; len(other) > 0 {
+		b.Logf("requests on run pods by others than the run and the kubelets: %v", other)
+	}
+	return c
 }

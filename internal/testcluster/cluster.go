@@ -125,6 +125,13 @@ func Stop(ctx context.Context, o Options) error {
 	return r.stop(ctx)
 }
 
+// AuditLog is the path of kube-apiserver's audit log: JSON lines, one
+// audit.k8s.io/v1 Event at the Metadata level per finished pod create or
+// delete and per exec, attach or port-forward into a pod, by any user (the
+// admin kubeconfig's is nodeexec-tc-admin; kubelets are system:node:NAME).
+// It is rotated at 100 MB, keeping one older file.
+func (c *Cluster) AuditLog() string { return c.r.l.audit }
+
 // Kubeconfig is the path of the admin kubeconfig (server https://127.0.0.1:<APIPort>,
 // user in group system:masters).
 func (c *Cluster) Kubeconfig() string { return c.r.l.kubeconfig }

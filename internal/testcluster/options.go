@@ -208,6 +208,7 @@ type layout struct {
 	lockFile   string // <cache>/.lock
 	pki        string // <state>/pki
 	logs       string // <state>/logs
+	audit      string // <state>/logs/audit.log: kube-apiserver's audit log (auditPolicy)
 	etcdDir    string // <state>/etcd
 	images     string // <state>/images: copies of imported tarballs, for nodes added later
 	stateFile  string // <state>/cluster.json
@@ -227,6 +228,7 @@ func newLayout(o Options) layout {
 		lockFile:   filepath.Join(o.CacheDir, ".lock"),
 		pki:        filepath.Join(o.StateDir, "pki"),
 		logs:       filepath.Join(o.StateDir, "logs"),
+		audit:      filepath.Join(o.StateDir, "logs", "audit.log"),
 		etcdDir:    filepath.Join(o.StateDir, "etcd"),
 		images:     filepath.Join(o.StateDir, "images"),
 		stateFile:  filepath.Join(o.StateDir, "cluster.json"),
@@ -260,6 +262,8 @@ func (l layout) node(i int) nodeSpec {
 }
 
 // hubIP is node 1's address, where the API server listens for the kubelets.
+func (l layout) auditPolicyFile() string { return filepath.Join(l.pki, "audit-policy.yaml") }
+
 func (l layout) hubIP() string { return l.node(1).IP }
 
 func (l layout) k8sBinary(name string) string { return filepath.Join(l.k8sBin, name) }

@@ -183,9 +183,34 @@ func apiserverArgs(l layout) []string {
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--profiling=false",
+		"--audit-policy-file=" + l.auditPolicyFile(),
+		"--audit-log-path=" + l.audit,
+		"--audit-log-format=json",
+		"--audit-log-maxsize=100", // MB, then one rotated file is kept
+		"--audit-log-maxbackup=1",
 		"--v=1",
 	}
 }
+
+// auditPolicy has kube-apiserver record, at the Metadata level (who, what,
+// when; no bodies), each finished request that creates or deletes a pod, and
+// each exec, attach and port-forward into one: what benchmarks attribute to
+// a client or to the kubelets (Cluster.AuditLog). Nothing else is recorded.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  verbs: [create, delete, deletecollection]
+  resources:
+  - group: ""
+    resources: [pods]
+- level: Metadata
+  resources:
+  - group: ""
+    resources: [pods/exec, pods/attach, pods/portforward]
+- level: None
+`
 
 func controllerManagerArgs(l layout) []string {
 	p := func(name string) string { return filepath.Join(l.pki, name) }

@@ -120,6 +120,8 @@ func TestControlPlaneArgs(t *testing.T) {
 		"--secure-port=6443",
 		"--service-cluster-ip-range=10.97.0.0/24",
 		"--client-ca-file=/s/pki/ca.crt",
+		"--audit-policy-file=/s/pki/audit-policy.yaml",
+		"--audit-log-path=/s/logs/audit.log",
 	} {
 		if !slices.Contains(api, want) {
 			t.Errorf("apiserver args lack %q", want)

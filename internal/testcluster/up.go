@@ -279,6 +279,9 @@ func (r *runner) controlPlanePKI() error {
 			return err
 		}
 	}
+	if err := writeFileAtomic(l.auditPolicyFile(), []byte(auditPolicy), 0o644); err != nil {
+		return err
+	}
 	inside := "https://127.0.0.1:" + strconv.Itoa(hubAPIPort)
 	for _, k := range []struct{ file, server, cert string }{
 		{l.kubeconfig, "https://127.0.0.1:" + strconv.Itoa(r.o.APIPort), "admin"},

@@ -93,7 +93,7 @@ spec:
 // TestSecretEnv: --env-from-secret NAME:KEY and NAME put a Secret's values
 // in the command's environment through the debugpod, nsenter and ephemeral
 // backends; the value is in no pod spec, annotation or --explain output; a
-// missing Secret fails the run naming it.
+// missing Secret or key fails the run before anything is created, naming it.
 func TestSecretEnv(t *testing.T) {
 	ctx := t.Context()
 	node := env.nodes[0]
@@ -132,9 +132,17 @@ func TestSecretEnv(t *testing.T) {
 			}
 		})
 	}
-	_, stderr, code := cli(ctx, "", "run", "--node", node, "--image", env.image, "--env-from-secret", "nodeexec-e2e-absent:X", "--", "true")
-	if code == 0 || !strings.Contains(stderr, "nodeexec-e2e-absent") {
-		t.Errorf("a missing Secret: exit %d, want a failure naming it:\n%s", code, stderr)
+	// A missing Secret or key is bad input: the preflight's GET finds it
+	// before any pod is created (exit 2, naming it).
+	for _, tc := range []struct{ flag, want string }{
+		{"nodeexec-e2e-absent:X", `secrets "nodeexec-e2e-absent" not found in namespace "default"`},
+		{"nodeexec-e2e-absent", `secrets "nodeexec-e2e-absent" not found in namespace "default"`},
+		{name + ":NOPE", `Secret default/` + name + ` has no key "NOPE" (its keys: OTHER, TOKEN)`},
+	} {
+		_, stderr, code := cli(ctx, "", "run", "--node", node, "--image", env.image, "--env-from-secret", tc.flag, "--", "true")
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("--env-from-secret %s: exit %d, want 2 and an error saying %q:\n%s", tc.flag, code, tc.want, stderr)
+		}
 	}
 }
 

@@ -55,7 +55,8 @@ type Request struct {
 	// the pod spec, annotations, Events or logs. The Secrets must be in the
 	// namespace of the pod the backend creates (the target pod's, for the
 	// ephemeral backend); a missing Secret or key fails the run with a
-	// PodError (CreateContainerConfigError). Backends that create no pod for
+	// PodError (CreateContainerConfigError); preflight.Options.Secrets finds
+	// it before the pod is created. Backends that create no pod for
 	// the command (runtime, resident agents) do not support it.
 	SecretEnv []SecretEnv
 

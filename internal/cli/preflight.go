@@ -37,7 +37,9 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 // it returns the refusal (exit 2), or nil. Callers skip it for a backend
 // that creates nothing on the node (skipPreflight).
 func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client kubernetes.Interface, ns string, req nodeexec.Request, explain bool) error {
-	report, err := preflight.Check(ctx, preflightOptions(b, client, ns, req.Node))
+	o := preflightOptions(b, client, ns, req.Node)
+	o.Secrets = req.SecretEnv
+	report, err := preflight.Check(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,15 @@
 // will refuse what a nodeexec backend needs: the namespace's Pod Security
 // level (its pod-security.kubernetes.io/enforce label), the caller's RBAC
 // permissions (one SelfSubjectAccessReview per permission), and, when the
-// backend can do one, a server-side dry-run of the pod it would create.
+// backend can do one, a server-side dry-run of the pod it would create; and
+// that the Secrets the pod takes environment variables from exist and hold
+// the keys it names.
 //
 // A Report says what was found; Report.Err is nil when nothing will be
 // refused, and otherwise an error wrapping nodeexec.ErrForbidden that names
 // the backend, each missing permission or Pod Security level, and what would
-// work instead. Check creates nothing but SelfSubjectAccessReviews (which
+// work instead (or, when only Secrets are missing, an error wrapping the API
+// server's NotFound). Check creates nothing but SelfSubjectAccessReviews (which
 // are not stored) and makes only dry-run creates.
 package preflight
 
@@ -15,11 +18,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -132,6 +138,14 @@ type Options struct {
 	// creating it (server-side dry-run), e.g. debugpod.Backend.Preflight for
 	// one node. Its error is reported in Report.DryRun. Optional.
 	DryRun func(ctx context.Context) error
+	// Secrets are the Secrets in Namespace the pod takes environment
+	// variables from (nodeexec.Request.SecretEnv), each read once with GET
+	// (RBAC get on secrets): a Secret not found, or without a key an entry
+	// names, is reported before the pod is created, instead of as the
+	// kubelet's CreateContainerConfigError after it. A GET refused or failed
+	// for another reason (users may reference Secrets in pods without being
+	// allowed to read them) leaves the check to the kubelet. Optional.
+	Secrets []nodeexec.SecretEnv
 }
 
 // PermissionResult is the answer of one SelfSubjectAccessReview.
@@ -167,6 +181,15 @@ type Report struct {
 	// DryRunDone is true when a dry-run was made; DryRun is its error.
 	DryRunDone bool
 	DryRun     error
+
+	// SecretsChecked counts the Secrets read; SecretErrs has one error per
+	// Options.Secrets entry the pod would fail on: a Secret not found
+	// (wrapping the API server's NotFound) or a key it lacks. SecretsErr is
+	// set when a Secret could not be read (such as RBAC refusing get on
+	// secrets): the entries naming it were not checked.
+	SecretsChecked int
+	SecretErrs     []error
+	SecretsErr     error
 }
 
 // For returns the Options that check backend b (or the backend it wraps)
@@ -234,11 +257,60 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 		r.DryRunDone = true
 		wg.Go(func() { r.DryRun = o.DryRun(ctx) })
 	}
+	secrets := map[string]*secretRead{}
+	for _, e := range o.Secrets {
+		if secrets[e.Secret] == nil {
+			read := &secretRead{}
+			secrets[e.Secret] = read
+			wg.Go(func() {
+				read.secret, read.err = o.Client.CoreV1().Secrets(o.Namespace).Get(ctx, e.Secret, metav1.GetOptions{})
+			})
+		}
+	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
+	r.checkSecrets(o.Secrets, secrets)
 	return r, nil
+}
+
+// secretRead is the GET of one Secret.
+type secretRead struct {
+	secret *corev1.Secret
+	err    error
+}
+
+// checkSecrets fills SecretsChecked, SecretErrs and SecretsErr from the
+// reads of entries' Secrets.
+func (r *Report) checkSecrets(entries []nodeexec.SecretEnv, reads map[string]*secretRead) {
+	var unread []error
+	for _, read := range reads {
+		switch {
+		case read.err == nil || apierrors.IsNotFound(read.err):
+			r.SecretsChecked++
+		default:
+			unread = append(unread, read.err)
+		}
+	}
+	r.SecretsErr = errors.Join(unread...)
+	absent := map[string]bool{} // Secrets already reported not found
+	for i, e := range entries {
+		read := reads[e.Secret]
+		switch {
+		case apierrors.IsNotFound(read.err):
+			if !absent[e.Secret] {
+				absent[e.Secret] = true
+				r.SecretErrs = append(r.SecretErrs, fmt.Errorf("SecretEnv[%d]: %w in namespace %q: create the Secret there, or name one that exists", i, read.err, r.Namespace))
+			}
+		case read.err != nil || e.Key == "":
+		default:
+			if _, ok := read.secret.Data[e.Key]; !ok {
+				keys := slices.Sorted(maps.Keys(read.secret.Data))
+				r.SecretErrs = append(r.SecretErrs, fmt.Errorf("SecretEnv[%d]: Secret %s/%s has no key %q (its keys: %s)", i, r.Namespace, e.Secret, e.Key, strings.Join(keys, ", ")))
+			}
+		}
+	}
 }
 
 // review asks the API server whether the caller has permission p.
@@ -317,6 +389,9 @@ func (r *Report) Problems() []string {
 			out = append(out, "dry-run create: "+r.DryRun.Error())
 		}
 	}
+	for _, err := range r.SecretErrs {
+		out = append(out, err.Error())
+	}
 	return out
 }
 
@@ -329,11 +404,24 @@ func (r *Report) Err() error {
 		return nil
 	}
 	msg := fmt.Sprintf("preflight: %s", strings.Join(problems, "; "))
-	if r.DryRun != nil && !errors.Is(r.DryRun, nodeexec.ErrForbidden) && r.LevelFits() && len(r.Missing()) == 0 {
+	switch {
+	case !r.LevelFits() || len(r.Missing()) > 0 || errors.Is(r.DryRun, nodeexec.ErrForbidden):
+		return fmt.Errorf("%w: %s", nodeexec.ErrForbidden, msg)
+	case r.DryRun != nil:
 		return fmt.Errorf("%s: %w", msg, r.DryRun)
 	}
-	return fmt.Errorf("%w: %s", nodeexec.ErrForbidden, msg)
+	// Only Secrets are missing: msg says it, and the errors unwrap to them.
+	return &joined{msg: msg, errs: r.SecretErrs}
 }
+
+// joined is an error with its own message that unwraps to errs.
+type joined struct {
+	msg  string
+	errs []error
+}
+
+func (e *joined) Error() string   { return e.msg }
+func (e *joined) Unwrap() []error { return e.errs }
 
 // String describes the report over several lines, for people (e.g. --explain).
 func (r *Report) String() string {
@@ -378,6 +466,15 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "  dry-run create: REFUSED: %v\n", r.DryRun)
 	default:
 		b.WriteString("  dry-run create: admitted\n")
+	}
+	switch {
+	case r.SecretsChecked == 0 && r.SecretsErr == nil:
+	case r.SecretsErr != nil:
+		fmt.Fprintf(&b, "  secrets: %d read, the others not checked (%v): the kubelet decides\n", r.SecretsChecked, r.SecretsErr)
+	case len(r.SecretErrs) > 0:
+		fmt.Fprintf(&b, "  secrets: %d read: MISSING\n", r.SecretsChecked)
+	default:
+		fmt.Fprintf(&b, "  secrets: %d read: every key named is there\n", r.SecretsChecked)
 	}
 	if err := r.Err(); err != nil {
 		fmt.Fprintf(&b, "result: %v\n", err)

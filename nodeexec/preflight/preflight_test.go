@@ -304,3 +304,52 @@ func TestFor(t *testing.T) {
 		t.Errorf("dry runs %v", dryRuns)
 	}
 }
+
+func TestCheckSecrets(t *testing.T) {
+	c, _ := fakeClient("ops", nil)
+	if _, err := c.CoreV1().Secrets("ops").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ops"},
+		Data: map[string][]byte{"b": []byte("2"), "a": []byte("1")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gets := 0
+	c.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) { gets++; return false, nil, nil })
+	r, err := Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Permissions: podBackend(), Level: LevelPrivileged,
+		Secrets: []nodeexec.SecretEnv{{Secret: "s", Key: "a"}, {Secret: "s", Key: "c"}, {Secret: "gone"}, {Secret: "gone", Key: "x"}, {Secret: "s"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gets != 2 || r.SecretsChecked != 2 || r.SecretsErr != nil {
+		t.Errorf("%d GETs, %d Secrets checked, err %v; want one GET per Secret, both checked", gets, r.SecretsChecked, r.SecretsErr)
+	}
+	err = r.Err()
+	if err == nil || errors.Is(err, nodeexec.ErrForbidden) || !apierrors.IsNotFound(err) {
+		t.Fatalf("Err() = %v; want the missing Secret's NotFound, not ErrForbidden", err)
+	}
+	for _, want := range []string{`SecretEnv[1]: Secret ops/s has no key "c" (its keys: a, b)`, `SecretEnv[2]: secrets "gone" not found in namespace "ops": create the Secret there`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Err() = %v\nwant it to say %q", err, want)
+		}
+	}
+	if n := strings.Count(err.Error(), `"gone"`); n != 1 {
+		t.Errorf("the missing Secret is named %d times, want once: %v", n, err)
+	}
+	if s := r.String(); !strings.Contains(s, "secrets: 2 read: MISSING") {
+		t.Errorf("String() does not report the Secrets:\n%s", s)
+	}
+
+	// Not allowed to read Secrets: the kubelet decides.
+	c.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "gone", errors.New("no"))
+	})
+	r, err = Check(t.Context(), Options{Client: c, Namespace: "ops", Backend: "debugpod", Permissions: podBackend(), Level: LevelPrivileged,
+		Secrets: []nodeexec.SecretEnv{{Secret: "gone"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Err() != nil || r.SecretsErr == nil || len(r.SecretErrs) != 0 {
+		t.Errorf("Err() %v, SecretsErr %v, SecretErrs %v; want no refusal and the read's error kept", r.Err(), r.SecretsErr, r.SecretErrs)
+	}
+	if s := r.String(); !strings.Contains(s, "secrets: 0 read, the others not checked") {
+		t.Errorf("String() does not say the Secrets were not checked:\n%s", s)
+	}
+}

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-watcher bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -97,6 +97,18 @@ bench-stream: build ## 300 MB of long-line and short-line output: nodeexec run (
 	@mkdir -p bench
 	NODEEXEC_BENCH_STREAM_OUT=$(CURDIR)/bench/stream.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkStream' -benchtime $(BENCHTIME_STREAM) -timeout 40m ./e2e/
 	@cat bench/stream.json
+
+RSSFLOOR := clientgo drain watcher
+bench-rss-floor: ## RSS of programs that only link client-go, + kubectl's drain helper, + the watcher library, run from disk and from tmpfs (no cluster); JSON lines in bench/rssfloor.jsonl
+	@mkdir -p bin/rssfloor bench
+	@for p in $(RSSFLOOR); do $(GO) build -o bin/rssfloor/$$p ./bench/rssfloor/$$p || exit 1; done
+	@rm -f bench/rssfloor.jsonl
+	@for p in $(RSSFLOOR); do \
+	  for i in 1 2 3; do bin/rssfloor/$$p | sed 's/^{/{"from":"disk",/' >> bench/rssfloor.jsonl || exit 1; done; \
+	  if [ -d /dev/shm ]; then cp bin/rssfloor/$$p /dev/shm/nodeexec-rssfloor-$$p && \
+	    /dev/shm/nodeexec-rssfloor-$$p | sed 's/^{/{"from":"tmpfs",/' >> bench/rssfloor.jsonl; rm -f /dev/shm/nodeexec-rssfloor-$$p; fi; \
+	done
+	@cat bench/rssfloor.jsonl
 
 BENCH_NODES ?= 5000
 bench-watcher: build ## the watcher at $(BENCH_NODES) SIMULATED (kwok) nodes vs kwok's raw pod rate, a plain Node informer and a DaemonSet; JSON in bench/watcher.json

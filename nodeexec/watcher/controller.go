@@ -263,7 +263,9 @@ func (c *controller) listNodes(name string) (nodeSet, error) {
 // record) and the pod deleted, in parallel; a run pod still going is
 // adopted as its node's run when the state does not name it yet (adopt). A
 // run that failed on a node that rebooted since it started is recorded as
-// an infrastructure failure (NodeRebooted). Output: the pods still going.
+// an infrastructure failure (NodeRebooted). A pod this process recorded and
+// deleted that the cache still shows (the informer lags; for at most a
+// minute) is skipped, not deleted again. Output: the pods still going.
 func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript, cached nodeSet, now time.Time) (runPods, error) {
 	podObjs, err := c.pods.ByIndex(byNodeScript, ns.Name)
 	if err != nil {
@@ -280,6 +282,10 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		n := cached.byName[node]
 		if n == nil {
 			// The node is gone; its pods go with it (pod GC).
+			continue
+		}
+		if c.w.alreadyRecorded(pod.UID) {
+			// Recorded and deleted by an earlier reconcile; the cache lags.
 			continue
 		}
 		ready, since := nodeReady(n)

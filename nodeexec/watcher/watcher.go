@@ -156,6 +156,9 @@ type Watcher struct {
 	overlay map[string]map[string]NodeState
 	// created holds run pods created and not yet seen by the pod informer.
 	created map[string]time.Time
+	// deleted holds, by UID, finished pods this process recorded and
+	// deleted whose deletion the pod informer has not shown yet.
+	deleted map[types.UID]time.Time
 	// draining holds the nodes being drained; rebooting, the nodes an
 	// Options.Rebooter is rebooting.
 	draining, rebooting map[string]bool
@@ -261,6 +264,7 @@ func New(o Options) (*Watcher, error) {
 		o: o, metrics: m,
 		overlay:  map[string]map[string]NodeState{},
 		created:  map[string]time.Time{},
+		deleted:  map[types.UID]time.Time{},
 		draining: map[string]bool{}, rebooting: map[string]bool{},
 		decoded: map[string]map[string]decodedState{},
 		conds:   map[string]map[string]*corev1.NodeCondition{},
@@ -419,6 +423,9 @@ func (w *Watcher) run(ctx context.Context) error {
 		if p, ok := obj.(*corev1.Pod); ok {
 			w.mu.Lock()
 			delete(w.created, p.Name)
+			if old == nil {
+				delete(w.deleted, p.UID)
+			}
 			w.mu.Unlock()
 			if o, ok := old.(*corev1.Pod); ok && !podUpdateMatters(o, p) {
 				return
@@ -636,6 +643,32 @@ func (w *Watcher) expected(pod string) bool {
 	t, ok := w.created[pod]
 	if ok && w.o.Clock.Since(t) > time.Minute {
 		delete(w.created, pod)
+		return false
+	}
+	return ok
+}
+
+// recorded notes that pod, finished, was recorded and deleted (now), so
+// that reconciles until the informer shows the deletion skip it instead of
+// deleting it again.
+func (w *Watcher) recorded(pod types.UID, now time.Time) {
+	if pod == "" {
+		return // not from an API server: it cannot be told apart
+	}
+	w.mu.Lock()
+	w.deleted[pod] = now
+	w.mu.Unlock()
+}
+
+// alreadyRecorded reports whether pod was recorded and deleted by this
+// process and the informer has not shown its deletion yet (for at most a
+// minute, after which it is recorded again if it is still there).
+func (w *Watcher) alreadyRecorded(pod types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.deleted[pod]
+	if ok && w.o.Clock.Since(t) > time.Minute {
+		delete(w.deleted, pod)
 		return false
 	}
 	return ok

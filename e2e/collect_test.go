@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
@@ -111,7 +110,7 @@ func TestKilledClientCollectedByNextRun(t *testing.T) {
 func TestKilledClientCollectedByWatcher(t *testing.T) {
 	ctx := t.Context()
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-collectw-", nil)
-	startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: dynamic.NewForConfigOrDie(env.config)})
+	startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: watcherSetup(t)})
 	lease := killedRun(ctx, t, ns)
 	t.Logf("the killed client's pod and Lease collected by the watcher %s after its last renewal (bound %s)",
 		waitCollected(ctx, t, ns, lease, collectBound), collectBound)

@@ -273,7 +273,9 @@ func New(o Options) (*Watcher, error) {
 }
 
 // Start runs the watcher until ctx ends, then returns nil; it returns an
-// error when the informers cannot sync or leadership is lost
+// error when the informers cannot sync, the API server does not serve
+// NodeScripts (wrapping ErrCRDNotInstalled, found by a LIST of at most one
+// NodeScript before the informers start), or leadership is lost
 // (ErrLeadershipLost). With LeaderElection set it first waits to become
 // the leader. Its signature is controller-runtime's Runnable, so a Watcher
 // can be added to a manager (mgr.Add(w)) unchanged; the manager's own
@@ -361,6 +363,12 @@ func (w *Watcher) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Without the CRD the NodeScript informer would retry its list forever
+	// and the watcher never sync (nor collect): say so instead. Other errors
+	// (the API server restarting) are the informers' to retry.
+	if _, err := w.o.Dynamic.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{Limit: 1}); crdMissing(err) {
+		return fmt.Errorf("watcher: %w", ErrCRDNotInstalled)
+	}
 
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0, informers.WithTransform(trimNode))
 	podFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,

@@ -648,9 +648,15 @@ func (w *Watcher) unexpect(pod string) {
 func (w *Watcher) expected(pod string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t, ok := w.created[pod]
-	if ok && w.o.Clock.Since(t) > time.Minute {
-		delete(w.created, pod)
+	return fresh(w.created, pod, w.o.Clock.Now())
+}
+
+// fresh reports whether m holds k from less than a minute before now; an
+// older entry is dropped. The caller holds w.mu.
+func fresh[K comparable](m map[K]time.Time, k K, now time.Time) bool {
+	t, ok := m[k]
+	if ok && now.Sub(t) > time.Minute {
+		delete(m, k)
 		return false
 	}
 	return ok
@@ -674,12 +680,7 @@ func (w *Watcher) recorded(pod types.UID, now time.Time) {
 func (w *Watcher) alreadyRecorded(pod types.UID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t, ok := w.deleted[pod]
-	if ok && w.o.Clock.Since(t) > time.Minute {
-		delete(w.deleted, pod)
-		return false
-	}
-	return ok
+	return fresh(w.deleted, pod, w.o.Clock.Now())
 }
 
 // prune drops the cached states of nodes that no longer exist.

@@ -263,9 +263,10 @@ func (c *controller) listNodes(name string) (nodeSet, error) {
 // record) and the pod deleted, in parallel; a run pod still going is
 // adopted as its node's run when the state does not name it yet (adopt). A
 // run that failed on a node that rebooted since it started is recorded as
-// an infrastructure failure (NodeRebooted). A pod this process recorded and
-// deleted that the cache still shows (the informer lags; for at most a
-// minute) is skipped, not deleted again. Output: the pods still going.
+// an infrastructure failure (NodeRebooted). A finished pod this process
+// recorded and deleted that the cache still shows (the informer lags; for at
+// most a minute) is not recorded or deleted again; one being deleted counts
+// as going like any other. Output: the pods still going.
 func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript, cached nodeSet, now time.Time) (runPods, error) {
 	podObjs, err := c.pods.ByIndex(byNodeScript, ns.Name)
 	if err != nil {
@@ -282,10 +283,6 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		n := cached.byName[node]
 		if n == nil {
 			// The node is gone; its pods go with it (pod GC).
-			continue
-		}
-		if c.w.alreadyRecorded(pod.UID) {
-			// Recorded and deleted by an earlier reconcile; the cache lags.
 			continue
 		}
 		ready, since := nodeReady(n)
@@ -312,6 +309,12 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 					c.adopt(ctx, ns, n, pod)
 				}
 			}
+			continue
+		}
+		if c.w.alreadyRecorded(pod.UID) {
+			// Recorded and deleted by an earlier reconcile; the cache lags.
+			// (One being deleted still counts as going, above: its
+			// container may run until the kubelet confirms.)
 			continue
 		}
 		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, &ok, now) })

@@ -202,6 +202,14 @@ func TestRecordFinished(t *testing.T) {
 			pods: pod(ActionRun, running, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }),
 		}, busy: true},
 		{phaseCase: phaseCase{
+			// Recorded and deleted by this process, its node NotReady: the
+			// kubelet cannot confirm, so the pod holds its concurrency slot.
+			name: "terminating pod this process recorded", state: state(ns, PhaseFailed, nil),
+			pods:  pod(ActionRun, running, func(p *corev1.Pod) { p.UID, p.DeletionTimestamp = "uid-1", ptr.To(metav1.NewTime(t0)) }),
+			after: func(e *env) { e.c.w.recorded("uid-1", t0) },
+			want:  state(ns, PhaseFailed, nil),
+		}, busy: true},
+		{phaseCase: phaseCase{
 			name: "recorded before: deleted only", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionRun, exited(0), nil),
 			wantCalls: []string{"delete pods " + run},
 		}},

@@ -261,9 +261,10 @@ func (l layout) node(i int) nodeSpec {
 	return n
 }
 
-// hubIP is node 1's address, where the API server listens for the kubelets.
+// auditPolicyFile holds auditPolicy, which kube-apiserver reads at start.
 func (l layout) auditPolicyFile() string { return filepath.Join(l.pki, "audit-policy.yaml") }
 
+// hubIP is node 1's address, where the API server listens for the kubelets.
 func (l layout) hubIP() string { return l.node(1).IP }
 
 func (l layout) k8sBinary(name string) string { return filepath.Join(l.k8sBin, name) }

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,10 +69,12 @@ func BenchmarkWatcher(b *testing.B) {
 	b.ResetTimer()
 
 	// Raw pod rate: one pod per node, no controller.
+	cpu0 := cpuSeconds()
 	created, completed, err := k.RawPodRate(ctx, watcher.DefaultNamespace, names, 32)
 	if err != nil {
 		b.Fatal(err)
 	}
+	res["cpu_s_raw"] = cpuSince(cpu0)
 	raw := float64(n) / completed.Seconds()
 	res["raw_pods_per_s"], res["raw_created_s"], res["raw_completed_s"] = round(raw), round(created.Seconds()), round(completed.Seconds())
 
@@ -80,6 +83,7 @@ func BenchmarkWatcher(b *testing.B) {
 	cleanupNodeScript(b, dyn, name)
 	writes := startScaleWatcher(b, dyn)
 	writes.reset()
+	cpu0 = cpuSeconds()
 	t0 := time.Now()
 	applyNodeScript(ctx, b, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
@@ -94,6 +98,8 @@ spec:
 		return ns.Status.Stage == watcher.StageComplete
 	})
 	took := time.Since(t0)
+	res["cpu_s_watcher"] = cpuSince(cpu0)
+	b.Logf("SIMULATED %d nodes: CPU seconds by process, raw run %v, watcher rollout %v", n, res["cpu_s_raw"], res["cpu_s_watcher"])
 	by, all, events := writes.counts()
 	res["watcher_writes_per_node"], res["watcher_writes"], res["watcher_event_writes"] = round(float64(all)/float64(n)), by, events
 	b.Logf("SIMULATED %d nodes: %d API writes by the watcher's clientset (%.2f per node run, target <= 3; %d Events): %v", n, all, float64(all)/float64(n), events, by)
@@ -128,6 +134,62 @@ spec:
 }
 
 func round(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// cpuSeconds returns the CPU time so far (user and system, in seconds, at
+// Linux's 100 ticks per second) of this test process, under "self" (the
+// raw pod creator or the in-process watcher), and of the cluster's
+// processes on this machine by command name (kube-apiserver, etcd, kwok,
+// kube-controller[-manager], kube-scheduler, containerd, the kubelets
+// summed), from
+// /proc/PID/stat. Processes it cannot read are left out.
+func cpuSeconds() map[string]float64 {
+	names := []string{"kube-apiserver", "etcd", "kwok", "kube-controller", "kube-scheduler", "kubelet", "containerd"}
+	out := map[string]float64{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime(14) stime(15): comm may hold spaces.
+		open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		comm, fields := string(stat[open+1:closing]), strings.Fields(string(stat[closing+1:]))
+		if len(fields) < 13 {
+			continue
+		}
+		if pid == os.Getpid() {
+			comm = "self"
+		} else if i := slices.IndexFunc(names, func(n string) bool { return strings.HasPrefix(comm, n) }); i >= 0 {
+			comm = names[i] // etcd's command is etcd-vX.Y.Z
+		} else {
+			continue
+		}
+		ut, _ := strconv.ParseFloat(fields[11], 64)
+		st, _ := strconv.ParseFloat(fields[12], 64)
+		out[comm] += (ut + st) / 100
+	}
+	return out
+}
+
+// cpuSince returns the CPU seconds each process of cpuSeconds used since
+// before, rounded to 0.1 s; "total" sums them.
+func cpuSince(before map[string]float64) map[string]float64 {
+	d := map[string]float64{}
+	var total float64
+	for k, v := range cpuSeconds() {
+		d[k] = float64(int64((v-before[k])*10+0.5)) / 10
+		total += v - before[k]
+	}
+	d["total"] = float64(int64(total*10+0.5)) / 10
+	return d
+}
 
 // childRSS re-executes this test binary in mode ("watcher": watcher.Start
 // with its trimmed caches; "informer": a plain full Node informer), waits

@@ -287,6 +287,13 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		}
 		ready, since := nodeReady(n)
 		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
+		if out.Done && pod.DeletionTimestamp == nil && c.w.alreadyRecorded(pod.UID) {
+			// Recorded and deleted by an earlier reconcile; the cache lags.
+			// Skipped before its boot ID is read (an API GET for a failed
+			// run). One the cache shows being deleted still counts as going,
+			// below: its container may run until the kubelet confirms.
+			continue
+		}
 		if runsScript(action) && out.Done {
 			if s, ok := c.w.state(ctx, ns.Name, n); ok {
 				start := startBootID(pod, s)
@@ -309,12 +316,6 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 					c.adopt(ctx, ns, n, pod)
 				}
 			}
-			continue
-		}
-		if c.w.alreadyRecorded(pod.UID) {
-			// Recorded and deleted by an earlier reconcile; the cache lags.
-			// (One being deleted still counts as going, above: its
-			// container may run until the kubelet confirms.)
 			continue
 		}
 		finish = append(finish, func() error { return c.finish(ctx, ns, n, pod, out, &ok, now) })

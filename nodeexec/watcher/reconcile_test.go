@@ -713,60 +713,77 @@ func TestReconcileWritesPerRun(t *testing.T) {
 // A finished pod recorded and deleted is not deleted again by a reconcile
 // made while the pod cache still shows it (the informer lags).
 func TestReconcileRecordedPodCacheLags(t *testing.T) {
-	ns := script(nil)
-	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
-	e.reconcile()
-	node, pod := e.runningNode("n1")
-	// The API server gives every pod a UID.
-	p, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, pod, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.UID = "uid-1"
-	if _, err := e.cs.CoreV1().Pods(DefaultNamespace).Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.setPod(pod, exited(0))
-	e.sync()
-	stale, _, _ := e.podCache.GetByKey(DefaultNamespace + "/" + pod)
-	if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
-		t.Fatal(err)
-	}
-	if s := e.state(node); s.Phase != PhaseSucceeded {
-		t.Fatalf("state %+v, want Succeeded", s)
-	}
-	deletes := func() (n int) {
-		for _, a := range e.cs.Actions() {
-			if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
-				n++
+	for _, tc := range []struct {
+		name  string
+		exit  int32
+		phase string
+	}{
+		{"succeeded", 0, PhaseSucceeded},
+		// A failed run reads the node's boot ID from the API once (a reboot
+		// may explain it), and not again for the cache's stale copy.
+		{"failed", 1, PhaseFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := script(nil)
+			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
+			e.reconcile()
+			node, pod := e.runningNode("n1")
+			// The API server gives every pod a UID.
+			p, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return n
-	}
-	if n := deletes(); n != 1 {
-		t.Fatalf("%d pod deletes, want 1", n)
-	}
-	// The cache still shows the pod: nothing is recorded or deleted again.
-	e.cs.ClearActions()
-	if err := e.podCache.Update(stale); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range e.cs.Actions() {
-		if a.GetVerb() != "get" && a.GetVerb() != "list" {
-			t.Errorf("a reconcile on the lagging cache wrote %s %s", a.GetVerb(), a.GetResource().Resource)
-		}
-	}
-	// After a minute a pod still in the cache is recorded again (a lost
-	// delete event must not hide it for good).
-	e.clock.Step(time.Minute + time.Second)
-	e.cs.ClearActions()
-	if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
-		t.Fatal(err)
-	}
-	if n := deletes(); n != 1 {
-		t.Errorf("after a minute: %d pod deletes, want 1", n)
+			p.UID = "uid-1"
+			if _, err := e.cs.CoreV1().Pods(DefaultNamespace).Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.setPod(pod, exited(tc.exit))
+			e.sync()
+			stale, _, _ := e.podCache.GetByKey(DefaultNamespace + "/" + pod)
+			if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
+				t.Fatal(err)
+			}
+			if s := e.state(node); s.Phase != tc.phase {
+				t.Fatalf("state %+v, want %s", s, tc.phase)
+			}
+			count := func(verb, resource string) (n int) {
+				for _, a := range e.cs.Actions() {
+					if a.GetVerb() == verb && a.GetResource().Resource == resource {
+						n++
+					}
+				}
+				return n
+			}
+			if n := count("delete", "pods"); n != 1 {
+				t.Fatalf("%d pod deletes, want 1", n)
+			}
+			// The cache still shows the pod: nothing is recorded or deleted
+			// again, and the node is not read again.
+			e.cs.ClearActions()
+			if err := e.podCache.Update(stale); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range e.cs.Actions() {
+				if a.GetVerb() != "get" && a.GetVerb() != "list" {
+					t.Errorf("a reconcile on the lagging cache wrote %s %s", a.GetVerb(), a.GetResource().Resource)
+				}
+			}
+			if n := count("get", "nodes"); n != 0 {
+				t.Errorf("a reconcile on the lagging cache read the node %d times, want 0", n)
+			}
+			// After a minute a pod still in the cache is recorded again (a
+			// lost delete event must not hide it for good).
+			e.clock.Step(time.Minute + time.Second)
+			e.cs.ClearActions()
+			if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
+				t.Fatal(err)
+			}
+			if n := count("delete", "pods"); n != 1 {
+				t.Errorf("after a minute: %d pod deletes, want 1", n)
+			}
+		})
 	}
 }

@@ -381,7 +381,8 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 		if !ok {
 			continue
 		}
-		selected := selectsNode(ns, sel, n)
+		ign := ignored(n, ns.Name)
+		selected := !ign && selects(&ns.Spec, sel, n.Name, n.Labels) // selectsNode
 		s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
 		if write != nil {
 			work = append(work, write)
@@ -401,7 +402,7 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			// A run of an older spec still going: it counts as running.
 			s = NodeState{Hash: hash, Phase: PhaseRunning}
 		}
-		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ignored(n, ns.Name), State: s})
+		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ign, State: s})
 		if !selected || s.Hash != hash {
 			continue
 		}

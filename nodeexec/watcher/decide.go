@@ -1,8 +1,8 @@
 package watcher
 
 import (
+	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -130,8 +130,13 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 
 	// The selected nodes, in their deterministic order, with the phase they
 	// have for the current hash.
-	var all []entry
-	for _, n := range nodes {
+	// The order key is sha256(nodeUID "/" nodeScriptUID "/" hash), its
+	// bytes compared as its hex string would be.
+	all := make([]entry, 0, len(nodes))
+	suffix := "/" + string(ns.UID) + "/" + d.Hash
+	var buf []byte
+	for i := range nodes {
+		n := &nodes[i]
 		if n.Ignored || !selects(s, sel, n.Name, n.Labels) {
 			continue
 		}
@@ -139,10 +144,10 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		if n.State.Hash == d.Hash {
 			phase = n.State.Phase
 		}
-		sum := sha256.Sum256([]byte(n.UID + "/" + string(ns.UID) + "/" + d.Hash))
-		all = append(all, entry{Node: n, key: hex.EncodeToString(sum[:]), phase: phase})
+		buf = append(append(buf[:0], n.UID...), suffix...)
+		all = append(all, entry{Node: n, key: sha256.Sum256(buf), phase: phase})
 	}
-	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key[:], b.key[:]) })
 
 	retryLimit := DefaultRetryLimit
 	if s.Retry.Limit != nil {
@@ -181,7 +186,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 
 	// The canaries are the first nodes in order that need the script: a
 	// node spec.checkScript found fine (NotNeeded) proves nothing about it.
-	var needing []entry
+	needing := make([]entry, 0, len(all))
 	for _, e := range all {
 		if e.phase != PhaseNotNeeded {
 			needing = append(needing, e)
@@ -293,7 +298,14 @@ func selectsNode(ns *v1alpha1.NodeScript, sel labels.Selector, n *corev1.Node) b
 
 // ignored reports whether node n carries NodeScript name's IgnoreAnnotation.
 func ignored(n *corev1.Node, name string) bool {
-	_, ok := n.Annotations[IgnoreAnnotation(name)]
+	if len(n.Annotations) == 0 {
+		return false
+	}
+	// IgnoreAnnotation(name), built on the stack: a reconcile asks this of
+	// every node, and m[string(b)] does not allocate.
+	var buf [128]byte
+	key := append(append(append(buf[:0], name...), "."+AnnotationPrefix...), ignoreSuffix...)
+	_, ok := n.Annotations[string(key)]
 	return ok
 }
 
@@ -313,10 +325,11 @@ func promotedNodes(to string) (labels.Selector, error) {
 	return sel, nil
 }
 
-// entry is a selected node with its order key and its phase for the current hash.
+// entry is a selected node (a pointer into Decide's nodes, which it does
+// not change) with its order key and its phase for the current hash.
 type entry struct {
-	Node
-	key   string
+	*Node
+	key   [sha256.Size]byte
 	phase string
 }
 

@@ -1,6 +1,9 @@
 package watcher
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -287,6 +290,32 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestOrderKey pins the rollout order: ascending hex of
+// sha256(nodeUID "/" nodeScriptUID "/" specHash). A watcher upgraded in
+// the middle of a rollout must keep the order (and so the canaries and
+// batches) the earlier one chose.
+func TestOrderKey(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) {
+		s.Rollout.Canary = ptr.To[int32](40)
+		s.Rollout.MaxConcurrency = ptr.To(intstr.FromString("100%"))
+	})
+	var names []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("node-%02d", i))
+	}
+	c := newCluster(names...)
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	want := slices.Clone(names)
+	key := func(n string) string {
+		sum := sha256.Sum256([]byte(c[n].UID + "/" + string(ns.UID) + "/" + hash))
+		return hex.EncodeToString(sum[:])
+	}
+	slices.SortFunc(want, func(a, b string) int { return strings.Compare(key(a), key(b)) })
+	if d := decide(t, ns, c, t0); !cmp.Equal(d.Start, want) {
+		t.Errorf("Start = %v, want the order of the keys %v", d.Start, want)
+	}
+}
+
 func TestInvalidSpec(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Rollout.MaxConcurrency = ptr.To(intstr.FromString("150%")) })
 	if _, err := Decide(ns, nil, t0); err == nil || !strings.Contains(err.Error(), "spec.rollout.maxConcurrency") {
@@ -352,5 +381,33 @@ func TestDecideHolds(t *testing.T) {
 	// Changing the pause or the window is not a new spec: nothing reruns.
 	if v1alpha1.SpecHash(&script(func(s *v1alpha1.NodeScriptSpec) { s.Paused, s.Window = true, window }).Spec) != v1alpha1.SpecHash(&script(nil).Spec) {
 		t.Error("paused or window changes the spec hash")
+	}
+}
+
+// BenchmarkDecide is one decision on 5,000 selected nodes in a rollout
+// (half succeeded, 100 running, the rest pending), which a reconcile takes
+// on every pass: go test -run '^$' -bench Decide ./nodeexec/watcher/
+func BenchmarkDecide(b *testing.B) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) {
+		s.Rollout.Canary = ptr.To[int32](0)
+		s.Rollout.MaxConcurrency = ptr.To(intstr.FromString("2%"))
+	})
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	nodes := make([]Node, 5000)
+	for i := range nodes {
+		name := fmt.Sprintf("node-%04d", i)
+		nodes[i] = Node{Name: name, UID: "uid-" + name, Labels: map[string]string{"pool": "a"}, Ready: true, State: NodeState{Phase: PhasePending}}
+		switch {
+		case i%2 == 0:
+			nodes[i].State = NodeState{Hash: hash, Phase: PhaseSucceeded, Since: t0, Attempts: 1}
+		case i%25 == 1:
+			nodes[i].State = NodeState{Hash: hash, Phase: PhaseRunning, Since: t0, Attempts: 1}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decide(ns, nodes, t0); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -2,6 +2,9 @@ package watcher
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -92,7 +95,11 @@ func (e *env) sync() {
 	}
 	var objs []any
 	for i := range nodes.Items {
-		o, _ := trimNode(&nodes.Items[i])
+		n := withResourceVersion(e.t, &nodes.Items[i])
+		if err := e.cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, ""); err != nil {
+			e.t.Fatal(err)
+		}
+		o, _ := trimNode(n)
 		objs = append(objs, o)
 	}
 	_ = e.nodeCache.Replace(objs, "")
@@ -367,4 +374,20 @@ func testBackend(t testing.TB, ns *v1alpha1.NodeScript) nodeexec.Backend {
 		t.Fatalf("NodeBackend: %v", err)
 	}
 	return b
+}
+
+// withResourceVersion sets n's resourceVersion from its content, as the API
+// server changes it with every change (the fake clientset's tracker keeps
+// the one it was given; sync stores it back there): the watcher's caches
+// keyed by resourceVersion must see every change a test makes.
+func withResourceVersion(t *testing.T, n *corev1.Node) *corev1.Node {
+	t.Helper()
+	n.ResourceVersion = ""
+	b, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	n.ResourceVersion = hex.EncodeToString(sum[:8])
+	return n
 }

@@ -787,3 +787,47 @@ func TestReconcileRecordedPodCacheLags(t *testing.T) {
 		})
 	}
 }
+
+// TestStateFollowsResourceVersion: the decoded state is reused while the
+// cached node keeps its resourceVersion, and read again when it changes;
+// what this process wrote and the cache does not show yet comes first.
+func TestStateFollowsResourceVersion(t *testing.T) {
+	e := newEnv(t, []*v1alpha1.NodeScript{script(nil)}, testNode("n1"))
+	w := e.c.w
+	node := func(rv string, s *NodeState) *corev1.Node {
+		return testNode("n1", func(n *corev1.Node) {
+			n.ResourceVersion = rv
+			if s != nil {
+				n.Annotations = map[string]string{StateAnnotation("fix"): s.Encode(), "other": "x"}
+			}
+		})
+	}
+	succeeded := NodeState{Hash: "h1", Phase: PhaseSucceeded, Since: t0, Attempts: 1}
+	failed := NodeState{Hash: "h2", Phase: PhaseFailed, Since: t0, Attempts: 1, ExitCode: ptr.To(3)}
+	for i, step := range []struct {
+		n    *corev1.Node
+		want NodeState
+	}{
+		{node("10", &succeeded), succeeded},
+		{node("10", &succeeded), succeeded}, // same resourceVersion: reused
+		{node("11", &failed), failed},
+		{node("12", nil), NodeState{Phase: PhasePending}},
+		{node("12", nil), NodeState{Phase: PhasePending}},
+		{node("13", &succeeded), succeeded},
+	} {
+		got, ok := w.state(e.ctx, "fix", step.n)
+		if !ok || !cmp.Equal(got, step.want) {
+			t.Errorf("step %d (resourceVersion %s): state %+v, %v; want %+v", i, step.n.ResourceVersion, got, ok, step.want)
+		}
+	}
+	// Written by this process, not yet in the cache: the written state,
+	// though the node's resourceVersion is the one last decoded.
+	w.note("fix", "n1", failed)
+	if got, _ := w.state(e.ctx, "fix", node("13", &succeeded)); !cmp.Equal(got, failed) {
+		t.Errorf("after note: state %+v, want %+v", got, failed)
+	}
+	// The cache shows the write: the annotation again.
+	if got, _ := w.state(e.ctx, "fix", node("14", &failed)); !cmp.Equal(got, failed) {
+		t.Errorf("cache caught up: state %+v, want %+v", got, failed)
+	}
+}

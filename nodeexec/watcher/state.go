@@ -39,7 +39,9 @@ func RerunAnnotation(name string) string { return name + "." + AnnotationPrefix 
 // NodeScript name without editing its spec, as spec.excludeNodes would: its
 // value says who asked (SetIgnored sets it; any value ignores). The node's
 // state is kept, so removing the annotation reruns nothing.
-func IgnoreAnnotation(name string) string { return name + "." + AnnotationPrefix + "/ignore" }
+func IgnoreAnnotation(name string) string { return name + "." + AnnotationPrefix + ignoreSuffix }
+
+const ignoreSuffix = "/ignore"
 
 // nodeAnnotation reports whether k is the key of a per-node annotation of
 // some NodeScript (state, rerun, ignore), and of which.

@@ -176,8 +176,10 @@ type Watcher struct {
 }
 
 type decodedState struct {
-	raw string
-	s   NodeState
+	raw    string
+	absent bool   // the node has no state annotation: s is Pending
+	rv     string // the resourceVersion of the node raw was read from
+	s      NodeState
 }
 
 // New validates o and returns a Watcher. Errors name the bad field.
@@ -539,6 +541,16 @@ func toNodeScript(obj any) (*v1alpha1.NodeScript, error) {
 // ok is false when the annotation cannot be read (the node is then left
 // alone, and the error logged).
 func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeState, bool) {
+	// Fast path, taken for most nodes on most reconciles: no state of this
+	// process's own overlays it, and the cached node is the one (same
+	// resourceVersion, so the same annotations) its state was decoded from.
+	w.mu.Lock()
+	_, overlaid := w.overlay[name][n.Name]
+	d, ok := w.decoded[name][n.Name]
+	w.mu.Unlock()
+	if !overlaid && ok && d.rv != "" && d.rv == n.ResourceVersion {
+		return d.s, true
+	}
 	raw, has := n.Annotations[StateAnnotation(name)]
 	w.mu.Lock()
 	if o, ok := w.overlay[name][n.Name]; ok {
@@ -550,26 +562,23 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 	}
 	w.mu.Unlock()
 	if !has {
-		return NodeState{Phase: PhasePending}, true
+		d = decodedState{absent: true, s: NodeState{Phase: PhasePending}}
+	} else if !ok || d.absent || d.raw != raw {
+		s, err := DecodeState(n.Annotations, name)
+		if err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "node state unreadable; node skipped", "node", n.Name)
+			return NodeState{}, false
+		}
+		d = decodedState{raw: raw, s: s}
 	}
-	w.mu.Lock()
-	d, ok := w.decoded[name][n.Name]
-	w.mu.Unlock()
-	if ok && d.raw == raw {
-		return d.s, true
-	}
-	s, err := DecodeState(n.Annotations, name)
-	if err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "node state unreadable; node skipped", "node", n.Name)
-		return NodeState{}, false
-	}
+	d.rv = n.ResourceVersion
 	w.mu.Lock()
 	if w.decoded[name] == nil {
 		w.decoded[name] = map[string]decodedState{}
 	}
-	w.decoded[name][n.Name] = decodedState{raw: raw, s: s}
+	w.decoded[name][n.Name] = d
 	w.mu.Unlock()
-	return s, true
+	return d.s, true
 }
 
 // writeState records s as node n's state for NodeScript ns: one strategic

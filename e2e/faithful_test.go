@@ -10,8 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -142,6 +146,56 @@ func TestSecretEnv(t *testing.T) {
 		_, stderr, code := cli(ctx, "", "run", "--node", node, "--image", env.image, "--env-from-secret", tc.flag, "--", "true")
 		if code != 2 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("--env-from-secret %s: exit %d, want 2 and an error saying %q:\n%s", tc.flag, code, tc.want, stderr)
+		}
+	}
+}
+
+// TestSecretEnvWithoutSecretAccess: a caller RBAC does not let GET Secrets
+// can still name one in --env-from-secret: the preflight's GET is
+// Forbidden and leaves the check to the kubelet, which reads the Secret for
+// the pod. A Secret that exists gives its value; a missing one fails the
+// run (not exit 0, not a hang) with the kubelet's message naming it, and
+// leaves no pod behind.
+func TestSecretEnvWithoutSecretAccess(t *testing.T) {
+	ctx := t.Context()
+	node := env.nodes[0]
+	ns := tempNamespace(ctx, t, "nodeexec-e2e-sec-", map[string]string{preflight.LabelEnforce: preflight.LevelPrivileged})
+	cfg, kubeconfig := rbacUser(ctx, t, ns, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach"}, Verbs: []string{"create", "get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update", "delete"}},
+		// No secrets.
+	})
+	const secret, value = "nodeexec-e2e-noaccess", "v4lue"
+	if _, err := env.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret},
+		StringData: map[string]string{"TOKEN": value}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	limited, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := limited.CoreV1().Secrets(ns).Get(ctx, secret, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("GET of the Secret as the limited user: %v, want Forbidden (the case under test)", err)
+	}
+	run := func(from string) (string, string, int) {
+		return cliAs(ctx, kubeconfig, "", "run", "--no-prefix", "--namespace", ns, "--node", node, "--image", env.image,
+			"--timeout", "60s", "--env-from-secret", from, "--", "sh", "-c", `printf '%s\n' "$TOKEN"`)
+	}
+	if stdout, stderr, code := run(secret + ":TOKEN"); code != 0 || stdout != value+"\n" {
+		t.Errorf("existing Secret: exit %d, stdout %q, want 0 and %q\nstderr:\n%s", code, stdout, value+"\n", stderr)
+	}
+	start := time.Now()
+	stdout, stderr, code := run("nodeexec-e2e-absent:TOKEN")
+	if code == 0 || !strings.Contains(stderr, `"nodeexec-e2e-absent" not found`) {
+		t.Errorf("missing Secret: exit %d after %s, want a failure naming it\nstdout %q\nstderr:\n%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
+	}
+	if pods := managedPods(ctx, t, ns); len(pods) > 0 {
+		waitFor(30*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 })
+		if pods := managedPods(ctx, t, ns); len(pods) > 0 {
+			t.Errorf("%d nodeexec pods left in %s: %s", len(pods), ns, pods[0].Name)
 		}
 	}
 }

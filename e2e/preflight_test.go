@@ -31,6 +31,22 @@ import (
 func limitedUser(ctx context.Context, t *testing.T) (ns string, cfg *rest.Config, kubeconfig string) {
 	t.Helper()
 	ns = tempNamespace(ctx, t, "nodeexec-e2e-pf-", map[string]string{preflight.LabelEnforce: preflight.LevelBaseline})
+	cfg, kubeconfig = rbacUser(ctx, t, ns, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update", "delete"}},
+		// No pods/exec.
+	})
+	return ns, cfg, kubeconfig
+}
+
+// rbacUser creates in namespace ns a ServiceAccount bound to a Role of
+// rules there and to a ClusterRole that may list and get nodes and get
+// namespaces, and returns a rest.Config and a kubeconfig file
+// authenticating as it (a TokenRequest token). Everything is deleted when
+// the test ends.
+func rbacUser(ctx context.Context, t *testing.T, ns string, rules []rbacv1.PolicyRule) (cfg *rest.Config, kubeconfig string) {
+	t.Helper()
 	name := "nodeexec-limited"
 	cleanupCtx := context.WithoutCancel(ctx)
 	must := func(err error) {
@@ -42,13 +58,7 @@ func limitedUser(ctx context.Context, t *testing.T) (ns string, cfg *rest.Config
 	_, err := env.client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	must(err)
 	_, err = env.client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update", "delete"}},
-			// No pods/exec.
-		},
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules,
 	}, metav1.CreateOptions{})
 	must(err)
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
@@ -90,7 +100,7 @@ func limitedUser(ctx context.Context, t *testing.T) (ns string, cfg *rest.Config
 	kc.CurrentContext = "x"
 	kubeconfig = filepath.Join(t.TempDir(), "limited.kubeconfig")
 	must(clientcmd.WriteToFile(*kc, kubeconfig))
-	return ns, cfg, kubeconfig
+	return cfg, kubeconfig
 }
 
 func TestPreflightLimitedUser(t *testing.T) {

@@ -140,8 +140,7 @@ func round(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 // raw pod creator or the in-process watcher), and of the cluster's
 // processes on this machine by command name (kube-apiserver, etcd, kwok,
 // kube-controller[-manager], kube-scheduler, containerd, the kubelets
-// summed), from
-// /proc/PID/stat. Processes it cannot read are left out.
+// summed), from /proc/PID/stat. Processes it cannot read are left out.
 func cpuSeconds() map[string]float64 {
 	names := []string{"kube-apiserver", "etcd", "kwok", "kube-controller", "kube-scheduler", "kubelet", "containerd"}
 	out := map[string]float64{}

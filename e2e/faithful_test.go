@@ -192,11 +192,9 @@ func TestSecretEnvWithoutSecretAccess(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, `"nodeexec-e2e-absent" not found`) {
 		t.Errorf("missing Secret: exit %d after %s, want a failure naming it\nstdout %q\nstderr:\n%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
 	}
+	waitFor(30*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 })
 	if pods := managedPods(ctx, t, ns); len(pods) > 0 {
-		waitFor(30*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 })
-		if pods := managedPods(ctx, t, ns); len(pods) > 0 {
-			t.Errorf("%d nodeexec pods left in %s: %s", len(pods), ns, pods[0].Name)
-		}
+		t.Errorf("%d nodeexec pods left in %s: %s", len(pods), ns, pods[0].Name)
 	}
 }
 

@@ -381,8 +381,9 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 		if !ok {
 			continue
 		}
+		// selectsNode, with ignored kept for the Node below.
 		ign := ignored(n, ns.Name)
-		selected := !ign && selects(&ns.Spec, sel, n.Name, n.Labels) // selectsNode
+		selected := !ign && selects(&ns.Spec, sel, n.Name, n.Labels)
 		s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
 		if write != nil {
 			work = append(work, write)

@@ -304,8 +304,7 @@ func ignored(n *corev1.Node, name string) bool {
 	// IgnoreAnnotation(name), built on the stack: a reconcile asks this of
 	// every node, and m[string(b)] does not allocate.
 	var buf [128]byte
-	key := append(append(append(buf[:0], name...), "."+AnnotationPrefix...), ignoreSuffix...)
-	_, ok := n.Annotations[string(key)]
+	_, ok := n.Annotations[string(appendIgnoreAnnotation(buf[:0], name))]
 	return ok
 }
 

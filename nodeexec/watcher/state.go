@@ -39,9 +39,13 @@ func RerunAnnotation(name string) string { return name + "." + AnnotationPrefix 
 // NodeScript name without editing its spec, as spec.excludeNodes would: its
 // value says who asked (SetIgnored sets it; any value ignores). The node's
 // state is kept, so removing the annotation reruns nothing.
-func IgnoreAnnotation(name string) string { return name + "." + AnnotationPrefix + ignoreSuffix }
+func IgnoreAnnotation(name string) string { return string(appendIgnoreAnnotation(nil, name)) }
 
-const ignoreSuffix = "/ignore"
+// appendIgnoreAnnotation appends IgnoreAnnotation(name) to b: ignored builds
+// the key in a stack buffer with it, as a reconcile asks of every node.
+func appendIgnoreAnnotation(b []byte, name string) []byte {
+	return append(append(b, name...), "."+AnnotationPrefix+"/ignore"...)
+}
 
 // nodeAnnotation reports whether k is the key of a per-node annotation of
 // some NodeScript (state, rerun, ignore), and of which.

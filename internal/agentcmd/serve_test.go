@@ -152,6 +152,7 @@ func TestServeRefusals(t *testing.T) {
 		"not agent":   {agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "id"}}, "only its own command lines"},
 		"main proc":   {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "serve"}}, "main process"},
 		"empty":       {agent.WireRequest{Version: agent.WireVersion}, "only its own command lines"},
+		"spool":       {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--spool", "/usr/local/new", "--target", "1", "--", "true"}}, "--spool"},
 		"not started": {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}}, "starting"},
 	} {
 		t.Run(name, func(t *testing.T) {

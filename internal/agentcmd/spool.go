@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 // (nsenter, container-exec): the pod backends and the resident agents give
 // it so that a run survives its exec stream being cut (nsenter.WithSpool).
 func agentSpoolFlag() ucli.Flag {
-	return &ucli.StringFlag{Name: "spool", Usage: "keep the command's output and exit status in `DIR` (which must not exist) until `agent attach` has them: a cut stream loses nothing"}
+	return &ucli.StringFlag{Name: "spool", Usage: "keep the command's output and exit status in `DIR` (" + spool.DefaultParent + "/NAME, which must not exist; any other path is refused) until `agent attach` has them: a cut stream loses nothing"}
 }
 
 // spooled runs action, with --spool: the command's output goes to the spool
@@ -40,7 +39,13 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
 
-	spool.Sweep(filepath.Dir(dir), time.Now(), spool.DefaultRetention, spool.DefaultAbandoned)
+	// Refused before anything is created or swept: a spool is
+	// spool.DefaultParent/NAME, and the sweep looks there only.
+	if err := spool.CheckDir(dir); err != nil {
+		fmt.Fprintf(streams.ErrOut, "nodeexec agent: --spool: %v\n", err)
+		return ExitStatus{Code: agentNsenterFailed}
+	}
+	spool.Sweep(spool.DefaultParent, time.Now(), spool.DefaultRetention, spool.DefaultAbandoned)
 	s, err := spool.Create(dir)
 	if err != nil {
 		fmt.Fprintf(streams.ErrOut, "nodeexec agent: --spool: %v\n", err)
@@ -98,7 +103,10 @@ func agentAttachCommand(streams Streams) *ucli.Command {
 			"agent container was restarted). Exit status 125 when the spool cannot be streamed (the reason on stderr).\n" +
 			"With --stop: ends the command (SIGTERM to the agent running it, which ends it as its --timeout does) and\n" +
 			"exits 0 once its exit status is recorded (at once when it had ended), 3 when DIR is not a spool, 125\n" +
-			"when it cannot be stopped (the reason on stderr).",
+			"when it cannot be stopped (the reason on stderr).\n" +
+			"DIR must be " + spool.DefaultParent + "/NAME (NAME one path element): any other path ends every mode at\n" +
+			"once with exit status 125 and the reason on stderr. A directory is a spool only when it holds the\n" +
+			"spool's own files (pid, stdout, stderr) and nothing else.",
 		HideHelpCommand: true,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "spool", Required: true, Usage: "the spool `DIR` given to the command's --spool"},
@@ -111,6 +119,10 @@ func agentAttachCommand(streams Streams) *ucli.Command {
 			dir := c.String("spool")
 			if c.Bool("check") && c.Bool("stop") {
 				return errors.New("--check and --stop: give one")
+			}
+			if err := spool.CheckDir(dir); err != nil {
+				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: --spool: %v\n", err)
+				return ExitStatus{Code: agentAttachFailed}
 			}
 			if c.Bool("stop") {
 				if err := spool.Stop(c.Context, dir, 0); err != nil {

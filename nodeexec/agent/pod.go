@@ -3,7 +3,6 @@ package agent
 import (
 	"maps"
 	"math"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,7 +175,8 @@ func isAgentArgv(argv []string) bool {
 
 // SpoolFor returns the command line that runs the agent command line argv
 // for req under a spool named name in the agent container
-// (spool.DefaultParent/name, WithSpool), and the podexec.Resume that reads
+// (spool.Path(name): spool.DefaultParent/name, WithSpool; name must pass
+// spool.CheckName, or the agent refuses the command line), and the podexec.Resume that reads
 // that spool after a cut stream (and stops its command, StopSpoolArgv). For a request with a TTY (an interactive
 // session, which cannot be resumed) or a command line that is not the
 // agent's, it returns argv and nil.
@@ -184,7 +184,7 @@ func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *pode
 	if req.TTY {
 		return argv, nil
 	}
-	dir := path.Join(spool.DefaultParent, name)
+	dir := spool.Path(name)
 	out, ok := WithSpool(argv, dir)
 	if !ok {
 		return argv, nil

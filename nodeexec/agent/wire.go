@@ -9,7 +9,10 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // The resident agent's own listener ("serve"): instead of having the
@@ -96,7 +99,9 @@ func (r WireRequest) Validate() error {
 
 // CheckRunnable checks that argv is one of the agent's own command lines
 // (`Path agent SUBCOMMAND ...`) that runs a command: not the main process
-// of an agent pod (hold, serve) nor a warm agent (warm).
+// of an agent pod (hold, serve) nor a warm agent (warm); and that every
+// --spool it gives (before "--", in any of the flag's spellings) is a
+// spool directory of the agents' (spool.CheckDir): spool.DefaultParent/NAME.
 func CheckRunnable(argv []string) error {
 	if !isAgentArgv(argv) {
 		return fmt.Errorf("command line %q: the agent runs only its own command lines (%s agent SUBCOMMAND ...)", argv, Path)
@@ -104,7 +109,41 @@ func CheckRunnable(argv []string) error {
 	if slices.Contains([]string{"hold", "serve", "warm"}, argv[2]) {
 		return fmt.Errorf("command line %q: %q is the agent's main process, not a command to run", argv, argv[2])
 	}
+	for _, dir := range spoolArgs(argv[3:]) {
+		if err := spool.CheckDir(dir); err != nil {
+			return fmt.Errorf("command line %q: --spool: %w", argv, err)
+		}
+	}
 	return nil
+}
+
+// spoolArgs returns the values args gives to the agent's --spool flag
+// before "--": `--spool DIR`, `-spool DIR`, `--spool=DIR`, `-spool=DIR`.
+// A flag without its value yields "". It looks at every word, not only at
+// flag positions: a word that another flag takes as its value is checked
+// too, which refuses more, never less, than the agent's parser accepts.
+func spoolArgs(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "spool" {
+			continue
+		}
+		switch {
+		case hasValue:
+			out = append(out, value)
+		case i+1 < len(args):
+			i++
+			out = append(out, args[i])
+		default:
+			out = append(out, "")
+		}
+	}
+	return out
 }
 
 // FrameWriter writes frames; it is safe for concurrent use.

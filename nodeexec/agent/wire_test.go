@@ -59,6 +59,18 @@ func TestDecodeRequest(t *testing.T) {
 	if r, err := DecodeRequest(ok); err != nil || !r.Stdin || r.Command[2] != "nsenter" {
 		t.Errorf("%+v %v", r, err)
 	}
+	// The agents' own spools, and a --spool that is the command's argument.
+	for _, argv := range [][]string{
+		{Path, "agent", "nsenter", "--spool", "/tmp/nodeexec/spool/abc", "--target", "1", "--", "id"},
+		{Path, "agent", "nsenter", "--spool=/tmp/nodeexec/spool/nodeexec-tc-1-x2c4v", "--", "id"},
+		{Path, "agent", "attach", "--spool", "/tmp/nodeexec/spool/abc", "--stop"},
+		{Path, "agent", "nsenter", "--", "tool", "--spool", "/x"},
+	} {
+		p, _ := EncodeRequest(WireRequest{Version: WireVersion, Command: argv})
+		if _, err := DecodeRequest(p); err != nil {
+			t.Errorf("%q: %v", argv, err)
+		}
+	}
 	for _, tc := range []struct{ req, want string }{
 		{`{`, "bad request frame"},
 		{`{"version":2,"command":["/usr/local/bin/nodeexec","agent","nsenter"]}`, "protocol version 2"},
@@ -66,6 +78,15 @@ func TestDecodeRequest(t *testing.T) {
 		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","hold"]}`, "main process"},
 		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","warm"]}`, "main process"},
 		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","-x"]}`, "only its own command lines"},
+		// A spool anywhere but the agents' parent, in every spelling of the flag.
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","nsenter","--spool","/usr/local/new","--","true"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","nsenter","--spool=/x","--","true"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","nsenter","-spool","/","--","true"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","nsenter","-spool=/tmp/nodeexec/spool/../x","--","true"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","container-exec","--container-id","x","--spool","/tmp/nodeexec/spool/a/b","--","true"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","attach","--spool","/dev","--stop"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","attach","--check","--spool"]}`, "--spool"},
+		{`{"version":1,"command":["/usr/local/bin/nodeexec","agent","nsenter","--spool","/tmp/nodeexec/spool/ok","--spool","/x","--","true"]}`, "--spool"},
 	} {
 		if _, err := DecodeRequest([]byte(tc.req)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.req, err, tc.want)

@@ -230,6 +230,17 @@ func TestWrap(t *testing.T) {
 	if _, err := Wrap(&fakeInner{name: "debugpod"}, WrapOptions{Client: client, Streamer: &fakeStreamer{}}); err == nil {
 		t.Error("Wrap accepted a backend that is not a Commander")
 	}
+	// A spool name that is not one path element: nothing runs.
+	for _, name := range []string{"../../usr/local/new", "", "..", "a/b"} {
+		s := &fakeStreamer{}
+		b, err := Wrap(&fakeInner{name: "nsenter"}, WrapOptions{Client: client, Streamer: s, Commander: fixedCommander{node: "node-1"}, SpoolName: func() string { return name }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Run(t.Context(), nodeexec.Request{Command: []string{"id"}}); !errors.Is(err, spool.ErrBadDir) || s.got != nil {
+			t.Errorf("SpoolName %q: %v, exec %+v; want spool.ErrBadDir and no exec", name, err, s.got)
+		}
+	}
 }
 
 func TestInstallUninstallFake(t *testing.T) {

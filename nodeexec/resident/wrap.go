@@ -20,6 +20,7 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
+	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // Commander is implemented by backends whose pods run the agent binary: it
@@ -54,8 +55,9 @@ type WrapOptions struct {
 	// every agent is reached over exec (Streamer).
 	Dialer Dialer
 	// SpoolName names each run's spool in the agent container (see
-	// agent.SpoolFor), which must be unique among the agent's runs.
-	// Defaults to 16 random lowercase letters and digits.
+	// agent.SpoolFor), which must be unique among the agent's runs and one
+	// path element (spool.CheckName; Run fails, running nothing, with any
+	// other name). Defaults to 16 random lowercase letters and digits.
 	SpoolName func() string
 }
 
@@ -275,7 +277,11 @@ func (b *Backend) exec(ctx context.Context, a Agent, argv []string, req nodeexec
 	if !ok {
 		return res, fmt.Errorf("resident: the Commander's command line %q %w (%s agent SUBCOMMAND ...): cannot bound it with the agent's --timeout", argv, errNotAgent, agent.Path)
 	}
-	bounded, resume := agent.SpoolFor(bounded, b.o.SpoolName(), req)
+	name := b.o.SpoolName()
+	if err := spool.CheckName(name); err != nil {
+		return res, fmt.Errorf("resident: WrapOptions.SpoolName: %w", err)
+	}
+	bounded, resume := agent.SpoolFor(bounded, name, req)
 	opts := &corev1.PodExecOptions{
 		Container: agent.ContainerName,
 		Command:   bounded,

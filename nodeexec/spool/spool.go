@@ -15,6 +15,14 @@
 // until the exit status is there and both files are read to their end, and
 // exits with that status.
 //
+// The agents keep their spools under one directory, DefaultParent, each in
+// DefaultParent/NAME where NAME is one path element (CheckDir, CheckName):
+// an agent refuses any other --spool, so that a request can neither create
+// a spool elsewhere nor make Sweep look anywhere else. A directory is a
+// spool only when it holds the spool's own files (its PIDFile, StdoutFile
+// and StderrFile) and nothing else: Exists, Attach and Stop refuse any other
+// directory at once, and Sweep removes no other directory.
+//
 // The files live in the agent container's own filesystem: they go with the
 // agent pod (the pod backends delete theirs after the run), or, for the
 // resident agents, are removed by Sweep once their run ended more than
@@ -32,6 +40,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,9 +75,105 @@ const (
 	DefaultPollInterval = 50 * time.Millisecond
 )
 
-// ErrNotFound is returned by Attach (wrapped) when dir is not a spool: the
-// command never started there, or its agent container was restarted.
+// ErrNotFound is returned by Attach and Stop (wrapped) when dir is not a
+// spool: the command never started there, its agent container was
+// restarted, or dir is some other directory.
 var ErrNotFound = errors.New("no spool")
+
+// ErrBadDir is returned by CheckDir and CheckName (wrapped) for a directory
+// or a name that is not one of the agents' spools: DefaultParent/NAME, NAME
+// one path element.
+var ErrBadDir = errors.New("not a spool directory")
+
+// MaxNameLength bounds a spool's name, in bytes.
+const MaxNameLength = 253
+
+// CheckName checks that name can name a spool: 1 to MaxNameLength letters,
+// digits, '.', '_' and '-', not starting with '.' (so neither "." nor ".."
+// nor a hidden name): one path element. Pod names and the resident agents'
+// random names are such names. Errors wrap ErrBadDir.
+func CheckName(name string) error {
+	if name == "" || len(name) > MaxNameLength || name[0] == '.' {
+		return fmt.Errorf("spool name %q: %w: give 1 to %d letters, digits, '.', '_' or '-', not starting with '.'", name, ErrBadDir, MaxNameLength)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("spool name %q: %w: %q is not allowed (give letters, digits, '.', '_' or '-': one path element)", name, ErrBadDir, r)
+		}
+	}
+	return nil
+}
+
+// Path is the directory of the spool named name: DefaultParent/name. It
+// does not check name (CheckName).
+func Path(name string) string { return DefaultParent + "/" + name }
+
+// CheckDir checks that dir is a spool directory of the agents':
+// DefaultParent/NAME exactly as written (no "//", "." or ".." elements, no
+// trailing '/'), NAME passing CheckName. The agent refuses any other
+// --spool. Errors wrap ErrBadDir and name the fix.
+func CheckDir(dir string) error {
+	if name, ok := strings.CutPrefix(dir, DefaultParent+"/"); ok && CheckName(name) == nil {
+		return nil
+	}
+	return fmt.Errorf("spool directory %q: %w: give %s/NAME, NAME one path element of 1 to %d letters, digits, '.', '_' or '-', not starting with '.'",
+		dir, ErrBadDir, DefaultParent, MaxNameLength)
+}
+
+// files are the names a spool directory may hold.
+var files = []string{PIDFile, PIDFile + ".tmp", StdoutFile, StderrFile, ExitFile, ExitFile + ".tmp"}
+
+// state is what a directory is to this package.
+type state int
+
+const (
+	missing  state = iota // nothing there
+	foreign               // not a spool: not a directory, or it holds what a spool does not
+	creating              // only a spool's files, but not yet all of PIDFile, StdoutFile and StderrFile
+	complete              // a spool: PIDFile, StdoutFile, StderrFile and nothing but a spool's files
+)
+
+// inspect says what dir is, without following a symbolic link at dir, and
+// how many of a spool's files it holds.
+func inspect(dir string) (state, int) {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return missing, 0
+	}
+	if err != nil || !fi.IsDir() {
+		return foreign, 0
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return foreign, 0
+	}
+	core := 0
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !slices.Contains(files, e.Name()) {
+			return foreign, 0
+		}
+		switch e.Name() {
+		case PIDFile, StdoutFile, StderrFile:
+			core++
+		}
+	}
+	if core == 3 {
+		return complete, len(entries)
+	}
+	return creating, len(entries)
+}
+
+// notSpool is the error for dir of state st (not complete), wrapping ErrNotFound.
+func notSpool(dir string, st state) error {
+	switch st {
+	case missing:
+		return fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
+	case foreign:
+		return fmt.Errorf("spool: %s: %w: it is not a directory holding only a spool's files (%s)", dir, ErrNotFound, strings.Join(files, ", "))
+	default:
+		return fmt.Errorf("spool: %s: %w: it lacks a spool's %s, %s or %s file", dir, ErrNotFound, PIDFile, StdoutFile, StderrFile)
+	}
+}
 
 // ErrExists is returned by Create (wrapped) when dir already exists: each run
 // has its own spool, and a second start of the same run must not run the
@@ -200,14 +305,11 @@ func (s *Spool) Serve(ctx context.Context, stdout, stderr io.Writer) (End, error
 // were copied to their end, looking for new output every poll (default
 // DefaultPollInterval); it returns the command's exit status and the
 // files' sizes. Errors: dir
-// is not a spool (wrapping ErrNotFound), an offset beyond what the file
+// is not a spool (Exists; wrapping ErrNotFound), an offset beyond what the file
 // holds, ctx's end, a failed read or write.
 func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, stdout, stderr io.Writer, poll time.Duration) (End, error) {
-	if _, err := os.Stat(filepath.Join(dir, StdoutFile)); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return End{}, fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
-		}
-		return End{}, fmt.Errorf("spool: %w", err)
+	if st, _ := inspect(dir); st != complete {
+		return End{}, notSpool(dir, st)
 	}
 	if poll <= 0 {
 		poll = DefaultPollInterval
@@ -217,10 +319,12 @@ func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, s
 	})
 }
 
-// Exists reports whether dir is a spool.
+// Exists reports whether dir is a spool: a directory (not a symbolic link)
+// holding the spool's PIDFile, StdoutFile and StderrFile, and no file a
+// spool does not have.
 func Exists(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, StdoutFile))
-	return err == nil
+	st, _ := inspect(dir)
+	return st == complete
 }
 
 // ReadExit returns the exit status recorded in dir, and whether there is one.
@@ -316,10 +420,13 @@ func copyAvailable(w io.Writer, f *os.File, buf []byte) (int64, error) {
 	}
 }
 
-// Sweep removes, under parent, the spools whose run ended (ExitFile
-// written) more than retention before now, and those without an exit status
-// older than abandoned; it ignores what it cannot remove and returns how
-// many it removed. A missing parent is no error.
+// Sweep removes, under parent (the agents' DefaultParent), the spools
+// whose run ended (ExitFile written) more than retention before now, and
+// those without an exit status older than abandoned; it ignores what it
+// cannot remove and returns how many it removed. It removes only what an
+// agent created: directories (not symbolic links) with a spool's name
+// (CheckName) that hold a spool's files and nothing else; any other entry of
+// parent is left alone. A missing parent is no error.
 func Sweep(parent string, now time.Time, retention, abandoned time.Duration) int {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
@@ -327,10 +434,13 @@ func Sweep(parent string, now time.Time, retention, abandoned time.Duration) int
 	}
 	removed := 0
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || CheckName(e.Name()) != nil {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())
+		if st, n := inspect(dir); st == foreign || n == 0 {
+			continue // not one of ours, or an empty directory that may not be
+		}
 		var old bool
 		if st, err := os.Stat(filepath.Join(dir, ExitFile)); err == nil {
 			old = now.Sub(st.ModTime()) > retention

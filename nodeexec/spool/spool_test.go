@@ -203,3 +203,101 @@ func TestSweep(t *testing.T) {
 		t.Errorf("missing parent: %d", n)
 	}
 }
+
+func TestCheckDir(t *testing.T) {
+	for _, dir := range []string{
+		spool.DefaultParent + "/nodeexec-tc-1-abcde",
+		spool.DefaultParent + "/a1b2c3d4e5f6g7h8",
+		spool.DefaultParent + "/A_b.c-d",
+		spool.Path(strings.Repeat("x", spool.MaxNameLength)),
+	} {
+		if err := spool.CheckDir(dir); err != nil {
+			t.Errorf("CheckDir(%q): %v, want nil", dir, err)
+		}
+	}
+	for _, dir := range []string{
+		"", "/", "/x", "/usr/local/new", "/usr/local/bin", "/dev", "relative", "tmp/nodeexec/spool/a",
+		spool.DefaultParent, spool.DefaultParent + "/",
+		spool.DefaultParent + "/.", spool.DefaultParent + "/..", spool.DefaultParent + "/../../../usr/local/new",
+		spool.DefaultParent + "/a/b", spool.DefaultParent + "//a", spool.DefaultParent + "/a/", spool.DefaultParent + "/./a",
+		spool.DefaultParent + "/.hidden", spool.DefaultParent + "/a b", spool.DefaultParent + "/a\x00b", spool.DefaultParent + "/é",
+		spool.DefaultParent + "x/a", "/tmp/nodeexec/spoolx/a",
+		spool.Path(strings.Repeat("x", spool.MaxNameLength+1)),
+	} {
+		err := spool.CheckDir(dir)
+		if !errors.Is(err, spool.ErrBadDir) || !strings.Contains(err.Error(), spool.DefaultParent) && !strings.Contains(err.Error(), "spool name") {
+			t.Errorf("CheckDir(%q): %v, want an error wrapping ErrBadDir that names the fix", dir, err)
+		}
+	}
+	for _, name := range []string{"", ".", "..", "a/b", "/", ".x"} {
+		if err := spool.CheckName(name); !errors.Is(err, spool.ErrBadDir) {
+			t.Errorf("CheckName(%q): %v, want ErrBadDir", name, err)
+		}
+	}
+}
+
+// TestSweepLeavesForeign: Sweep removes only directories that an agent
+// made (a spool's name and a spool's files, nothing else), however old the
+// rest of its parent is.
+func TestSweepLeavesForeign(t *testing.T) {
+	parent := t.TempDir()
+	now := time.Now()
+	old := now.Add(-48 * time.Hour)
+	age := func(p string) {
+		t.Helper()
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir := func(name string, files ...string) string {
+		t.Helper()
+		dir := filepath.Join(parent, name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("0\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			age(filepath.Join(dir, f))
+		}
+		age(dir)
+		return dir
+	}
+	// One old finished spool: removed.
+	s, err := spool.Create(filepath.Join(parent, "done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Finish(0)
+	age(filepath.Join(parent, "done", spool.ExitFile))
+	// What is not the agents', all old: kept.
+	bin := mkdir("bin", "nodeexec", "sh")                                               // a directory such as /usr/local/bin
+	dev := mkdir("dev", "stdout", "stderr", "null")                                     // /dev has stdout and stderr
+	mixed := mkdir("mixed", spool.PIDFile, spool.StdoutFile, spool.StderrFile, "other") // a spool's files and more
+	empty := mkdir("empty")
+	hidden := mkdir(".hidden", spool.PIDFile, spool.StdoutFile, spool.StderrFile, spool.ExitFile) // not a spool's name
+	target := mkdir("target-dir", spool.PIDFile, spool.StdoutFile, spool.StderrFile, spool.ExitFile)
+	if err := os.Rename(target, filepath.Join(t.TempDir(), "elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(parent, "link")
+	if err := os.Symlink(filepath.Join(parent, "bin"), link); err != nil {
+		t.Fatal(err)
+	}
+	if n := spool.Sweep(parent, now, spool.DefaultRetention, spool.DefaultAbandoned); n != 1 {
+		t.Errorf("removed %d, want 1 (the old spool)", n)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "done")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old spool is still there: %v", err)
+	}
+	for _, p := range []string{bin, filepath.Join(bin, "nodeexec"), dev, mixed, filepath.Join(mixed, "other"), empty, hidden, link} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s: %v, want it left alone", p, err)
+		}
+	}
+	// The sweep of a parent such as / (a --spool /x) leaves it whole.
+	if spool.Exists(dev) || spool.Exists(bin) || spool.Exists(mixed) || spool.Exists(link) {
+		t.Error("Exists took a directory that is not a spool for one")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,11 @@ import (
 	"syscall"
 	"time"
 )
+
+// CreateGrace is how long Stop waits for a directory that holds only some
+// of a spool's files to become a spool: an agent writes them within
+// microseconds of creating the directory.
+const CreateGrace = 2 * time.Second
 
 // Stop ends the command of the spool in dir for a client that gives up on
 // the run (cancelled, or past its timeout), which would otherwise run on
@@ -24,9 +28,13 @@ import (
 // run that has ended already is left alone. The process is signalled only
 // if its command line names dir, so that a reused PID is never hit.
 //
-// Errors: dir does not exist (wrapping ErrNotFound), its agent is gone
-// without an exit status (the command's outcome is unknown), the signal
-// failed, ctx's end.
+// A directory that is not a spool (see Exists) is refused at once; one
+// that holds only some of a spool's files (its agent is creating it) is
+// looked at again for up to CreateGrace.
+//
+// Errors: dir does not exist or is not a spool (wrapping ErrNotFound), its
+// agent is gone without an exit status (the command's outcome is unknown),
+// the signal failed, ctx's end.
 func Stop(ctx context.Context, dir string, poll time.Duration) error {
 	if poll <= 0 {
 		poll = DefaultPollInterval
@@ -34,12 +42,20 @@ func Stop(ctx context.Context, dir string, poll time.Duration) error {
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	signalled := false
+	var incomplete time.Time // when dir was first seen incomplete
 	for {
+		switch st, _ := inspect(dir); st {
+		case missing, foreign:
+			return notSpool(dir, st)
+		case creating:
+			if incomplete.IsZero() {
+				incomplete = time.Now()
+			} else if time.Since(incomplete) > CreateGrace {
+				return notSpool(dir, st)
+			}
+		}
 		if _, ended := ReadExit(dir); ended {
 			return nil
-		}
-		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("spool: %s: %w", dir, ErrNotFound)
 		}
 		// Without PIDFile, dir is being created: look again.
 		if pid, start, ok := readPID(dir); ok {

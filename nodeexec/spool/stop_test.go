@@ -201,3 +201,43 @@ func waitGone(pid int) bool {
 	}
 	return true
 }
+
+// TestNotASpool: a directory without a spool's own files (such as /dev,
+// which has stdout and stderr) is refused at once by Exists, Attach and
+// Stop; one the agent is creating is waited for up to CreateGrace.
+func TestNotASpool(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	devLike := t.TempDir()
+	for _, f := range []string{"stdout", "stderr", "null"} {
+		if err := os.WriteFile(filepath.Join(devLike, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := t.TempDir()
+	for _, dir := range []string{devLike, "/dev", "/proc/self", empty + "/none"} {
+		start := time.Now()
+		if err := spool.Stop(ctx, dir, 10*time.Millisecond); !errors.Is(err, spool.ErrNotFound) || time.Since(start) > time.Second {
+			t.Errorf("Stop(%s): %v after %s, want ErrNotFound at once", dir, err, time.Since(start))
+		}
+		if spool.Exists(dir) {
+			t.Errorf("Exists(%s) = true", dir)
+		}
+		if _, err := spool.Attach(ctx, dir, 0, 0, nil, nil, time.Millisecond); !errors.Is(err, spool.ErrNotFound) {
+			t.Errorf("Attach(%s): %v, want ErrNotFound", dir, err)
+		}
+	}
+	// Only a spool's files, but no PID file yet: given CreateGrace, then refused.
+	partial := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(partial, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(partial, spool.StdoutFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := spool.Stop(ctx, partial, 10*time.Millisecond)
+	if took := time.Since(start); !errors.Is(err, spool.ErrNotFound) || took < spool.CreateGrace || took > spool.CreateGrace+time.Second {
+		t.Errorf("Stop on an incomplete spool: %v after %s, want ErrNotFound after about %s", err, took, spool.CreateGrace)
+	}
+}

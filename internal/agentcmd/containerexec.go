@@ -3,6 +3,7 @@ package agentcmd
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,7 +27,8 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 		Description: "Asks the container runtime (CRI ContainerStatus, verbose) for the PID of the container, probing\n" +
 			"--runtime-endpoint paths then the well-known sockets, all under --host-root; when none answers, scans\n" +
 			"/proc/*/cgroup for the ID. Then enters the PID's namespaces (mount included: the container's own root\n" +
-			"filesystem) and runs COMMAND there with the container's environment (plus -e), exiting with its code.\n" +
+			"filesystem) and runs COMMAND there with the container's environment (plus --env-from-agent's and -e's),\n" +
+			"exiting with its code.\n" +
 			"Needs root, the host's PID namespace and the host's filesystem (the runtime backend's pod has them).",
 		HideHelpCommand: true,
 		Flags: []ucli.Flag{
@@ -36,6 +38,8 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "namespaces of the container to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all"},
 			&ucli.BoolFlag{Name: "no-proc-fallback", Usage: "do not scan /proc/*/cgroup when no runtime socket answers"},
 			envflag.Flag("environment variable `KEY=VALUE` added to the container's; repeat -e for several (never split on commas)"),
+			&ucli.BoolFlag{Name: strings.TrimPrefix(agent.EnvFromAgentFlag, "--"), Usage: "add the variables of this agent's own " + agent.ExecEnvVar +
+				" environment variable (a JSON object of names to values) to the container's, before -e: how the runtime backend and the resident agents pass -e, never on the command line"},
 			&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "say on stderr which runtime socket (or the /proc scan) found the container"},
 			agentTimeoutFlag(),
 			agentSpoolFlag(),
@@ -50,7 +54,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 				if err != nil {
 					return agentFailure(streams, fmt.Errorf("--namespaces: %w", err))
 				}
-				extra, err := envflag.Parse(envflag.Values(c))
+				extra, err := commandEnv(c)
 				if err != nil {
 					return agentFailure(streams, err)
 				}
@@ -102,6 +106,28 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			})
 		},
 	}
+}
+
+// commandEnv is the variables container-exec adds to the container's: those
+// of the agent's ExecEnvVar with --env-from-agent, then -e's.
+func commandEnv(c *ucli.Context) (map[string]string, error) {
+	extra, err := envflag.Parse(envflag.Values(c))
+	if err != nil || !c.Bool(strings.TrimPrefix(agent.EnvFromAgentFlag, "--")) {
+		return extra, err
+	}
+	v, ok := os.LookupEnv(agent.ExecEnvVar)
+	if !ok {
+		return nil, fmt.Errorf("%s: this agent's environment has no %s", agent.EnvFromAgentFlag, agent.ExecEnvVar)
+	}
+	env, err := agent.DecodeExecEnv(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", agent.EnvFromAgentFlag, err)
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, extra)
+	return env, nil
 }
 
 // agentFailure prints err on stderr as the last line and exits with

@@ -160,6 +160,10 @@ func (s *Server) Handle(ctx context.Context, conn net.Conn) {
 	}
 	cmd := exec.Command(exe, req.Command[1:]...)
 	cmd.Args[0] = req.Command[0]
+	if len(req.Env) > 0 {
+		// Into the process's environment, never onto its command line.
+		cmd.Env = append(os.Environ(), agent.ExecEnvVar+"="+agent.EncodeExecEnv(req.Env))
+	}
 	if req.TTY {
 		s.runTTY(cmd, r, fw)
 		return
@@ -316,9 +320,9 @@ func (s *Server) takeWarm() *warmAgent {
 	}
 }
 
-// runWarm hands req's command line to the warm agent w.
+// runWarm hands req's command line (and Env) to the warm agent w.
 func (s *Server) runWarm(w *warmAgent, req agent.WireRequest, r *bufio.Reader, fw *agent.FrameWriter) {
-	line, err := json.Marshal(req.Command)
+	line, err := json.Marshal(warmLine{Command: req.Command, Env: req.Env})
 	if err == nil {
 		_, err = w.control.Write(append(line, '\n'))
 	}

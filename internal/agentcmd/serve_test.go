@@ -152,6 +152,7 @@ func TestServeRefusals(t *testing.T) {
 		"not agent":   {agent.WireRequest{Version: agent.WireVersion, Command: []string{"/bin/sh", "-c", "id"}}, "only its own command lines"},
 		"main proc":   {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "serve"}}, "main process"},
 		"empty":       {agent.WireRequest{Version: agent.WireVersion}, "only its own command lines"},
+		"env":         {agent.WireRequest{Version: agent.WireVersion, Env: map[string]string{"A=B": "x"}, Command: []string{agent.Path, "agent", "container-exec", "--", "true"}}, "environment variable name"},
 		"spool":       {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--spool", "/usr/local/new", "--target", "1", "--", "true"}}, "--spool"},
 		"not started": {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}}, "starting"},
 	} {
@@ -285,9 +286,53 @@ func TestServeWarm(t *testing.T) {
 			t.Errorf("request %d: stdout %q (want the warm agent's PID %d, then the input), stderr %q, code %d, refused %q", i, out, pid, errOut, code, refused)
 		}
 	}
+	// A request's Env reaches the warm agent's environment (the nsenter
+	// subcommand passes it on), not its command line.
+	pid := warmPID()
+	s := dialSession(t, ln.Addr().String(), agent.WireRequest{Version: agent.WireVersion, Env: map[string]string{"SECRETVAL": "s3cr3t"},
+		Command: []string{agent.Path, "agent", "nsenter", "--target", fmt.Sprint(os.Getpid()), "--namespaces", "uts", "--", "/bin/sh", "-c", `printf '%s %s' "$PPID" "$` + agent.ExecEnvVar + `"`}})
+	if out, errOut, code, _ := s.result(); out != fmt.Sprintf(`%d {"SECRETVAL":"s3cr3t"}`, pid) || code != 0 {
+		t.Errorf("warm agent with Env: stdout %q (want its PID %d and the variables), stderr %q, code %d", out, pid, errOut, code)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), "s3cr3t") {
+		t.Errorf("the value is on the warm agent's command line: %q", cmdline)
+	}
 	// A usage error of the agent's command line: as a cold start has it.
-	s := dialSession(t, ln.Addr().String(), agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}})
+	s = dialSession(t, ln.Addr().String(), agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}})
 	if _, errOut, code, _ := s.result(); code != 2 || !strings.Contains(errOut, "target") {
 		t.Errorf("missing --target: code %d stderr %q", code, errOut)
+	}
+}
+
+// A request's Env goes into the started process's environment as
+// agent.ExecEnvVar, never onto its command line.
+func TestServeEnv(t *testing.T) {
+	addr := startServer(t)
+	s := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Env: map[string]string{"SECRETVAL": "s3cr3t word"},
+		Command: []string{"/bin/sh", "-c", `printf '%s\n' "$` + agent.ExecEnvVar + `"; tr '\0' ' ' </proc/$$/cmdline`}})
+	out, errOut, code, refused := s.result()
+	env, cmdline, _ := strings.Cut(out, "\n")
+	if env != `{"SECRETVAL":"s3cr3t word"}` || strings.Contains(cmdline, "s3cr3t") || code != 0 || refused != "" {
+		t.Errorf("environment %q, command line %q, stderr %q, code %d, refused %q", env, cmdline, errOut, code, refused)
+	}
+}
+
+// container-exec --env-from-agent reads agent.ExecEnvVar, before it looks
+// for the container; without it, or with a bad value, the command does not run.
+func TestContainerExecEnvFromAgent(t *testing.T) {
+	args := []string{"container-exec", "--container-id", "containerd://none", "--host-root", t.TempDir(), "--no-proc-fallback", agent.EnvFromAgentFlag, "--", "true"}
+	t.Setenv(agent.ExecEnvVar, "")
+	os.Unsetenv(agent.ExecEnvVar)
+	if code, stderr := runAgentCmd(t, args...); code != agent.ErrorExitCode || !strings.Contains(stderr, "has no "+agent.ExecEnvVar) {
+		t.Errorf("without %s: exit %d, stderr %q", agent.ExecEnvVar, code, stderr)
+	}
+	t.Setenv(agent.ExecEnvVar, `{"A=B":"x"}`)
+	if code, stderr := runAgentCmd(t, args...); code != agent.ErrorExitCode || !strings.Contains(stderr, `"A=B"`) {
+		t.Errorf("bad %s: exit %d, stderr %q", agent.ExecEnvVar, code, stderr)
+	}
+	// A good value: on to the container lookup (which finds nothing here).
+	t.Setenv(agent.ExecEnvVar, `{"A":"1"}`)
+	if code, stderr := runAgentCmd(t, args...); code != agent.ErrorExitCode || strings.Contains(stderr, agent.ExecEnvVar) || strings.Contains(stderr, "env-from-agent") {
+		t.Errorf("good %s: exit %d, stderr %q", agent.ExecEnvVar, code, stderr)
 	}
 }

@@ -17,13 +17,22 @@ import (
 // line: the first of exec.Cmd.ExtraFiles.
 const warmControlFD = 3
 
+// warmLine is what a warm agent reads on descriptor 3: a JSON object and a
+// newline.
+type warmLine struct {
+	// Command is the agent's own command line, `nodeexec agent SUBCOMMAND ...`.
+	Command []string `json:"command"`
+	// Env, when set, goes into this process's environment as
+	// agent.ExecEnvVar before Command runs (agent.WireRequest.Env).
+	Env map[string]string `json:"env,omitempty"`
+}
+
 // agentWarmCommand is `nodeexec agent warm`: a process that serve starts
 // ahead of the next request, so that the request does not wait for a
 // process start (about 25 ms for this binary). It waits for one command
-// line on descriptor 3 (a JSON array of strings and a newline: the agent's
-// own command line, `nodeexec agent SUBCOMMAND ...`), then runs it in this
+// line on descriptor 3 (a warmLine), then runs it in this
 // process, with this process's standard streams, exactly as if it had been
-// started with it. Descriptor 3 closed without a command line: it exits 0.
+// started with it (and with its Env). Descriptor 3 closed without a command line: it exits 0.
 func agentWarmCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "warm",
@@ -46,14 +55,22 @@ func agentWarmCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return fmt.Errorf("warm: reading the command line: %w", err)
 			}
-			var argv []string
-			if err := json.Unmarshal(line, &argv); err != nil {
-				return fmt.Errorf("warm: bad command line %q: %w", line, err)
+			var w warmLine
+			if err := json.Unmarshal(line, &w); err != nil {
+				return fmt.Errorf("warm: bad command line: %w", err)
 			}
-			if err := agent.CheckRunnable(argv); err != nil {
+			if err := agent.CheckRunnable(w.Command); err != nil {
 				return fmt.Errorf("warm: %w", err)
 			}
-			return RunAgent(c, streams, argv)
+			if err := agent.CheckExecEnv(w.Env); err != nil {
+				return fmt.Errorf("warm: %w", err)
+			}
+			if len(w.Env) > 0 {
+				if err := os.Setenv(agent.ExecEnvVar, agent.EncodeExecEnv(w.Env)); err != nil {
+					return fmt.Errorf("warm: %w", err)
+				}
+			}
+			return RunAgent(c, streams, w.Command)
 		},
 	}
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -208,7 +210,11 @@ type ContainerExecArgs struct {
 	Namespaces []nsenter.Namespace
 	// NoProcFallback turns off the agent's /proc/*/cgroup scan.
 	NoProcFallback bool
-	// Env is set on top of the target container's environment.
+	// Env is set on top of the target container's environment. It is
+	// never on the command line: ContainerExecArgv gives EnvFromAgentFlag,
+	// and the caller puts EncodeExecEnv(Env) in the agent's environment as
+	// ExecEnvVar (the runtime backend's pod: its container's environment;
+	// a resident agent: WireRequest.Env).
 	Env map[string]string
 	// Argv is the command.
 	Argv []string
@@ -218,9 +224,10 @@ type ContainerExecArgs struct {
 //
 //	/usr/local/bin/nodeexec agent container-exec --container-id ID
 //	    [--runtime-endpoint PATH]... --namespaces LIST [--no-proc-fallback]
-//	    [-e KEY=VALUE]... -- argv...
+//	    [--env-from-agent] -- argv...
 //
-// with the -e flags sorted by name.
+// with --env-from-agent when a.Env is set: the variables' names and values
+// are not on it (see ExecEnvVar).
 func ContainerExecArgv(a ContainerExecArgs) []string {
 	out := []string{Path, "agent", "container-exec", "--container-id", a.ContainerID}
 	for _, ep := range a.Endpoints {
@@ -234,10 +241,54 @@ func ContainerExecArgv(a ContainerExecArgs) []string {
 	if a.NoProcFallback {
 		out = append(out, "--no-proc-fallback")
 	}
-	for _, k := range slices.Sorted(maps.Keys(a.Env)) {
-		out = append(out, "-e", k+"="+a.Env[k])
+	if len(a.Env) > 0 {
+		out = append(out, EnvFromAgentFlag)
 	}
 	return append(append(out, "--"), a.Argv...)
+}
+
+// ExecEnvVar is the variable of the agent's own environment that carries a
+// request's variables (nodeexec.Request.Env, -e) to `agent container-exec
+// --env-from-agent` (EnvFromAgentFlag): a JSON object of names to values
+// (EncodeExecEnv). The runtime backend's agent pod has it in its
+// container's environment; a resident agent sets it in the environment of
+// the process it starts for a request (WireRequest.Env). The values are
+// never on a command line: not in the exec request's URL (the API server's
+// audit log), nor in the node's process list.
+const ExecEnvVar = "NODEEXEC_EXEC_ENV"
+
+// EnvFromAgentFlag is container-exec's flag that adds the variables of
+// ExecEnvVar to the container's environment.
+const EnvFromAgentFlag = "--env-from-agent"
+
+// EncodeExecEnv is ExecEnvVar's value for env: a JSON object.
+func EncodeExecEnv(env map[string]string) string {
+	b, _ := json.Marshal(env) // a map of strings always encodes
+	return string(b)
+}
+
+// DecodeExecEnv parses ExecEnvVar's value and checks its variables
+// (CheckExecEnv).
+func DecodeExecEnv(v string) (map[string]string, error) {
+	var env map[string]string
+	if err := json.Unmarshal([]byte(v), &env); err != nil {
+		return nil, fmt.Errorf("%s: want a JSON object of names to values: %w", ExecEnvVar, err)
+	}
+	return env, CheckExecEnv(env)
+}
+
+// CheckExecEnv checks that env's names are non-empty and hold no '=' or
+// NUL, and that its values hold no NUL: what an environment can hold.
+func CheckExecEnv(env map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("environment variable name %q: give a non-empty name without '=' or NUL", k)
+		}
+		if strings.ContainsRune(env[k], 0) {
+			return fmt.Errorf("environment variable %s: its value holds a NUL byte, which no environment variable can hold", k)
+		}
+	}
+	return nil
 }
 
 // ReportsNotRun is whether the agent command line argv reports with

@@ -167,9 +167,28 @@ func TestContainerExecArgv(t *testing.T) {
 	got := ContainerExecArgv(ContainerExecArgs{ContainerID: "containerd://abc", Endpoints: []string{"/run/x.sock"}, Namespaces: []nsenter.Namespace{nsenter.Mount, nsenter.Net},
 		NoProcFallback: true, Env: map[string]string{"B": "2", "A": "1 1"}, Argv: []string{"sh", "-c", "echo --"}})
 	want := []string{Path, "agent", "container-exec", "--container-id", "containerd://abc", "--runtime-endpoint", "/run/x.sock",
-		"--namespaces", "mnt,net", "--no-proc-fallback", "-e", "A=1 1", "-e", "B=2", "--", "sh", "-c", "echo --"}
+		"--namespaces", "mnt,net", "--no-proc-fallback", "--env-from-agent", "--", "sh", "-c", "echo --"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// Without variables, no flag.
+	got = ContainerExecArgv(ContainerExecArgs{ContainerID: "containerd://abc", Namespaces: []nsenter.Namespace{nsenter.Mount}, Argv: []string{"id"}})
+	want = []string{Path, "agent", "container-exec", "--container-id", "containerd://abc", "--namespaces", "mnt", "--", "id"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("no env (-want +got):\n%s", diff)
+	}
+}
+
+func TestExecEnv(t *testing.T) {
+	env := map[string]string{"A": "1 1", "OPTS": "a=1,b=2", "NL": "x\ny", "D": "pa$$word"}
+	got, err := DecodeExecEnv(EncodeExecEnv(env))
+	if err != nil || !cmp.Equal(got, env) {
+		t.Errorf("round trip: %v %v", got, err)
+	}
+	for _, bad := range []string{`[]`, `{"":"x"}`, `{"A=B":"x"}`, `{"A":"x\u0000y"}`, `nope`} {
+		if _, err := DecodeExecEnv(bad); err == nil {
+			t.Errorf("DecodeExecEnv(%s) accepted", bad)
+		}
 	}
 }
 

@@ -87,14 +87,23 @@ type WireRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// TTY: run the command on a pseudo-terminal (stdout and stderr merged).
 	TTY bool `json:"tty,omitempty"`
+	// Env: variables for `container-exec --env-from-agent`: the agent sets
+	// ExecEnvVar to EncodeExecEnv(Env) in the environment of the process it
+	// starts for Command, never on its command line. An agent from before
+	// this field ignores it, and its container-exec refuses the flag.
+	Env map[string]string `json:"env,omitempty"`
 }
 
-// Validate checks r's version and that its command line is the agent's.
+// Validate checks r's version, that its command line is the agent's, and
+// its Env (CheckExecEnv).
 func (r WireRequest) Validate() error {
 	if r.Version != WireVersion {
 		return fmt.Errorf("protocol version %d: this agent speaks version %d (install the agent image that matches the client: nodeexec agent install)", r.Version, WireVersion)
 	}
-	return CheckRunnable(r.Command)
+	if err := CheckRunnable(r.Command); err != nil {
+		return err
+	}
+	return CheckExecEnv(r.Env)
 }
 
 // CheckRunnable checks that argv is one of the agent's own command lines

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,10 @@ func (d *apiDialer) Dial(ctx context.Context, namespace, pod string) (httpstream
 type portForwardStreamer struct {
 	dialer Dialer
 	port   int
+	// env goes with the command line envFor (as WireRequest.Env), and with
+	// no other: the run's own command, not its spool's attach or stop.
+	env    map[string]string
+	envFor []string
 }
 
 func (s *portForwardStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
@@ -126,7 +131,11 @@ func (s *portForwardStreamer) Exec(ctx context.Context, namespace, pod string, o
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
-	err = runOverConn(data, opts, streams)
+	var env map[string]string
+	if len(s.env) > 0 && slices.Equal(opts.Command, s.envFor) {
+		env = s.env
+	}
+	err = runOverConn(data, opts, streams, env)
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
@@ -162,12 +171,13 @@ func (e *cutError) Error() string {
 
 func (e *cutError) Unwrap() error { return e.err }
 
-// runOverConn sends opts' command line on conn, its standard input and
+// runOverConn sends opts' command line on conn (with env, the variables
+// for `container-exec --env-from-agent`), its standard input and
 // terminal sizes, and writes what comes back to streams, until the exit
 // frame.
-func runOverConn(conn io.ReadWriter, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+func runOverConn(conn io.ReadWriter, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions, env map[string]string) error {
 	fw := agent.NewFrameWriter(conn)
-	req, err := agent.EncodeRequest(agent.WireRequest{Version: agent.WireVersion, Command: opts.Command, Stdin: opts.Stdin && streams.Stdin != nil, TTY: opts.TTY})
+	req, err := agent.EncodeRequest(agent.WireRequest{Version: agent.WireVersion, Command: opts.Command, Stdin: opts.Stdin && streams.Stdin != nil, TTY: opts.TTY, Env: env})
 	if err != nil {
 		return err
 	}

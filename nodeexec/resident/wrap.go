@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -220,39 +221,64 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		log.V(1).Info("no resident agent: creating a pod", "node", node, "err", err)
 		return b.inner.Run(ctx, req)
 	}
+	if len(req.Env) > 0 && (a.ServePort == 0 || b.o.Dialer == nil) {
+		log.V(1).Info("the resident agent is reached over exec only, which would put the request's environment variables on its command line: creating a pod", "node", node, "pod", a.Pod)
+		return b.inner.Run(ctx, req)
+	}
 	log.V(1).Info("using the resident agent", "node", node, "pod", a.Pod, "servePort", a.ServePort)
-	req.Node = node
-	return b.exec(ctx, a, argv, req)
+	on := req
+	on.Node = node
+	res, err := b.exec(ctx, a, argv, on)
+	if errors.Is(err, errEnvOverExec) {
+		log.V(1).Info("the resident agent's listener did not run the command, and exec would put the request's environment variables on its command line: creating a pod", "node", node, "pod", a.Pod, "reason", err.Error())
+		return b.inner.Run(ctx, req)
+	}
+	return res, err
 }
 
 // streamer is how the commands reach agent a: through a port-forward to
 // its listener, with exec as the fallback when nothing was started that
 // way (ErrNotServing, a refused port-forward); over exec when it does not
-// listen.
-func (b *Backend) streamer(a Agent) podexec.Streamer {
+// listen. env goes with the command line main only (WireRequest.Env), and
+// never over exec: main is not run over exec when env is set
+// (errEnvOverExec).
+func (b *Backend) streamer(a Agent, main []string, env map[string]string) podexec.Streamer {
 	if a.ServePort == 0 || b.o.Dialer == nil {
 		return b.o.Streamer
 	}
-	return &fallbackStreamer{primary: &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort}, secondary: b.o.Streamer}
+	f := &fallbackStreamer{primary: &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort, env: env, envFor: main}, secondary: b.o.Streamer}
+	if len(env) > 0 {
+		f.primaryOnly = main
+	}
+	return f
 }
 
 // fallbackStreamer runs a command with primary, and with secondary when
-// primary did not start it (podexec.ErrNotStarted).
+// primary did not start it (podexec.ErrNotStarted), except for the command
+// line primaryOnly (nil: none), which then fails with errEnvOverExec.
 type fallbackStreamer struct {
 	primary, secondary podexec.Streamer
+	primaryOnly        []string
 }
+
+// errEnvOverExec: the run's command line needs its environment variables
+// sent over the agent's listener, which did not start it; nothing ran.
+var errEnvOverExec = fmt.Errorf("the request's environment variables go only through the agent's listener, never on an exec's command line: %w", podexec.ErrNotStarted)
 
 func (f *fallbackStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
 	err := f.primary.Exec(ctx, namespace, pod, opts, streams)
 	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || ctx.Err() != nil {
 		return err
 	}
+	if f.primaryOnly != nil && slices.Equal(opts.Command, f.primaryOnly) {
+		return fmt.Errorf("%w: %w", errEnvOverExec, err)
+	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("the agent's listener did not run the command: using exec", "namespace", namespace, "pod", pod, "reason", err.Error())
 	return f.secondary.Exec(ctx, namespace, pod, opts, streams)
 }
 
 func (b *Backend) exec(ctx context.Context, a Agent, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {
-	pod, streamer := a.Pod, b.streamer(a)
+	pod := a.Pod
 	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: b.o.Clock.Now(), Backend: b.Name(), Namespace: b.o.Namespace, Pod: pod}
 	req, firstOutput := nodeexec.RecordFirstOutput(req, b.o.Clock.Now)
 	defer func() {
@@ -282,6 +308,7 @@ func (b *Backend) exec(ctx context.Context, a Agent, argv []string, req nodeexec
 		return res, fmt.Errorf("resident: WrapOptions.SpoolName: %w", err)
 	}
 	bounded, resume := agent.SpoolFor(bounded, name, req)
+	streamer := b.streamer(a, bounded, req.Env)
 	opts := &corev1.PodExecOptions{
 		Container: agent.ContainerName,
 		Command:   bounded,

@@ -259,6 +259,7 @@ func (b *Backend) Pod(node, container string, req nodeexec.Request) (*corev1.Pod
 		Now:               now,
 		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
 		Command:           req.Argv(),
+		Env:               req.Env,
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeexec/nodeexec/internal/golden"
+	"github.com/nodeexec/nodeexec/internal/kubeexpand"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
@@ -45,6 +46,7 @@ func TestBuildPodGolden(t *testing.T) {
 	for name, mutate := range map[string]func(*PodSpec){
 		"pod-default":  func(*PodSpec) {},
 		"pod-priority": func(s *PodSpec) { s.PriorityClassName = "system-node-critical"; s.ImagePullSecrets = nil },
+		"pod-env":      func(s *PodSpec) { s.Env = map[string]string{"B": "2", "A": "pa$$word $(HOME)"} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := spec()
@@ -184,13 +186,36 @@ func TestPodAndAgentCommand(t *testing.T) {
 	if b.Name() != "runtime" || len(b.RunID()) != 10 {
 		t.Errorf("Name %q RunID %q", b.Name(), b.RunID())
 	}
-	node, argv, err := b.AgentCommand(t.Context(), nodeexec.Request{Command: []string{"id"}, Env: map[string]string{"X": "1"}})
+	node, argv, err := b.AgentCommand(t.Context(), nodeexec.Request{Command: []string{"id"}, Env: map[string]string{"SECRETNAME": "s3cr3t-value"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{agent.Path, "agent", "container-exec", "--container-id", cid, "--runtime-endpoint", "/run/k.sock", "--namespaces", "mnt,uts,ipc,net,pid", "-e", "X=1", "--", "id"}
+	// The variables are not on the command line (the exec request's URL, the
+	// node's process list): the agent reads them from its environment.
+	want := []string{agent.Path, "agent", "container-exec", "--container-id", cid, "--runtime-endpoint", "/run/k.sock", "--namespaces", "mnt,uts,ipc,net,pid", "--env-from-agent", "--", "id"}
 	if diff := cmp.Diff(want, argv); diff != "" || node != "node-b" {
 		t.Errorf("node %q argv (-want +got):\n%s", node, diff)
+	}
+	if joined := strings.Join(argv, " "); strings.Contains(joined, "s3cr3t-value") || strings.Contains(joined, "SECRETNAME") {
+		t.Errorf("a -e variable is on the agent's command line: %q", argv)
+	}
+	// The pod path: in the agent container's environment, as ExecEnvVar.
+	envPod, err := b.Pod("node-b", "nginx", nodeexec.Request{Command: []string{"id"}, Timeout: time.Minute, Env: map[string]string{"SECRETNAME": "s3cr3t-value"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := envPod.Spec.Containers[0]; len(c.Env) != 1 || c.Env[0].Name != agent.ExecEnvVar || c.Env[0].Value != `{"SECRETNAME":"s3cr3t-value"}` ||
+		strings.Contains(strings.Join(c.Command, " "), "s3cr3t-value") || strings.Contains(envPod.Annotations[nodeexec.AnnotationCommand], "s3cr3t-value") {
+		t.Errorf("agent pod for a request with Env: env %+v, command %q, annotations %v", c.Env, c.Command, envPod.Annotations)
+	}
+	// What the kubelet's expansion of the container's environment gives the agent.
+	nasty := map[string]string{"A": "pa$$word", "B": "$(HOME)", "C": "x$(Y)z$$"}
+	envPod, err = b.Pod("node-b", "nginx", nodeexec.Request{Command: []string{"id"}, Timeout: time.Minute, Env: nasty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := agent.DecodeExecEnv(kubeexpand.Expand(envPod.Spec.Containers[0].Env[0].Value, map[string]string{"HOME": "/root", "Y": "y"})); err != nil || !cmp.Equal(got, nasty) {
+		t.Errorf("after the kubelet's expansion the agent reads %v (%v), want %v", got, err, nasty)
 	}
 	if _, _, err := b.AgentCommand(t.Context(), nodeexec.Request{Node: "node-a", Command: []string{"id"}}); !errors.Is(err, nodeexec.ErrWrongNode) {
 		t.Errorf("wrong node: %v", err)

@@ -2,6 +2,7 @@ package runtimeexec
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,11 @@ type PodSpec struct {
 	Now, Deadline time.Time
 	// Command is the user's command, recorded in nodeexec.AnnotationCommand.
 	Command []string
+	// Env are the request's variables (-e), for the command in the target
+	// container: they go into the agent container's environment as
+	// agent.ExecEnvVar, which `agent container-exec --env-from-agent`
+	// reads, never onto a command line. Optional.
+	Env map[string]string
 }
 
 // BuildPod returns the agent pod: agent.BuildPod's privileged hostPID pod
@@ -42,12 +48,20 @@ type PodSpec struct {
 // hostNetwork, no hostIPC: the command enters the target's namespaces, not
 // the node's), plus the node's root filesystem read-only at HostRoot, where
 // the agent finds the runtime sockets, and the AnnotationTarget annotation.
-// The container's environment is left empty: the command gets the target
-// container's own environment. It is a pure function; errors name the
-// invalid fields.
+// The container's environment holds only agent.ExecEnvVar, when Env is set
+// (agent.EncodeExecEnv): the command gets the target container's own
+// environment plus Env. It is a pure function; errors name the invalid
+// fields.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	if s.Target == "" {
 		return nil, errors.New("Target is empty")
+	}
+	var env map[string]string
+	if len(s.Env) > 0 {
+		if err := agent.CheckExecEnv(s.Env); err != nil {
+			return nil, fmt.Errorf("Env: %w", err)
+		}
+		env = map[string]string{agent.ExecEnvVar: agent.EncodeExecEnv(s.Env)}
 	}
 	pod, err := agent.BuildPod(agent.PodSpec{
 		Node:              s.Node,
@@ -62,6 +76,7 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 		Now:               s.Now,
 		Deadline:          s.Deadline,
 		Command:           s.Command,
+		Env:               env,
 	})
 	if err != nil {
 		return nil, err

@@ -171,7 +171,10 @@ func TestAgentSpoolAndAttach(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test enters namespaces and needs root (CI runs as root)")
 	}
-	dir := filepath.Join(t.TempDir(), "spools", "run1")
+	// The agent keeps spools only under spool.DefaultParent.
+	name := filepath.Base(filepath.Dir(t.TempDir())) // TestAgentSpoolAndAttach<random>
+	dir := spool.Path(name + "-run1")
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(spool.Path(name + "-run2")) })
 	out := &cutWriter{n: len("one\n")}
 	var errOut bytes.Buffer
 	code := Run(t.Context(), Streams{In: strings.NewReader(""), Out: out, ErrOut: &errOut},
@@ -211,7 +214,7 @@ func TestAgentSpoolAndAttach(t *testing.T) {
 		t.Errorf("second start: exit %d, stdout %q, stderr %q", r.code, r.out, r.errOut)
 	}
 	// Usage errors are spooled too, with exit 2.
-	dir2 := filepath.Join(filepath.Dir(dir), "run2")
+	dir2 := spool.Path(name + "-run2")
 	if r := run(t, "", "agent", "nsenter", "--spool", dir2, "--target", "0", "--", "true"); r.code != 2 || !strings.Contains(r.errOut, "--target 0") {
 		t.Errorf("bad --target under --spool: exit %d, stderr %q", r.code, r.errOut)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -216,7 +217,7 @@ func (s *Server) runPipes(cmd *exec.Cmd, req agent.WireRequest, r *bufio.Reader,
 		if stdin != nil {
 			stdin.Close()
 		}
-		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "starting %q: %v", req.Command, err))
+		_ = fw.Write(agent.FrameError, startError(fmt.Sprintf("starting %q", req.Command), err))
 		return
 	}
 	s.stream(r, fw, stdin, outR, errR, cmd)
@@ -344,7 +345,7 @@ func (s *Server) runWarm(w *warmAgent, req agent.WireRequest, r *bufio.Reader, f
 func (s *Server) runTTY(cmd *exec.Cmd, r *bufio.Reader, fw *agent.FrameWriter) {
 	ptmx, err := pty.Start(cmd)
 	if err != nil {
-		_ = fw.Write(agent.FrameError, fmt.Appendf(nil, "starting %q on a terminal: %v", cmd.Args, err))
+		_ = fw.Write(agent.FrameError, startError(fmt.Sprintf("starting %q on a terminal", cmd.Args), err))
 		return
 	}
 	go s.readClient(r, ptmx, ptmx)
@@ -410,6 +411,18 @@ func pump(r io.ReadCloser, fw *agent.FrameWriter, t agent.FrameType) {
 			return
 		}
 	}
+}
+
+// startError is the FrameError payload for a process that could not be
+// started: with agent.CannotExecPrefix when the binary itself cannot be
+// executed (gone, not executable, not a program), which the client takes
+// for an agent that can run nothing.
+func startError(what string, err error) []byte {
+	msg := fmt.Sprintf("%s: %v", what, err)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) || errors.Is(err, exec.ErrNotFound) {
+		msg = agent.CannotExecPrefix + msg
+	}
+	return []byte(msg)
 }
 
 // exitCode is the exit status of a command from its Wait error: 128+N when

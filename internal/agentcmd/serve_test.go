@@ -154,7 +154,7 @@ func TestServeRefusals(t *testing.T) {
 		"empty":       {agent.WireRequest{Version: agent.WireVersion}, "only its own command lines"},
 		"env":         {agent.WireRequest{Version: agent.WireVersion, Env: map[string]string{"A=B": "x"}, Command: []string{agent.Path, "agent", "container-exec", "--", "true"}}, "environment variable name"},
 		"spool":       {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--spool", "/usr/local/new", "--target", "1", "--", "true"}}, "--spool"},
-		"not started": {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}}, "starting"},
+		"not started": {agent.WireRequest{Version: agent.WireVersion, Command: []string{agent.Path, "agent", "nsenter", "--", "true"}}, agent.CannotExecPrefix + "starting"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if name == "not started" {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 
 	ucli "github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +58,9 @@ func withResident(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config
 	if !c.Bool("use-resident") {
 		return b, nil
 	}
-	return resident.Wrap(b, resident.WrapOptions{Client: client, Config: cfg, Namespace: c.String("resident-namespace")})
+	errOut := c.App.ErrWriter
+	return resident.Wrap(b, resident.WrapOptions{Client: client, Config: cfg, Namespace: c.String("resident-namespace"),
+		Warn: func(msg string) { fmt.Fprintf(errOut, "warning: %s\n", msg) }})
 }
 
 // checkRuntimeTargets: the runtime backend targets the pod of --pod, on its

@@ -155,6 +155,13 @@ func spoolArgs(args []string) []string {
 	return out
 }
 
+// CannotExecPrefix starts the FrameError payload of a request whose
+// process the agent could not start because it cannot execute its own
+// binary (Path is gone from its container, or not executable): the agent
+// cannot run anything until its container restarts, and exec into its pod
+// fails the same way. The rest of the payload says why.
+const CannotExecPrefix = "the agent cannot execute its binary: "
+
 // FrameWriter writes frames; it is safe for concurrent use.
 type FrameWriter struct {
 	mu sync.Mutex

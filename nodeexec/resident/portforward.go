@@ -245,6 +245,9 @@ func runOverConn(conn io.ReadWriter, opts *corev1.PodExecOptions, streams remote
 			}
 			return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: code}
 		case agent.FrameError:
+			if strings.HasPrefix(string(p), agent.CannotExecPrefix) {
+				return fmt.Errorf("%w: %w: %s", ErrAgentUnusable, errRefused, p)
+			}
 			return fmt.Errorf("%w: the agent refused the request: %s", errRefused, p)
 		default:
 			return fmt.Errorf("agent protocol: unexpected frame %q from the agent", t)

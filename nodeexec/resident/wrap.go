@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,12 @@ type WrapOptions struct {
 	// Client.CoreV1().RESTClient()) when Config is set; without a Dialer
 	// every agent is reached over exec (Streamer).
 	Dialer Dialer
+	// Warn, when set, is told (one sentence naming the node, the agent pod
+	// and the cause) when a node's resident agent cannot run its own
+	// binary (ErrAgentUnusable) and the run falls back to the wrapped
+	// backend's pod; the context's logger has it too. Optional; it may be
+	// called from several runs at once.
+	Warn func(msg string)
 	// SpoolName names each run's spool in the agent container (see
 	// agent.SpoolFor), which must be unique among the agent's runs and one
 	// path element (spool.CheckName; Run fails, running nothing, with any
@@ -229,11 +236,66 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 	on := req
 	on.Node = node
 	res, err := b.exec(ctx, a, argv, on)
-	if errors.Is(err, errEnvOverExec) {
+	switch {
+	case errors.Is(err, errEnvOverExec):
 		log.V(1).Info("the resident agent's listener did not run the command, and exec would put the request's environment variables on its command line: creating a pod", "node", node, "pod", a.Pod, "reason", err.Error())
+		return b.inner.Run(ctx, req)
+	case errors.Is(err, ErrAgentUnusable) && ctx.Err() == nil:
+		msg := fmt.Sprintf("resident agent %s/%s on node %q cannot run its binary (%v): running the command with a pod instead (reinstall the agents: nodeexec agent install)", b.o.Namespace, a.Pod, node, err)
+		log.Info(msg)
+		if b.o.Warn != nil {
+			b.o.Warn(msg)
+		}
 		return b.inner.Run(ctx, req)
 	}
 	return res, err
+}
+
+// ErrAgentUnusable is wrapped by the error of a run that a node's resident
+// agent did not start because the agent cannot execute its own binary
+// (agent.Path gone from its container or not executable: the agent's
+// listener says so, agent.CannotExecPrefix, or the container runtime fails
+// the exec of it). Nothing ran, and nothing will in that agent until its
+// container restarts: Run reports it (WrapOptions.Warn, the context's
+// logger) and falls back to the wrapped backend, as on a node without an
+// agent. One attempt per run: neither retried nor resumed.
+var ErrAgentUnusable = errors.New("the resident agent cannot execute its binary")
+
+// cannotExec reports whether err, from an exec of the agent command line
+// in an agent pod, is the container runtime's refusal to start the agent's
+// binary (gone, not executable, not a program) — what runc reports as
+// `exec: "/usr/local/bin/nodeexec": stat ...: no such file or directory` —
+// rather than the command's exit status or a cut stream.
+func cannotExec(err error) bool {
+	var ce utilexec.CodeExitError
+	if err == nil || errors.As(err, &ce) || errors.Is(err, ErrAgentUnusable) {
+		return false
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, agent.Path) {
+		return false
+	}
+	for _, s := range []string{"no such file or directory", "permission denied", "exec format error", "executable file not found", "not found in $PATH"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// agentExecStreamer is the exec Streamer into agent pods: an exec that the
+// container runtime could not start because the agent's binary cannot be
+// executed (cannotExec) fails with ErrAgentUnusable and
+// podexec.ErrNotStarted, so that it is not taken for a cut stream and
+// retried until the run's timeout.
+type agentExecStreamer struct{ podexec.Streamer }
+
+func (s agentExecStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+	err := s.Streamer.Exec(ctx, namespace, pod, opts, streams)
+	if cannotExec(err) {
+		return fmt.Errorf("%w: %w: %w", ErrAgentUnusable, podexec.ErrNotStarted, err)
+	}
+	return err
 }
 
 // streamer is how the commands reach agent a: through a port-forward to
@@ -243,10 +305,11 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 // never over exec: main is not run over exec when env is set
 // (errEnvOverExec).
 func (b *Backend) streamer(a Agent, main []string, env map[string]string) podexec.Streamer {
+	execStreamer := agentExecStreamer{b.o.Streamer}
 	if a.ServePort == 0 || b.o.Dialer == nil {
-		return b.o.Streamer
+		return execStreamer
 	}
-	f := &fallbackStreamer{primary: &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort, env: env, envFor: main}, secondary: b.o.Streamer}
+	f := &fallbackStreamer{primary: &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort, env: env, envFor: main}, secondary: execStreamer}
 	if len(env) > 0 {
 		f.primaryOnly = main
 	}
@@ -267,8 +330,8 @@ var errEnvOverExec = fmt.Errorf("the request's environment variables go only thr
 
 func (f *fallbackStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
 	err := f.primary.Exec(ctx, namespace, pod, opts, streams)
-	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || ctx.Err() != nil {
-		return err
+	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || errors.Is(err, ErrAgentUnusable) || ctx.Err() != nil {
+		return err // an agent that cannot execute its binary fails the same over exec
 	}
 	if f.primaryOnly != nil && slices.Equal(opts.Command, f.primaryOnly) {
 		return fmt.Errorf("%w: %w", errEnvOverExec, err)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -127,7 +128,9 @@ func TestAdmissionPolicyKeepsControls(t *testing.T) {
 	}{
 		{"pause", func() error { _, err := watcher.SetPaused(ctx, dyn, name, true); return err }},
 		{"resume", func() error { _, err := watcher.SetPaused(ctx, dyn, name, false); return err }},
-		{"promote", func() error { _, err := watcher.Promote(ctx, dyn, name, "all"); return err }},
+		{"promote", func() error { // (it carries the resourceVersion read; the watcher writes the status)
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error { _, err := watcher.Promote(ctx, dyn, name, "all"); return err })
+		}},
 		{"run-now", func() error {
 			_, err := watcher.RunNow(ctx, env.client, dyn, name, watcher.RunNowOptions{})
 			return err

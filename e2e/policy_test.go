@@ -38,7 +38,7 @@ func TestAdmissionPolicy(t *testing.T) {
 		return name, f
 	}
 	_, denied := write("e2e-policy-image-", "{name: nsenter, image: 'evil.example/root:1'}")
-	nsName, badNS := write("e2e-policy-ns-", "{namespace: kube-system}")
+	nsName, badNS := write("e2e-policy-ns-", "{name: nsenter, namespace: kube-system}")
 	okName, ok := write("e2e-policy-ok-", "{name: nsenter, image: 'nodeexec.local/agent:0.2.0', namespace: nodeexec-system}")
 
 	// A new policy takes effect within seconds.

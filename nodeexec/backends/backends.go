@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
@@ -53,6 +54,23 @@ type NodeOptions struct {
 
 // NodeNames are the names NewNode accepts, the default first.
 func NodeNames() []string { return []string{debugpod.Name, nsenterpod.Name} }
+
+// DefaultImage is the image the node backend name ("" for the default,
+// debugpod) runs when NodeOptions.Image is empty: debugpod.DefaultImage
+// for debugpod, agent.DefaultImage for nsenter. It fails for a name
+// NewNode does not accept. deploy/policy's admission policy computes the
+// same images for a NodeScript without spec.backend.image (a test pins it
+// to this function).
+func DefaultImage(name string) (string, error) {
+	switch name {
+	case "", debugpod.Name:
+		return debugpod.DefaultImage, nil
+	case nsenterpod.Name:
+		return agent.DefaultImage, nil
+	default:
+		return "", fmt.Errorf("unknown backend %q: want one of %s", name, strings.Join(NodeNames(), ", "))
+	}
+}
 
 // NewNode returns the node backend o.Name names, built with its package's
 // New. Errors name the option (Name, and those of the backend's New); nothing is created and the API server is not contacted.

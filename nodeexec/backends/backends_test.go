@@ -64,3 +64,33 @@ func TestNewNode(t *testing.T) {
 		t.Errorf("unknown namespace: %v", err)
 	}
 }
+
+// TestDefaultImage: DefaultImage(name) is the image NewNode's backend puts
+// in its pod when NodeOptions.Image is empty, for every node backend (the
+// admission policy's defaults are pinned to DefaultImage).
+func TestDefaultImage(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, name := range append([]string{""}, NodeNames()...) {
+		want, err := DefaultImage(name)
+		if err != nil {
+			t.Fatalf("DefaultImage(%q): %v", name, err)
+		}
+		b, err := NewNode(NodeOptions{Name: name, Client: fake.NewClientset()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, _ := nodeexec.As[nodeexec.CompletionPodBuilder](b)
+		pod, err := cp.CompletionPod(nodeexec.Request{Node: "n1", Script: "true"}, "run-1", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range pod.Spec.Containers {
+			if c.Image != want {
+				t.Errorf("backend %q runs %s without an image, DefaultImage says %s", name, c.Image, want)
+			}
+		}
+	}
+	if _, err := DefaultImage("runtime"); err == nil || !strings.Contains(err.Error(), "want one of debugpod, nsenter") {
+		t.Errorf("DefaultImage(runtime): %v, want a refusal listing the node backends", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -123,17 +124,40 @@ type RunPodSpec struct {
 	Now time.Time
 }
 
+// RunImage is the image a NodeScript's run pods run: spec.backend.image,
+// or, when it is empty, the default of the backend spec.backend.name names
+// (backends.DefaultImage: busybox:stable for debugpod, the agent image
+// for nsenter). deploy/policy's admission policy computes the same image
+// and checks it against its allowed prefixes (a test pins the two
+// together); the watcher runs no other (see Options.Backends). It fails
+// for a backend name that package backends does not know.
+func RunImage(spec *v1alpha1.NodeScriptSpec) (string, error) {
+	if spec.Backend.Image != "" {
+		return spec.Backend.Image, nil
+	}
+	img, err := backends.DefaultImage(spec.Backend.Name)
+	if err != nil {
+		return "", fmt.Errorf("spec.backend.name: %w", err)
+	}
+	return img, nil
+}
+
 // NodeBackendOptions are the options of the backend that NodeScript ns's
 // spec.backend names (package backends): its name, the run namespace
-// (RunNamespace), the spec hash as the run ID, the image, pull secrets,
+// (RunNamespace), the spec hash as the run ID, the image (RunImage: the
+// default is resolved here, not left to the backend), pull secrets,
 // profile and namespaces. The nsenter backend's run pods stay in the pod
 // network (no hostNetwork, no hostIPC): the agent enters the node's
 // namespaces itself. Client is left for the caller to set.
 func NodeBackendOptions(ns *v1alpha1.NodeScript) backends.NodeOptions {
 	spec := &ns.Spec
+	img, err := RunImage(spec)
+	if err != nil {
+		img = spec.Backend.Image // an unknown backend: backends.NewNode refuses it, naming it
+	}
 	o := backends.NodeOptions{
 		Name: spec.Backend.Name, Namespace: RunNamespace(spec), RunID: v1alpha1.SpecHash(spec),
-		Image: spec.Backend.Image, Profile: spec.Backend.Profile, Namespaces: spec.Backend.Namespaces,
+		Image: img, Profile: spec.Backend.Profile, Namespaces: spec.Backend.Namespaces,
 		HostNetwork: ptr.To(false), HostIPC: ptr.To(false),
 	}
 	for _, r := range spec.Backend.ImagePullSecrets {
@@ -152,7 +176,9 @@ func NodeBackend(ns *v1alpha1.NodeScript, client kubernetes.Interface) (nodeexec
 }
 
 // runPod is RunPod with the backend spec.backend names, built by
-// Options.Backends.
+// Options.Backends. A pod with a container whose image is not
+// RunImage(spec), the image the admission policy admitted, is refused:
+// whatever Options.Backends does, the watcher runs only that image.
 func (w *Watcher) runPod(s RunPodSpec) (*corev1.Pod, error) {
 	o := NodeBackendOptions(s.NodeScript)
 	o.Client = w.o.Client
@@ -161,7 +187,20 @@ func (w *Watcher) runPod(s RunPodSpec) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("spec.backend: %w", err)
 	}
 	s.Backend = b
-	return RunPod(s)
+	pod, err := RunPod(s)
+	if err != nil {
+		return nil, err
+	}
+	want, err := RunImage(&s.NodeScript.Spec)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if c.Image != want {
+			return nil, fmt.Errorf("spec.backend: the %s backend built a pod whose container %s runs %s, not %s (spec.backend.image, or the backend's default when it is empty): refused, the watcher runs no image but that one", b.Name(), c.Name, c.Image, want)
+		}
+	}
+	return pod, nil
 }
 
 // RunPod returns the pod that runs one of a NodeScript's scripts on a node

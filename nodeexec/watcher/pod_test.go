@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -310,5 +311,56 @@ func TestRunPodConfigMapEnv(t *testing.T) {
 		if diff := cmp.Diff(wantFrom, c.EnvFrom); diff != "" {
 			t.Errorf("%s: envFrom (-want +got):\n%s", action, diff)
 		}
+	}
+}
+
+// TestRunImage: a NodeScript without spec.backend.image runs its backend's
+// default image, resolved by the watcher (RunImage) rather than left to
+// the backend; and a pod that Options.Backends builds with any other image
+// is refused, so the watcher runs only the image the admission policy
+// checked.
+func TestRunImage(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ backend, image, want string }{
+		{"", "", "busybox:stable"},
+		{"debugpod", "", "busybox:stable"},
+		{"nsenter", "", "nodeexec.local/agent:0.2.0"},
+		{"nsenter", "registry.example/tools/agent:1", "registry.example/tools/agent:1"},
+	} {
+		ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "img"}, Spec: v1alpha1.NodeScriptSpec{
+			Script: "true", Backend: v1alpha1.BackendSpec{Name: c.backend, Image: c.image}}}
+		got, err := RunImage(&ns.Spec)
+		if err != nil || got != c.want {
+			t.Errorf("RunImage(backend %q, image %q) = %q, %v; want %q", c.backend, c.image, got, err, c.want)
+		}
+		if o := NodeBackendOptions(ns); o.Image != c.want {
+			t.Errorf("NodeBackendOptions(backend %q, image %q).Image = %q, want %q", c.backend, c.image, o.Image, c.want)
+		}
+		for _, b := range []struct {
+			name  string
+			build func(backends.NodeOptions) (nodeexec.Backend, error)
+			ok    bool
+		}{
+			{"default", nil, true},
+			{"another image", func(o backends.NodeOptions) (nodeexec.Backend, error) {
+				o.Image = "evil.example/root:1"
+				return backends.NewNode(o)
+			}, false},
+		} {
+			w, err := New(Options{Client: fake.NewClientset(), Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Backends: b.build})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod, err := w.runPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1, Now: now})
+			switch {
+			case b.ok && (err != nil || pod.Spec.Containers[0].Image != c.want):
+				t.Errorf("backend %q image %q, %s Backends: pod %v, %v; want image %s", c.backend, c.image, b.name, pod, err, c.want)
+			case !b.ok && (err == nil || !strings.Contains(err.Error(), "runs evil.example/root:1, not "+c.want)):
+				t.Errorf("backend %q image %q, %s Backends: %v; want a refusal naming both images", c.backend, c.image, b.name, err)
+			}
+		}
+	}
+	if _, err := RunImage(&v1alpha1.NodeScriptSpec{Backend: v1alpha1.BackendSpec{Name: "ssh"}}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
+		t.Errorf("RunImage(ssh): %v, want an error naming spec.backend.name", err)
 	}
 }

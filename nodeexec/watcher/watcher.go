@@ -130,7 +130,10 @@ type Options struct {
 	// Backends builds the backend a NodeScript's spec.backend names, from
 	// NodeBackendOptions(ns) with Client set. The watcher only creates the
 	// pods of its CompletionPod (nodeexec.CompletionPodBuilder); it never
-	// execs. Defaults to backends.NewNode.
+	// execs, and it refuses a pod any of whose containers runs another
+	// image than NodeBackendOptions' Image (RunImage: spec.backend.image or
+	// the backend's default, the image deploy/policy checks). Defaults to
+	// backends.NewNode.
 	Backends func(backends.NodeOptions) (nodeexec.Backend, error)
 	// Rebooter, when set, reboots node for spec.reboot instead of the pod
 	// running spec.rebootCommand that the watcher creates by default; it is

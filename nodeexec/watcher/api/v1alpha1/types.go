@@ -82,6 +82,7 @@ type NodeScriptSpec struct {
 	// set. At most 131071 bytes (an exec argument; see MaxScriptBytes).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=131071
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="contains a NUL byte, which would cut the script there"
 	// +optional
 	Script string `json:"script,omitempty"`
 	// ScriptFrom takes the script from a key of a ConfigMap or a Secret in
@@ -110,16 +111,19 @@ type NodeScriptSpec struct {
 	// as an answer. It should only read: nothing is cordoned or drained
 	// before it. Part of the spec hash when set.
 	// +kubebuilder:validation:MaxLength=131071
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="contains a NUL byte, which would cut the script there"
 	// +optional
 	CheckScript string `json:"checkScript,omitempty"`
 	// VerifyScript, when set, must exit 0 on a canary node after Script
 	// succeeded and the soak time passed, before automatic promotion.
 	// +kubebuilder:validation:MaxLength=131071
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="contains a NUL byte, which would cut the script there"
 	// +optional
 	VerifyScript string `json:"verifyScript,omitempty"`
 	// RollbackScript undoes Script; run on a node where Script failed when
 	// OnFailure.Rollback is set.
 	// +kubebuilder:validation:MaxLength=131071
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="contains a NUL byte, which would cut the script there"
 	// +optional
 	RollbackScript string `json:"rollbackScript,omitempty"`
 
@@ -202,6 +206,7 @@ type NodeScriptSpec struct {
 	// RebootCommand reboots the node, run like the script (sh -c, on the
 	// node). Defaults to "systemctl reboot".
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="contains a NUL byte, which would cut the script there"
 	// +optional
 	RebootCommand string `json:"rebootCommand,omitempty"`
 	// RebootTimeout bounds the wait for the node to come back with a new
@@ -296,7 +301,13 @@ type BackendSpec struct {
 	// +kubebuilder:validation:Enum=legacy;general;baseline;restricted;netadmin;sysadmin
 	// +optional
 	Profile string `json:"profile,omitempty"`
-	// Image of the pod's container. Defaults to the backend's default.
+	// Image of the pod's container: a reference NAME[:TAG][@DIGEST] in the
+	// grammar of github.com/distribution/reference, which Validate and the
+	// CRD's rule below both apply (a test pins them together). Defaults to
+	// the backend's default (busybox:stable for debugpod, the agent image
+	// for nsenter).
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^((?:(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|\[(?:[a-fA-F0-9:]+)\])(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*)(?::([\w][\w.-]{0,127}))?(?:@([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][[:xdigit:]]{32,}))?$') && !self.matches(r'^[a-f0-9]{64}$') && (!self.contains('@') || self.matches(r'@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$'))`,message="not a valid image reference: give NAME[:TAG][@DIGEST] (lower-case name; a digest sha256:, sha384: or sha512: with its hex digits), such as busybox:1.36"
 	// +optional
 	Image string `json:"image,omitempty"`
 	// Namespaces to enter, for nsenter (mnt, uts, ipc, net, pid, cgroup).

@@ -47,7 +47,7 @@ FUZZMINIMIZETIME ?= 10s
 FUZZ_TARGETS = \
 	./nodeexec:FuzzParseCountOrPercent ./nodeexec:FuzzTargetsValidate \
 	./internal/cli:FuzzParseEnv ./internal/cli:FuzzParseNamespaces ./internal/cli:FuzzParseQuantity ./internal/cli:FuzzCheckImage \
-	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts
+	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts ./nodeexec/watcher:FuzzRedact
 fuzz: ## run each fuzz test for $(FUZZTIME) executions
 	@set -eo pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; cache=$$($(GO) env GOCACHE)/fuzz; \
 	for pkg in $$(for t in $(FUZZ_TARGETS); do echo "$${t%%:*}"; done | uniq); do \

@@ -241,7 +241,7 @@ func (e *Executor) RunResumable(ctx context.Context, pod *corev1.Pod, container 
 			xerr := ExecResuming(ctx, e.o.Streamer, e.o.Clock, pod.Namespace, pod.Name, execOpts, streams, resume)
 			if !IsContainerNotReady(xerr) || ctxErr(ctx) != nil {
 				log.V(1).Info("exec finished", "attempts", attempts, "err", xerr)
-				return e.finish(ctx, res, created, container, req.Node, xerr)
+				return e.finish(ctx, res, created, container, req.Node, strings.Join(argv[:min(len(argv), 1)], ""), xerr)
 			}
 			log.V(2).Info("container not ready for exec yet", "attempt", attempts, "err", xerr)
 			retrying = true
@@ -281,7 +281,7 @@ func (e *Executor) deletePod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // finish turns the exec outcome into a Result and error.
-func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.Pod, container, node string, xerr error) (nodeexec.Result, error) {
+func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.Pod, container, node, argv0 string, xerr error) (nodeexec.Result, error) {
 	if xerr == nil {
 		res.ExitCode = 0
 		return res, nil
@@ -293,6 +293,12 @@ func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
 		return res, cerr
+	}
+	// The runtime could not start the command: not found (127) or not
+	// executable (126), as a shell says; the outcome is known.
+	if se := StartFailure(xerr, node, argv0); se != nil {
+		res.ExitCode = se.Code
+		return res, se
 	}
 	// The stream broke: say why if the pod knows.
 	if cur := e.o.Tracker.Get(pod.Name); cur != nil && cur.UID == pod.UID {
@@ -317,11 +323,13 @@ var ErrNotStarted = errors.New("the command was not started")
 
 // StreamBroke reports whether an exec error, met after the container was
 // running, means the stream was cut with the command started: not a refusal
-// by the API server (a Status: RBAC, not found, a bad request) and not a
-// connection that was never made (refused, or ErrNotStarted).
+// by the API server (a Status: RBAC, not found, a bad request), not a
+// connection that was never made (refused, or ErrNotStarted), and not the
+// container runtime's word that it could not start the command
+// (StartFailure).
 func StreamBroke(err error) bool {
 	var status apierrors.APIStatus
-	if errors.As(err, &status) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrNotStarted) {
+	if errors.As(err, &status) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrNotStarted) || StartFailure(err, "", "") != nil {
 		return false
 	}
 	return true

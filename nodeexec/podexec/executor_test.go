@@ -632,6 +632,34 @@ func TestRunExecErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "command not found",
+			fn: func(context.Context, int, remotecommand.StreamOptions) error {
+				return errors.New(`Internal error occurred: error executing command in container: failed to exec in container: failed to start exec "0f3a": OCI runtime exec failed: exec failed: unable to start container process: exec: "x": executable file not found in $PATH: unknown`)
+			},
+			wantCode: 127,
+			check: func(t *testing.T, err error) {
+				var se *podexec.StartError
+				if !errors.As(err, &se) || se.Command != "x" || nodeexec.ExitCode(err) != 127 || errors.Is(err, nodeexec.ErrOutcomeUnknown) {
+					t.Errorf("error %v (exit %d): want a StartError, exit status 127", err, nodeexec.ExitCode(err))
+				}
+				if want := `command "x" was not found on node "n1"`; !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			},
+		},
+		{
+			name: "command not executable",
+			fn: func(context.Context, int, remotecommand.StreamOptions) error {
+				return errors.New(`Internal error occurred: error executing command in container: failed to exec in container: failed to start exec "0f3a": OCI runtime exec failed: exec failed: unable to start container process: exec: "/etc/hostname": permission denied: unknown`)
+			},
+			wantCode: 126,
+			check: func(t *testing.T, err error) {
+				if nodeexec.ExitCode(err) != 126 || errors.Is(err, nodeexec.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "is not executable") {
+					t.Errorf("error %v (exit %d): want exit status 126", err, nodeexec.ExitCode(err))
+				}
+			},
+		},
+		{
 			name: "exec refused by the API server",
 			fn: func(context.Context, int, remotecommand.StreamOptions) error {
 				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "p", errors.New("no"))

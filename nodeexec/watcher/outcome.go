@@ -27,7 +27,9 @@ type Outcome struct {
 	// exit (Timeout, ErrImagePull, Evicted, NodeNotReady, ...).
 	Reason string
 	// Message is the pod's or container's message; Tail is the container's
-	// termination message: the end of its output when it failed.
+	// termination message: the end of its output when it failed, without
+	// its first line when the kubelet may have cut that line
+	// (TerminationTail).
 	Message, Tail string
 }
 
@@ -58,7 +60,7 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 	case corev1.PodSucceeded:
 		o := Outcome{Done: true}
 		if t := terminated(); t != nil {
-			o.ExitCode, o.Tail = int(t.ExitCode), t.Message
+			o.ExitCode, o.Tail = int(t.ExitCode), TerminationTail(t.Message)
 		}
 		return o
 	case corev1.PodFailed:
@@ -66,7 +68,7 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 		if reason == "DeadlineExceeded" {
 			o := Outcome{Done: true, ExitCode: -1, Reason: "Timeout", Message: pod.Status.Message}
 			if t := terminated(); t != nil {
-				o.Tail = t.Message
+				o.Tail = TerminationTail(t.Message)
 			}
 			return o
 		}
@@ -82,7 +84,7 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 		if t == nil || t.Reason == "ContainerStatusUnknown" {
 			return infra("ContainerNotRun", pod.Status.Message)
 		}
-		o := Outcome{Done: true, ExitCode: int(t.ExitCode), Tail: t.Message}
+		o := Outcome{Done: true, ExitCode: int(t.ExitCode), Tail: TerminationTail(t.Message)}
 		if t.Reason == "OOMKilled" {
 			o.Reason = "OOMKilled"
 		}
@@ -150,6 +152,26 @@ func disrupted(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// MaxTerminationLogTail is the most of a failed container's log that the
+// kubelet keeps as its termination message (terminationMessagePolicy
+// FallbackToLogsOnError), in bytes: the last 2,048 bytes of its last 80
+// lines, cut anywhere, even inside a line or a character.
+const MaxTerminationLogTail = 2048
+
+// TerminationTail is a termination message without its first line when
+// the kubelet may have cut it (the message is MaxTerminationLogTail bytes
+// or more; it is "" when it has a single line): a cut line may be the
+// value of a secret whose key the cut removed ("WORD=hunter2" of
+// "PASSWORD=hunter2"), which no redaction can recognise. A shorter message
+// is whole and returned unchanged. It is a pure function.
+func TerminationTail(msg string) string {
+	if len(msg) < MaxTerminationLogTail {
+		return msg
+	}
+	_, rest, _ := strings.Cut(msg, "\n")
+	return rest
 }
 
 // tail returns the last n bytes of s, starting at a line when it can.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"time"
 	"unicode/utf8"
 
@@ -128,53 +127,13 @@ func writeOutputRecord(ctx context.Context, client kubernetes.Interface, ns *v1a
 	return nil
 }
 
-// The patterns of Redact.
-var (
-	redactPEM    = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\z)`)
-	redactBearer = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+`)
-	redactURL    = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@`)
-	redactPair   = regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|credential|private[_-]?key|auth)[A-Za-z0-9_.-]*["']?[ \t]*[:=][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\n]+)`)
-	redactLong   = regexp.MustCompile(`(?m)^[ \t]*[A-Za-z0-9+/_-]{40,}={0,2}[ \t]*$`)
-)
-
-// Redacted replaces what Redact removes.
-const Redacted = "[REDACTED]"
-
-// Redact is the rule applied to output before an output record keeps it:
-//   - a PEM block (-----BEGIN ...----- to -----END ...-----, or to the end)
-//     becomes [REDACTED];
-//   - the credential after "Bearer" or "Basic";
-//   - the password of a URL's user information (scheme://user:PASSWORD@);
-//   - the value in KEY=VALUE or KEY: VALUE when KEY contains password,
-//     passwd, pwd, secret, token, apikey/api_key/api-key, credential,
-//     private_key or auth, in any case: a quoted value up to its closing
-//     quote, an unquoted one to the end of the line;
-//   - a line that is only a run of 40 or more base64 or hex characters (a
-//     key or token printed alone, or the body of a PEM block whose start
-//     was cut off).
-//
-// The rule catches common shapes only: the watcher never reads Secrets and
-// cannot know their values (spec.secretEnv), so a script that prints a
-// secret in another shape must not set spec.recordOutput. It is a pure
-// function.
-func Redact(s string) string {
-	s = redactPEM.ReplaceAllString(s, Redacted)
-	s = redactBearer.ReplaceAllString(s, "${1}${2}"+Redacted)
-	s = redactURL.ReplaceAllString(s, "${1}"+Redacted+"@")
-	s = redactPair.ReplaceAllStringFunc(s, func(m string) string {
-		sub := redactPair.FindStringSubmatch(m)
-		if v := sub[2]; v[0] == '"' || v[0] == '\'' {
-			return sub[1] + v[:1] + Redacted + v[:1]
-		}
-		return sub[1] + Redacted
-	})
-	return redactLong.ReplaceAllString(s, Redacted)
-}
-
-// truncate cuts s to at most n bytes by removing its middle, on rune
-// boundaries, marking the cut with "…": both the start (what failed) and
-// the end (often the fix) of a message survive.
+// truncate redacts s (Redact) and cuts the result to at most n bytes by
+// removing its middle, on rune boundaries, marking the cut with "…": both
+// the start (what failed) and the end (often the fix) of a message
+// survive. Redacting first means a cut never joins the end of a secret's
+// key name (…WORD=) to its value.
 func truncate(s string, n int) string {
+	s = Redact(s)
 	if len(s) <= n {
 		return s
 	}

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -282,14 +283,21 @@ func (c *controller) recordOutput(ctx context.Context, ns *v1alpha1.NodeScript, 
 }
 
 // logTail is the end of a finished pod's log, or "" when it cannot be read.
+// A log cut by the byte limit (which cuts its end, maybe inside a line)
+// loses its last, partial line: it may hold a key without the rest of its
+// value, or a value no rule recognises once cut.
 func (c *controller) logTail(ctx context.Context, pod *corev1.Pod) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	const limit = 16 << 10
 	lines := int64(c.w.o.SuccessLogLines)
-	b, err := c.w.o.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &lines, LimitBytes: ptr.To(int64(16 << 10))}).DoRaw(ctx)
+	b, err := c.w.o.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &lines, LimitBytes: ptr.To(int64(limit))}).DoRaw(ctx)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("reading the run's log", "pod", pod.Name, "error", err.Error())
 		return ""
+	}
+	if len(b) >= limit {
+		b = b[:bytes.LastIndexByte(b, '\n')+1]
 	}
 	return string(b)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,20 @@ const (
 // DefaultTimeout is the per-node time limit of a Request whose Timeout is zero.
 const DefaultTimeout = 10 * time.Minute
 
+// Limits of a Request (see Request.Validate).
+const (
+	// MaxTimeout is the largest Request.Timeout, 596523h13m7s (about 68
+	// years): the pod a backend creates ends by activeDeadlineSeconds, the
+	// timeout plus a slack of 30 s, which the API server caps at 2147483647
+	// seconds.
+	MaxTimeout = (math.MaxInt32 - 60) * time.Second
+	// MaxArgBytes is the largest Script, and the largest element of
+	// Command, in bytes: each is one argument of an exec, and Linux refuses
+	// to exec an argument of 128 KiB or more (MAX_ARG_STRLEN: execve fails
+	// with E2BIG).
+	MaxArgBytes = 128<<10 - 1
+)
+
 // Request says what to run on one node.
 //
 // Exactly one of Command and Script must be set.
@@ -42,10 +57,11 @@ type Request struct {
 	Node string
 
 	// Command is the argv to run, e.g. []string{"sh", "-c", "hostname"}.
+	// Each element is at most MaxArgBytes long and holds no NUL byte.
 	Command []string
 	// Script is a shell script run by `sh -c`. Backends that can see the
 	// host's root filesystem run it there (debugpod: `chroot /host sh -c`
-	// for profiles that mount /host).
+	// for profiles that mount /host). At most MaxArgBytes long; no NUL byte.
 	Script string
 
 	// Env sets environment variables for the command.
@@ -75,7 +91,7 @@ type Request struct {
 	// Timeout bounds the whole run on this node: creating what the backend
 	// needs, waiting for it, and the command itself. When it expires the run
 	// ends with an error wrapping ErrTimeout and everything created is deleted.
-	// Defaults to DefaultTimeout.
+	// Defaults to DefaultTimeout; at most MaxTimeout.
 	Timeout time.Duration
 }
 
@@ -91,8 +107,18 @@ func (r *Request) Validate() error {
 		return errors.New("Command[0] is empty: the first element must name the program to run")
 	case r.Timeout < 0:
 		return fmt.Errorf("Timeout %s is negative: give a positive duration, or 0 for the default %s", r.Timeout, DefaultTimeout)
+	case r.Timeout > MaxTimeout:
+		return fmt.Errorf("Timeout %s is too large, at most %s (a pod's activeDeadlineSeconds limit, about 68 years)", r.Timeout, MaxTimeout)
 	case r.TerminalSizeQueue != nil && !r.TTY:
 		return errors.New("TerminalSizeQueue is set but TTY is not: a size queue needs a terminal")
+	}
+	if err := checkArg("Script", r.Script); err != nil {
+		return err
+	}
+	for i, a := range r.Command {
+		if err := checkArg(fmt.Sprintf("Command[%d]", i), a); err != nil {
+			return err
+		}
 	}
 	for k := range r.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -108,6 +134,18 @@ func (r *Request) Validate() error {
 				return fmt.Errorf("SecretEnv[%d].Key %q is not a valid Secret key: %s", i, e.Key, strings.Join(msgs, "; "))
 			}
 		}
+	}
+	return nil
+}
+
+// checkArg refuses an argument no exec can pass: longer than MaxArgBytes,
+// or holding a NUL byte (which would end it there).
+func checkArg(field, a string) error {
+	if len(a) > MaxArgBytes {
+		return fmt.Errorf("%s is %d bytes, too large, at most %d: Linux refuses to exec a longer argument (E2BIG); ship the rest as a file", field, len(a), MaxArgBytes)
+	}
+	if i := strings.IndexByte(a, 0); i >= 0 {
+		return fmt.Errorf("%s has a NUL byte (at byte %d), which would cut it there: a command line cannot carry binary data; pass it on Stdin", field, i)
 	}
 	return nil
 }

@@ -76,6 +76,9 @@ func checkBackendFlags(c *ucli.Context) error {
 	if _, err := requests(c); err != nil {
 		return err
 	}
+	if err := checkBackendOnlyFlags(c, name); err != nil {
+		return err
+	}
 	if name == nsenterpod.Name || name == runtimeexec.Name {
 		if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
 			return fmt.Errorf("--namespaces: %w", err)
@@ -107,6 +110,31 @@ func checkBackendFlags(c *ucli.Context) error {
 		if msgs := validation.IsDNS1123Label(c.String("resident-namespace")); len(msgs) > 0 {
 			return fmt.Errorf("--resident-namespace %q: not a namespace name (%s)", c.String("resident-namespace"), strings.Join(msgs, "; "))
 		}
+	}
+	return nil
+}
+
+// backendOnlyFlags are flags only some backends use, and those backends.
+// (--pod and --container, which also change the targets, are checked with
+// them: checkTargets, checkShellTargets.)
+var backendOnlyFlags = []struct {
+	flag     string
+	backends []string
+}{
+	{"no-proc-fallback", []string{runtimeexec.Name}},
+	{"runtime-endpoint", []string{runtimeexec.Name}},
+	{"use-resident", []string{nsenterpod.Name, runtimeexec.Name}},
+}
+
+// checkBackendOnlyFlags refuses a flag that backend name would ignore,
+// naming the backends that use it.
+func checkBackendOnlyFlags(c *ucli.Context, name string) error {
+	for _, f := range backendOnlyFlags {
+		set := c.Bool(f.flag) || len(c.StringSlice(f.flag)) > 0
+		if !set || slices.Contains(f.backends, name) {
+			continue
+		}
+		return fmt.Errorf("--%s is for --backend %s; --backend %s does not use it: drop it, or choose that backend", f.flag, strings.Join(f.backends, " or "), name)
 	}
 	return nil
 }

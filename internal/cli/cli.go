@@ -252,6 +252,11 @@ func permuteArgs(app *ucli.App, args []string) ([]string, error) {
 			j++
 		}
 	}
+	if cmd.Name == "shell" {
+		if err := checkShellWords(pos, dash); err != nil {
+			return nil, err
+		}
+	}
 	out := append([]string{args[0]}, global...)
 	out = append(out, args[cmdAt:i+1]...)
 	out = append(out, flags...)

@@ -80,24 +80,39 @@ func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targ
 	return nodeexec.Targets{Nodes: []string{node}}, nil
 }
 
+// ephemeralNode is the node whose resident agent the ephemeral backend
+// joins without --pod: shell's NODE, or run's one --node ("" if none).
+func ephemeralNode(c *ucli.Context) string {
+	if c.Command != nil && c.Command.Name == "shell" {
+		return c.Args().First()
+	}
+	if nodes := splitCSV(c.StringSlice("node")); len(nodes) == 1 {
+		return nodes[0]
+	}
+	return ""
+}
+
 // newEphemeral builds the ephemeral backend from its flags. --profile
 // defaults to the backend's own default (general) unless given.
 //
-// Without --pod, for one --node, the target is that node's resident agent
-// pod: hostPID and hostNetwork, so the ephemeral container sees the node's
-// processes and network (and its files under /proc/1/root) without a new
-// pod. Ephemeral containers stay in the agent pod until it is replaced.
+// Without --pod, for one --node (shell: its NODE), the target is that
+// node's resident agent pod: hostPID and hostNetwork, so the ephemeral
+// container sees the node's processes and network (and its files under
+// /proc/1/root) without a new pod. Ephemeral containers stay in the agent pod until it is replaced.
 func newEphemeral(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns string) (nodeexec.Backend, error) {
 	var namespace, pod, container string
 	if c.String("pod") == "" {
-		nodes := splitCSV(c.StringSlice("node"))
+		node := ephemeralNode(c)
+		if node == "" {
+			return nil, errors.New("--backend ephemeral needs --pod [NAMESPACE/]NAME, or one node whose resident agent it joins")
+		}
 		namespace = c.String("resident-namespace")
-		name, ok, err := resident.Find(c.Context, client, namespace, nodes[0])
+		name, ok, err := resident.Find(c.Context, client, namespace, node)
 		if err != nil {
-			return nil, fmt.Errorf("looking for the resident agent on node %q: %w", nodes[0], err)
+			return nil, fmt.Errorf("looking for the resident agent on node %q: %w", node, err)
 		}
 		if !ok {
-			return nil, fmt.Errorf("no ready resident agent on node %q in namespace %q: install them with `nodeexec agent install`, or give --pod", nodes[0], namespace)
+			return nil, fmt.Errorf("no ready resident agent on node %q in namespace %q: install them with `nodeexec agent install`, or give --pod", node, namespace)
 		}
 		pod, container = name, agent.ContainerName
 	} else {

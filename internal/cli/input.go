@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/distribution/reference"
 	ucli "github.com/urfave/cli/v2"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -42,6 +46,71 @@ func parseSecretEnv(values []string) ([]nodeexec.SecretEnv, error) {
 	return out, nil
 }
 
+// envName is what -e accepts as a variable name: letters, digits and _,
+// not starting with a digit (POSIX's portable names, the ones a shell can
+// expand).
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// parseEnv reads -e values (envflag.Parse) and refuses names a shell
+// cannot use and a variable given twice.
+func parseEnv(kvs []string) (map[string]string, error) {
+	env, err := envflag.Parse(kvs)
+	if err != nil {
+		return nil, err
+	}
+	first := map[string]string{}
+	for _, kv := range kvs {
+		k, _, _ := strings.Cut(kv, "=")
+		if !envName.MatchString(k) {
+			return nil, fmt.Errorf("--env %q: %q is not a valid variable name: use letters, digits and _, not starting with a digit (e.g. -e MY_VAR=1)", kv, k)
+		}
+		if prev, ok := first[k]; ok {
+			return nil, fmt.Errorf("--env %q: %s is already set by -e %q: give each variable once", kv, k, prev)
+		}
+		first[k] = kv
+	}
+	return env, nil
+}
+
+// readScript reads --script FILE: a shell script, which runs as one
+// argument of `sh -c`: not empty, text (no NUL byte, valid UTF-8) and at
+// most nodeexec.MaxArgBytes long.
+func readScript(f string) (string, error) {
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return "", fmt.Errorf("cannot read --script file: %w", err)
+	}
+	switch {
+	case len(b) == 0:
+		return "", fmt.Errorf("--script file %q is empty", f)
+	case len(b) > nodeexec.MaxArgBytes:
+		return "", fmt.Errorf("--script %q: %d bytes, too large, at most %d (128 KiB - 1): the script is one argument of sh -c and Linux refuses a longer one (E2BIG); ship the rest as a file the script fetches", f, len(b), nodeexec.MaxArgBytes)
+	case bytes.IndexByte(b, 0) >= 0:
+		return "", fmt.Errorf("--script %q: a binary file (NUL byte at %d), not a shell script: give a text script, or copy the binary to the node and run it with -- PATH", f, bytes.IndexByte(b, 0))
+	case !utf8.Valid(b):
+		return "", fmt.Errorf("--script %q: not text (invalid UTF-8), not a shell script: give a text script", f)
+	}
+	return string(b), nil
+}
+
+// checkRunTimeout refuses a --timeout (of run and shell) that is not
+// positive, or longer than a pod may live (nodeexec.MaxTimeout).
+func checkRunTimeout(c *ucli.Context, example string) error {
+	if err := checkTimeoutFlag(c, "timeout", example); err != nil {
+		return err
+	}
+	if d := c.Duration("timeout"); d > nodeexec.MaxTimeout {
+		return timeoutTooLarge(d.String())
+	}
+	return nil
+}
+
+// timeoutTooLarge is the error for a --timeout of run or shell above
+// nodeexec.MaxTimeout; val is the value as given.
+func timeoutTooLarge(val string) error {
+	return fmt.Errorf("--timeout %s: too large, at most %s (about 68 years: a pod's activeDeadlineSeconds limit)", val, nodeexec.MaxTimeout)
+}
+
 // checkImage validates an image reference with the distribution reference
 // grammar (what the kubelet and container runtimes accept), e.g.
 // busybox:1.36, registry.example:5000/team/tool@sha256:<64 hex>.
@@ -51,6 +120,14 @@ func checkImage(flag, ref string) error {
 	}
 	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
 		return fmt.Errorf("--%s %q: not a valid image reference (%v): give NAME[:TAG][@DIGEST], such as busybox:1.36", flag, ref, err)
+	}
+	// The grammar reads a first component with upper-case letters as a
+	// registry host ("UPPER/x": host UPPER), which the node then fails to
+	// reach, after the pod exists. A registry host has a '.' or a ':', or is
+	// localhost; anything else is a repository name, which must be lower
+	// case.
+	if first, _, ok := strings.Cut(ref, "/"); ok && !strings.ContainsAny(first, ".:") && first != "localhost" && strings.ToLower(first) != first {
+		return fmt.Errorf("--%s %q: not a valid image reference: repository name %q must be lowercase (a registry host has a '.' or a ':', or is localhost): give NAME[:TAG][@DIGEST], such as busybox:1.36", flag, ref, first)
 	}
 	return nil
 }
@@ -180,6 +257,9 @@ func checkClientFlags(c *ucli.Context) error {
 	if err := checkQPS(c.Float64("qps")); err != nil {
 		return err
 	}
+	if v := c.Int("v"); v < 0 {
+		return fmt.Errorf("-v %d: give 0 or more (0: no logs, 1: pods created and deleted, 2: every exec attempt)", v)
+	}
 	if b := c.Int("burst"); b < 0 {
 		return fmt.Errorf("--burst %d: give 0 or more (0 for the default %d)", b, nodeexec.DefaultBurst)
 	}
@@ -308,6 +388,12 @@ func flagParseError(flags []ucli.Flag, help string, err error) error {
 		name, reason, _ := strings.Cut(rest[i+len(" for flag "):], ": ")
 		f := find(name)
 		what := "not a valid value"
+		if isDurationFlag(f) && durationOverflows(strings.Trim(val, `"`)) {
+			if strings.TrimLeft(name, "-") == "timeout" && (strings.HasSuffix(help, " run") || strings.HasSuffix(help, " shell")) {
+				return timeoutTooLarge(strings.Trim(val, `"`))
+			}
+			return fmt.Errorf("%s %s: too large, at most %s", dashed(name), val, time.Duration(math.MaxInt64))
+		}
 		switch {
 		case strings.Contains(reason, "out of range"):
 			what = "out of range"
@@ -326,6 +412,21 @@ func flagParseError(flags []ucli.Flag, help string, err error) error {
 		return fmt.Errorf("%s %s: %s: see %s --help", dashed(name), val, what, help)
 	}
 	return err
+}
+
+// durationSyntax is time.ParseDuration's grammar: a sign, then numbers
+// (with a fraction) each followed by a unit.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// durationOverflows reports whether s is written as a duration but
+// time.ParseDuration refuses it: it does not fit in an int64 of
+// nanoseconds (about 292 years).
+func durationOverflows(s string) bool {
+	if !durationSyntax.MatchString(s) || !strings.ContainsAny(s, "0123456789") {
+		return false
+	}
+	_, err := time.ParseDuration(s)
+	return err != nil
 }
 
 func isDurationFlag(f ucli.Flag) bool {

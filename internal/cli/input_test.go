@@ -160,7 +160,7 @@ func FuzzParseQuantity(f *testing.F) {
 // reference has no whitespace, control character or upper-case name, which
 // the kubelet would refuse only after the pod exists.
 func FuzzCheckImage(f *testing.F) {
-	for _, s := range []string{"busybox", "busybox:1.36", "registry.local:5000/team/tool:v1", "nodeexec.local/agent:0.1.0", "busybox@sha256:" + strings.Repeat("a", 64), "", "busy box", "BusyBox", "x@sha256:12", "a:b:c", "-x", "a//b", "a\x00b", "localhost/x:_y"} {
+	for _, s := range []string{"busybox", "busybox:1.36", "registry.local:5000/team/tool:v1", "nodeexec.local/agent:0.1.0", "busybox@sha256:" + strings.Repeat("a", 64), "", "busy box", "BusyBox", "x@sha256:12", "a:b:c", "-x", "a//b", "a\x00b", "localhost/x:_y", "UPPER/x", "Registry.Example:5000/x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -172,6 +172,9 @@ func FuzzCheckImage(f *testing.F) {
 		}
 		if strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 			t.Fatalf("%q accepted with whitespace or a control character", s)
+		}
+		if first, _, ok := strings.Cut(s, "/"); ok && !strings.ContainsAny(first, ".:") && strings.ToLower(first) != first {
+			t.Fatalf("%q accepted with an upper-case first component that is no registry host", s)
 		}
 	})
 }

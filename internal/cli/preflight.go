@@ -3,14 +3,20 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
@@ -42,6 +48,9 @@ func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client k
 	report, err := preflight.Check(ctx, o)
 	if err != nil {
 		return err
+	}
+	if apierrors.IsNotFound(report.NamespaceErr) && o.Namespace == ns {
+		return fmt.Errorf("-n/--namespace %q: namespace not found: create it (kubectl create namespace %s) or give an existing one with -n", ns, ns)
 	}
 	if !explain {
 		return report.Err()
@@ -107,4 +116,57 @@ func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req node
 func skipPreflight(ctx context.Context, b nodeexec.Backend, node string) bool {
 	s, ok := nodeexec.As[nodeexec.PreflightSkipper](b)
 	return ok && s.SkipPreflight(ctx, node)
+}
+
+// checkCluster checks, before anything is created, what the API server or
+// the kubelet would refuse only after a pod was: a --priority-class that
+// does not exist, and --cpu-request or --memory-request above a target
+// node's allocatable (the kubelet's OutOfcpu, OutOfmemory). The ephemeral
+// backend's containers take neither.
+func checkCluster(c *ucli.Context, client kubernetes.Interface, nodes []*corev1.Node) error {
+	if backendName(c) == ephemeral.Name {
+		return nil
+	}
+	if err := checkPriorityClass(c.Context, client, c.String("priority-class")); err != nil {
+		return err
+	}
+	reqs, err := requests(c)
+	if err != nil {
+		return err
+	}
+	var tl *preflight.RequestTooLargeError
+	if err := preflight.CheckRequests(nodes, reqs); errors.As(err, &tl) {
+		flag := "--cpu-request"
+		if tl.Resource == corev1.ResourceMemory {
+			flag = "--memory-request"
+		}
+		return fmt.Errorf("%s %s: %w: give at most %s", flag, c.String(strings.TrimPrefix(flag, "--")), err, tl.Allocatable.String())
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkPriorityClass refuses a --priority-class that does not exist (the
+// API server's Priority admission would refuse the pod, as "forbidden"),
+// listing the ones that do. A class that cannot be read (RBAC) is left to
+// the API server.
+func checkPriorityClass(ctx context.Context, client kubernetes.Interface, name string) error {
+	if name == "" {
+		return nil
+	}
+	_, err := client.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		return nil
+	}
+	exist := ""
+	if list, err := client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{}); err == nil {
+		var names []string
+		for _, pc := range list.Items {
+			names = append(names, pc.Name)
+		}
+		slices.Sort(names)
+		exist = " (there are: " + strings.Join(names, ", ") + ")"
+	}
+	return fmt.Errorf("--priority-class %q: the PriorityClass does not exist: give one that does%s, or leave the flag out", name, exist)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 )
 
 func runCommand(streams Streams) *ucli.Command {
@@ -104,6 +104,9 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	if err := checkCluster(c, client, nodes); err != nil {
+		return err
+	}
 	if c.Bool("explain") {
 		first := req
 		first.Node = nodes[0].Name
@@ -141,19 +144,16 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 		if len(req.Command) > 0 {
 			return req, targets, errors.New("give either --script FILE or a command after --, not both")
 		}
-		b, err := os.ReadFile(f)
+		script, err := readScript(f)
 		if err != nil {
-			return req, targets, fmt.Errorf("cannot read --script file: %w", err)
+			return req, targets, err
 		}
-		if len(b) == 0 {
-			return req, targets, fmt.Errorf("--script file %q is empty", f)
-		}
-		req.Script = string(b)
+		req.Script = script
 	}
 	if c.Bool("stdin") {
 		req.Stdin = streams.In
 	}
-	env, err := envflag.Parse(envflag.Values(c))
+	env, err := parseEnv(envflag.Values(c))
 	if err != nil {
 		return req, targets, err
 	}
@@ -161,8 +161,11 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 	if req.SecretEnv, err = parseSecretEnv(c.StringSlice("env-from-secret")); err != nil {
 		return req, targets, err
 	}
-	if c.Duration("timeout") <= 0 {
-		return req, targets, fmt.Errorf("--timeout %s: give a positive duration such as 30s or 5m", c.Duration("timeout"))
+	if len(req.SecretEnv) > 0 && backendName(c) == runtimeexec.Name {
+		return req, targets, errors.New("--env-from-secret: --backend runtime runs the command in the running container, whose environment the kubelet set when it started: it cannot add variables from a Secret; give -e KEY=VALUE, or run beside the container with --backend ephemeral --pod [NAMESPACE/]NAME")
+	}
+	if err := checkRunTimeout(c, "30s or 5m"); err != nil {
+		return req, targets, err
 	}
 	if c.Int("max-concurrency") <= 0 {
 		return req, targets, fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))

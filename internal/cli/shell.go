@@ -13,9 +13,11 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
+	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 )
 
 // DefaultShellTimeout is shell's --timeout: an interactive session lasts longer than a command.
@@ -25,7 +27,7 @@ func shellCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "shell",
 		Usage:     "open an interactive shell on a node",
-		UsageText: "shell NODE [options] [-- COMMAND [ARGS...]]",
+		UsageText: "shell NODE [options] [-- COMMAND [ARGS...]]\n   shell NODE --backend ephemeral|runtime --pod [NAMESPACE/]NAME [options] [-- COMMAND [ARGS...]]",
 		Description: "Opens a login shell on the node in a pod of the chosen backend, with a terminal: the node's\n" +
 			"root (chroot /host, bash if the node has it, else sh) for profiles that mount it (sysadmin,\n" +
 			"general, legacy), the container's sh otherwise. A COMMAND after -- runs instead of the shell.\n" +
@@ -60,10 +62,13 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
 		return fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
 	}
-	if err := checkTimeoutFlag(c, "timeout", "30m or 2h"); err != nil {
+	if err := checkRunTimeout(c, "30m or 2h"); err != nil {
 		return err
 	}
 	if err := checkBackendFlags(c); err != nil {
+		return err
+	}
+	if err := checkShellTargets(c); err != nil {
 		return err
 	}
 	if err := checkClientFlags(c); err != nil {
@@ -87,6 +92,13 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	// --pod (ephemeral, runtime): the shell opens on the pod's node, which
+	// must be NODE.
+	if t, err := podTargets(c, backend, nodeexec.Targets{Nodes: []string{node}}); err != nil {
+		return err
+	} else if t.Nodes[0] != node {
+		return fmt.Errorf("--pod %q runs on node %q, not %q: give shell %s", c.String("pod"), t.Nodes[0], node, t.Nodes[0])
+	}
 	if len(req.Command) == 0 {
 		req.Command = shellArgv(backend)
 	}
@@ -100,7 +112,11 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	// SIGINT and SIGTERM end c.Context (see main); SIGHUP (the terminal went away) too.
 	ctx, stop := signal.NotifyContext(withLogger(c.Context, streams.ErrOut, c.Int("v")), syscall.SIGHUP)
 	defer stop()
-	if _, err := runner.Resolve(ctx, nodeexec.Targets{Nodes: []string{node}}); err != nil {
+	nodes, err := runner.Resolve(ctx, nodeexec.Targets{Nodes: []string{node}})
+	if err != nil {
+		return err
+	}
+	if err := checkCluster(c, client, nodes); err != nil {
 		return err
 	}
 	if c.Bool("explain") || !skipPreflight(ctx, backend, node) {
@@ -134,6 +150,45 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	}
 	_, err = backend.Run(ctx, req)
 	return shellExit(streams, backendName(c), err)
+}
+
+// checkShellTargets checks shell's --pod and --container: the runtime
+// backend needs --pod (the container the shell opens in, on NODE); the
+// ephemeral backend takes it or joins NODE's resident agent; the others
+// open a pod of their own on NODE and take neither.
+func checkShellTargets(c *ucli.Context) error {
+	name, pod := backendName(c), c.String("pod")
+	switch name {
+	case runtimeexec.Name:
+		if pod == "" {
+			return errors.New("--backend runtime needs --pod [NAMESPACE/]NAME: the running pod whose container the shell opens in (on NODE), and --container NAME unless its default container will do")
+		}
+	case ephemeral.Name:
+		if pod == "" && c.String("container") != "" {
+			return errors.New("--container goes with --pod; without --pod the shell joins NODE's resident agent")
+		}
+	default:
+		for _, f := range []string{"pod", "container"} {
+			if c.String(f) != "" {
+				return fmt.Errorf("--%s is for --backend ephemeral or runtime; --backend %s opens a pod of its own on NODE: drop --%s, or choose one of those backends", f, name, f)
+			}
+		}
+	}
+	if pod == "" {
+		return nil
+	}
+	_, _, err := podRef(c, "default")
+	return err
+}
+
+// checkShellWords refuses shell's words before "--" (words, when dash
+// reports a "--") beyond NODE: a second word, without "--", would be read
+// as the command (`shell NODE other-node` runs other-node on NODE).
+func checkShellWords(words []string, dash bool) error {
+	if dash || len(words) <= 1 {
+		return nil
+	}
+	return fmt.Errorf("shell takes one node (got %q): the command goes after --, e.g. shell %s -- %s", words, words[0], strings.Join(words[1:], " "))
 }
 
 // shellExit maps the session's end to the exit status: the remote status

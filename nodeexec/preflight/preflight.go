@@ -12,6 +12,9 @@
 // work instead (or, when only Secrets are missing, an error wrapping the API
 // server's NotFound). Check creates nothing but SelfSubjectAccessReviews (which
 // are not stored) and makes only dry-run creates.
+//
+// CheckRequests, apart from Check and with no API call, compares a pod's
+// resource requests with the target nodes' allocatable resources.
 package preflight
 
 import (
@@ -26,6 +29,7 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -489,4 +493,39 @@ func versionSuffix(v string) string {
 		return ""
 	}
 	return " (version " + v + ")"
+}
+
+// RequestTooLargeError says that a container's resource request is more
+// than a node can ever give: the kubelet would refuse the pod (OutOfcpu,
+// OutOfmemory) after it was created.
+type RequestTooLargeError struct {
+	// Node is the node's name; Resource the resource, e.g. "cpu".
+	Node     string
+	Resource corev1.ResourceName
+	// Request is what was asked for; Allocatable what the node has for pods
+	// (status.allocatable).
+	Request, Allocatable resource.Quantity
+}
+
+func (e *RequestTooLargeError) Error() string {
+	return fmt.Sprintf("%s request %s is more than node %q can give (allocatable %s: %s)", e.Resource, e.Request.String(), e.Node, e.Resource, e.Allocatable.String())
+}
+
+// CheckRequests returns a *RequestTooLargeError for the first node, in
+// order, whose allocatable (status.allocatable) is below one of requests
+// (e.g. the pod's only container's requests), and nil when every node can
+// give them. A resource a node does not report is not checked. It looks
+// only at what each node has for pods at all, not at what its other pods
+// use: a request that fits may still wait for room.
+func CheckRequests(nodes []*corev1.Node, requests corev1.ResourceList) error {
+	names := slices.Sorted(maps.Keys(requests))
+	for _, n := range nodes {
+		for _, name := range names {
+			alloc, ok := n.Status.Allocatable[name]
+			if req := requests[name]; ok && req.Cmp(alloc) > 0 {
+				return &RequestTooLargeError{Node: n.Name, Resource: name, Request: req, Allocatable: alloc}
+			}
+		}
+	}
+	return nil
 }

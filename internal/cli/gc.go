@@ -47,6 +47,9 @@ func gcCommand(streams Streams) *ucli.Command {
 			for _, o := range collected {
 				fmt.Fprintf(streams.Out, "%s deleted\n", o)
 			}
+			if st := apierrors.APIStatus(nil); cerr != nil && !errors.As(cerr, &st) {
+				return cerr // no answer from the API server: the second pass would only say it again
+			}
 			deleted, err := podexec.CollectGarbage(c.Context, client, ns, now)
 			for _, p := range deleted {
 				fmt.Fprintf(streams.Out, "pod/%s deleted\n", p)

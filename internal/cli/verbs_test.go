@@ -91,3 +91,13 @@ func TestDurationOverflows(t *testing.T) {
 		}
 	}
 }
+
+// gc against an API server that does not answer says so once (its two
+// passes each said it).
+func TestGCUnreachableSaysItOnce(t *testing.T) {
+	kc := writeKubeconfig(t, "https://127.0.0.1:1")
+	got := run(t, "", "--kubeconfig", kc, "gc", "-A")
+	if got.code != 2 || !strings.Contains(got.errOut, "127.0.0.1:1") || strings.Count(got.errOut, "listing") != 1 || strings.Count(got.errOut, "\n") != 1 {
+		t.Errorf("exit %d, want 2 and one line naming the server; stderr:\n%s", got.code, got.errOut)
+	}
+}

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,14 +39,7 @@ func TestBadInput(t *testing.T) {
 	dir := t.TempDir()
 	node := env.nodes[0]
 
-	// An API server that does not answer: a local port just closed.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	unreachable := writeKubeconfig(t, dir, "unreachable", fmt.Sprintf("https://127.0.0.1:%d", closedPort), "x")
+	unreachable, unreachableAddr := unreachableKubeconfig(t, dir)
 	// The real API server with a token it never issued.
 	bogus := writeKubeconfig(t, dir, "bogus", env.config.Host, "bogus-token")
 	// A ServiceAccount with no rights at all.
@@ -109,7 +100,7 @@ func TestBadInput(t *testing.T) {
 		{"PSA-restricted namespace", []string{"-n", testcluster.BaselineNamespace, "run", "--node", node, "--", "true"}, []string{`enforces Pod Security level "baseline"`, "--profile baseline"}},
 		{"missing image, never pulled", []string{"run", "--node", node, "--image", "nodeexec.invalid/missing:1", "--image-pull-policy", "Never", "--", "true"}, []string{"nodeexec.invalid/missing:1"}},
 		// Identity and reachability.
-		{"unreachable API server", []string{"--kubeconfig", unreachable, "run", "--all", "--", "true"}, []string{"listing nodes", fmt.Sprintf("127.0.0.1:%d", closedPort), "connection refused"}},
+		{"unreachable API server", []string{"--kubeconfig", unreachable, "run", "--all", "--", "true"}, []string{"listing nodes", unreachableAddr, "connection refused"}},
 		{"invalid credentials", []string{"--kubeconfig", bogus, "run", "--all", "--", "true"}, []string{"Unauthorized", "rejected the credentials", "--context"}},
 		{"RBAC-limited user", []string{"--kubeconfig", noRights, "run", "--all", "--", "true"}, []string{"forbidden", `cannot list resource "nodes"`, "kubectl auth can-i"}},
 		// shell.

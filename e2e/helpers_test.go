@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -200,4 +201,18 @@ func kubeletsWatching(ctx context.Context, t *testing.T, nodes ...string) {
 		}
 	}
 	t.Logf("kubelets see new pods %.1fs after the check began", time.Since(start).Seconds())
+}
+
+// unreachableKubeconfig writes into dir a kubeconfig for an API server that
+// does not answer (a local port just closed), and returns its path and the
+// server's HOST:PORT.
+func unreachableKubeconfig(t *testing.T, dir string) (path, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	return writeKubeconfig(t, dir, "unreachable", "https://"+addr, "x"), addr
 }

@@ -7,6 +7,9 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodeexec/nodeexec/internal/agentcmd"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
@@ -83,10 +86,29 @@ func agentUninstallCommand(streams Streams) *ucli.Command {
 				return err
 			}
 			ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
-			if err := resident.Uninstall(ctx, cs, resident.Options{Namespace: c.String("namespace"), Timeout: c.Duration("timeout")}); err != nil {
+			ns := c.String("namespace")
+			// What is there decides what is said; uninstalling nothing is
+			// not an error (uninstall is idempotent).
+			_, dsErr := cs.AppsV1().DaemonSets(ns).Get(ctx, resident.DaemonSetName, metav1.GetOptions{})
+			nsObj, nsErr := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			agentLabels, _ := labels.Parse(resident.Selector())
+			agentNS := nsErr == nil && agentLabels.Matches(labels.Set(nsObj.Labels))
+			switch {
+			case apierrors.IsNotFound(nsErr):
+				fmt.Fprintf(streams.ErrOut, "no resident agents: namespace %s does not exist; nothing removed\n", ns)
+				return nil
+			case apierrors.IsNotFound(dsErr) && nsErr == nil && !agentNS:
+				fmt.Fprintf(streams.ErrOut, "no resident agents in namespace %s (no daemonset %s); nothing removed\n", ns, resident.DaemonSetName)
+				return nil
+			}
+			if err := resident.Uninstall(ctx, cs, resident.Options{Namespace: ns, Timeout: c.Duration("timeout")}); err != nil {
 				return err
 			}
-			fmt.Fprintf(streams.ErrOut, "resident agents removed (namespace %s)\n", c.String("namespace"))
+			if apierrors.IsNotFound(dsErr) {
+				fmt.Fprintf(streams.ErrOut, "namespace %s removed (agent install had created it; it held no agents)\n", ns)
+				return nil
+			}
+			fmt.Fprintf(streams.ErrOut, "resident agents removed (namespace %s)\n", ns)
 			return nil
 		},
 	}

@@ -78,6 +78,14 @@ func errorHint(err error) string {
 	return ""
 }
 
+// NewApp returns the application Run runs, for what walks its commands
+// and flags (the e2e sweep of every command). Run it through Run, which
+// also reorders flags given after arguments and prints errors.
+func NewApp(streams Streams) *ucli.App { return newApp(streams) }
+
+// BackendNames are the values of --backend.
+func BackendNames() []string { return backendNames() }
+
 func newApp(streams Streams) *ucli.App {
 	name := filepath.Base(os.Args[0])
 	if strings.HasPrefix(name, "kubectl-") {
@@ -105,7 +113,45 @@ func newApp(streams Streams) *ucli.App {
 		OnUsageError: onUsageError,
 	}
 	setOnUsageError(app.Commands)
+	refuseUnknownSubcommands(app.Commands)
 	return app
+}
+
+// refuseUnknownSubcommands gives every command that has subcommands and
+// no action of its own (agent, image) unknownSubcommand: urfave/cli's
+// default would answer `agent bogus` with "No help topic" and exit 0.
+func refuseUnknownSubcommands(cmds []*ucli.Command) {
+	for _, c := range cmds {
+		if len(c.Subcommands) > 0 && c.Action == nil {
+			c.Action = unknownSubcommand
+		}
+		refuseUnknownSubcommands(c.Subcommands)
+	}
+}
+
+// unknownSubcommand is the action of a command with subcommands: alone it
+// shows its help; followed by a word that names none of them, it is an
+// error listing them.
+func unknownSubcommand(c *ucli.Context) error {
+	if !c.Args().Present() {
+		return ucli.ShowSubcommandHelp(c)
+	}
+	full := c.App.Name + " " + c.Command.FullName()
+	return fmt.Errorf("unknown command %q for %s: want %s (see %s --help)", c.Args().First(), full, commandNames(c.Command.VisibleCommands()), full)
+}
+
+// commandNames lists the names of cmds for an error: "a, b or c".
+func commandNames(cmds []*ucli.Command) string {
+	var names []string
+	for _, c := range cmds {
+		if c.Name != "help" {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Client flags, as kubectl spells them.

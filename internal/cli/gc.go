@@ -6,6 +6,9 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
@@ -27,17 +30,25 @@ func gcCommand(streams Streams) *ucli.Command {
 			if err := noArgs(c, ": it collects every expired nodeexec pod of -n's namespace, or of all with -A"); err != nil {
 				return err
 			}
+			if c.Bool("all-namespaces") && c.IsSet("namespace") {
+				return fmt.Errorf("--all-namespaces and --namespace %q: give one of them (-A collects in every namespace, -n in one)", c.String("namespace"))
+			}
 			client, _, ns, err := client(c)
 			if err != nil {
 				return err
 			}
 			if c.Bool("all-namespaces") {
 				ns = ""
+			} else if err := namespaceExists(c, client, ns); err != nil {
+				return err
 			}
 			now := time.Now()
 			collected, cerr := podexec.CollectExpired(c.Context, client, ns, now)
 			for _, o := range collected {
 				fmt.Fprintf(streams.Out, "%s deleted\n", o)
+			}
+			if st := apierrors.APIStatus(nil); cerr != nil && !errors.As(cerr, &st) {
+				return cerr // no answer from the API server: the second pass would only say it again
 			}
 			deleted, err := podexec.CollectGarbage(c.Context, client, ns, now)
 			for _, p := range deleted {
@@ -46,4 +57,20 @@ func gcCommand(streams Streams) *ucli.Command {
 			return errors.Join(cerr, err)
 		},
 	}
+}
+
+// namespaceExists refuses a namespace that does not exist (from -n, or the
+// kubeconfig context's). A caller who may not get namespaces is not
+// refused: what follows says what it may not do.
+func namespaceExists(c *ucli.Context, client kubernetes.Interface, ns string) error {
+	_, err := client.CoreV1().Namespaces().Get(c.Context, ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && c.IsSet("namespace"):
+		return fmt.Errorf("--namespace %q: no such namespace: give an existing one (kubectl get namespaces), or -A for every namespace", ns)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("namespace %q (the kubeconfig context's) does not exist: give an existing one with -n (kubectl get namespaces), or -A for every namespace", ns)
+	case err != nil && !apierrors.IsForbidden(err):
+		return fmt.Errorf("namespace %q: %w", ns, err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -401,9 +402,10 @@ func runNowCommand(streams Streams) *ucli.Command {
 		Description: "Sets the annotations " + watcher.AnnotationRunNow + " (until when, RFC 3339) and " + watcher.AnnotationRunNowBy + " (who asked,\n" +
 			"from a SelfSubjectReview) on the NodeScript; the watcher records them in an Event and removes them once expired.",
 		Flags: []ucli.Flag{
-			&ucli.DurationFlag{Name: "for", Value: watcher.DefaultRunNowFor, Usage: "how long runs may start outside the window"},
+			&ucli.DurationFlag{Name: "for", Value: watcher.DefaultRunNowFor, Usage: "how long runs may start outside the window (at most " + watcher.MaxRunNowFor.String() + ", a week)"},
 			&ucli.BoolFlag{Name: "cancel", Usage: "remove the override: runs start only inside the window again"},
 		},
+		OnUsageError: durationLimits(map[string]time.Duration{"for": watcher.MaxRunNowFor}),
 		Action: func(c *ucli.Context) error {
 			nsName, err := nodeScriptArg(c, "run-now")
 			if err != nil {
@@ -417,6 +419,8 @@ func runNowCommand(streams Streams) *ucli.Command {
 				o.For = 0
 			case o.For <= 0:
 				return fmt.Errorf("--for %s: give a positive duration such as 1h", o.For)
+			case o.For > watcher.MaxRunNowFor:
+				return fmt.Errorf("--for %s: too long: at most %s (a week); to run outside the window for longer, change the NodeScript's spec.window", o.For, watcher.MaxRunNowFor)
 			}
 			cs, dyn, err := watcherClients(c)
 			if err != nil {
@@ -597,4 +601,46 @@ func checkNodeScriptName(name string) error {
 		return fmt.Errorf("NodeScript NAME %q: %s (see nodeexec status or kubectl get nodescripts)", name, strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// durationLimits is the OnUsageError handler of a command whose duration
+// flags (by name) have a maximum: a value too large for a duration at all
+// (999999999h), which the flag package calls a parse error, is refused
+// naming the maximum; other errors go to onUsageError.
+func durationLimits(limits map[string]time.Duration) ucli.OnUsageErrorFunc {
+	return func(c *ucli.Context, err error, isSubcommand bool) error {
+		// invalid value "999999999h" for flag -for: parse error
+		if rest, ok := strings.CutPrefix(err.Error(), "invalid value "); ok {
+			if i := strings.LastIndex(rest, " for flag "); i > 0 {
+				val, _ := strconv.Unquote(rest[:i])
+				name, _, _ := strings.Cut(strings.TrimLeft(rest[i+len(" for flag "):], "-"), ":")
+				if limit, ok := limits[name]; ok && durationOverflows(val) {
+					return fmt.Errorf("--%s %s: too large: at most %s", name, val, limit)
+				}
+			}
+		}
+		return onUsageError(c, err, isSubcommand)
+	}
+}
+
+// durationOverflows reports whether s is a duration in Go's syntax that
+// time.ParseDuration refuses only because it is too large: s with each run
+// of digits made "1" parses. (v1alpha1 has the same check for a
+// NodeScript's durations.)
+func durationOverflows(s string) bool {
+	if _, err := time.ParseDuration(s); err == nil {
+		return false
+	}
+	isDigit := func(i int) bool { return i >= 0 && s[i] >= '0' && s[i] <= '9' }
+	small := make([]byte, 0, len(s))
+	for i := range len(s) {
+		switch {
+		case !isDigit(i):
+			small = append(small, s[i])
+		case !isDigit(i - 1):
+			small = append(small, '1')
+		}
+	}
+	_, err := time.ParseDuration(string(small))
+	return err == nil
 }

@@ -116,7 +116,7 @@ func rootAction(streams Streams) ucli.ActionFunc {
 			return nil
 		}
 		if c.Args().Present() {
-			return fmt.Errorf("unknown command %q: see `%s --help`", c.Args().First(), c.App.Name)
+			return fmt.Errorf("unknown command %q: want %s (see `%s --help`)", c.Args().First(), commandNames(c.App.VisibleCommands()), c.App.Name)
 		}
 		return ucli.ShowAppHelp(c)
 	}
@@ -135,6 +135,9 @@ func versionCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "agent-namespace", Value: resident.DefaultNamespace, Usage: "namespace of the resident agents"},
 		},
 		Action: func(c *ucli.Context) error {
+			if err := noArgs(c, ": give only its flags, e.g. version --client"); err != nil {
+				return err
+			}
 			out := c.String("output")
 			if out != formatText && out != formatJSON {
 				return fmt.Errorf("--output %q: want text or json", out)

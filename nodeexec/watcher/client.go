@@ -30,16 +30,18 @@ import (
 var ErrCRDNotInstalled = errors.New("the NodeScript CRD (nodescripts.nodeexec.io) is not installed: kubectl apply -f deploy/crd/ (or kubectl apply -k deploy/)")
 
 // ParseNodeScripts reads one or more NodeScripts from YAML or JSON
-// documents (separated by ---), strictly: an unknown field, a kind other
-// than NodeScript or an apiVersion other than nodeexec.io/v1alpha1 is an
-// error naming the document. Each is then checked with v1alpha1.Validate;
+// documents (separated by ---), strictly: a kind other than NodeScript or
+// an apiVersion other than nodeexec.io/v1alpha1 (checked first), an
+// unknown field, or a name another document has too is an error naming the
+// document(s). Each is then checked with v1alpha1.Validate;
 // all errors of all documents are returned together, so that nothing is
 // applied when any is wrong.
 func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var (
-		out  []*v1alpha1.NodeScript
-		errs []error
+		out   []*v1alpha1.NodeScript
+		errs  []error
+		docOf = map[string]int{} // the document of each name seen
 	)
 	for i := 1; ; i++ {
 		doc, err := reader.Read()
@@ -52,6 +54,17 @@ func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
+		// The kind first: a ConfigMap's fields are not unknown NodeScript
+		// fields, it is the wrong kind of document.
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
+			continue
+		}
+		if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != "NodeScript" {
+			errs = append(errs, fmt.Errorf("document %d: apiVersion %q kind %q: want apiVersion %s, kind NodeScript", i, tm.APIVersion, tm.Kind, v1alpha1.GroupVersion))
+			continue
+		}
 		if fe := v1alpha1.ValidateDurationSyntax(doc); len(fe) > 0 {
 			errs = append(errs, fmt.Errorf("document %d: %w", i, fe.ToAggregate()))
 			continue
@@ -61,14 +74,15 @@ func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
 			continue
 		}
-		if ns.APIVersion != v1alpha1.GroupVersion.String() || ns.Kind != "NodeScript" {
-			errs = append(errs, fmt.Errorf("document %d: apiVersion %q kind %q: want apiVersion %s, kind NodeScript", i, ns.APIVersion, ns.Kind, v1alpha1.GroupVersion))
-			continue
-		}
 		if ns.Name == "" {
 			errs = append(errs, fmt.Errorf("document %d: metadata.name: Required value: name the NodeScript", i))
 			continue
 		}
+		if j, dup := docOf[ns.Name]; dup {
+			errs = append(errs, fmt.Errorf("documents %d and %d: both are NodeScript %q: give each its own metadata.name, or keep one of them", j, i, ns.Name))
+			continue
+		}
+		docOf[ns.Name] = i
 		if fe := v1alpha1.Validate(ns); len(fe) > 0 {
 			errs = append(errs, fmt.Errorf("nodescript %q: %w", ns.Name, fe.ToAggregate()))
 			continue
@@ -89,14 +103,17 @@ func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 // and asking the API server to accept all of them (a server-side dry-run,
 // which checks the CRD's OpenAPI and CEL rules), so that nothing is applied
 // when any is refused. It returns "created", "configured" or "unchanged"
-// per NodeScript. RBAC: get, patch on nodescripts. ErrCRDNotInstalled when
-// the API server does not serve them.
+// per NodeScript. Two scripts of one name are refused. RBAC: get, patch on
+// nodescripts. ErrCRDNotInstalled when the API server does not serve them.
 func Apply(ctx context.Context, dyn dynamic.Interface, scripts []*v1alpha1.NodeScript) ([]string, error) {
 	res := dyn.Resource(v1alpha1.Resource)
 	objs := make([]*unstructured.Unstructured, len(scripts))
 	for i, ns := range scripts {
 		if fe := v1alpha1.Validate(ns); len(fe) > 0 {
 			return nil, fmt.Errorf("nodescript %q: %w", ns.Name, fe.ToAggregate())
+		}
+		if j := slices.IndexFunc(scripts[:i], func(o *v1alpha1.NodeScript) bool { return o.Name == ns.Name }); j >= 0 {
+			return nil, fmt.Errorf("nodescript %q: scripts[%d] and scripts[%d] have that name: give each its own, or apply one of them", ns.Name, j, i)
 		}
 		cp := ns.DeepCopy()
 		cp.Status = v1alpha1.NodeScriptStatus{}

@@ -40,6 +40,10 @@ const (
 	AnnotationRunNowBy = "nodeexec.io/run-now-by"
 	// DefaultRunNowFor is how long a run-now override lasts by default.
 	DefaultRunNowFor = time.Hour
+	// MaxRunNowFor is the longest run-now override: a week. An override
+	// is for a rollout that cannot wait for its window; a NodeScript
+	// that must run outside it for longer wants another spec.window.
+	MaxRunNowFor = 7 * 24 * time.Hour
 )
 
 // UnknownUser stands for the requester when no SelfSubjectReview could say
@@ -182,9 +186,11 @@ func Rerun(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfa
 // count in the rollout, nothing new starts there (a run in progress
 // finishes and is recorded), and it loses the NodeScript's condition; its
 // state is kept, so no longer ignored it runs only what it has not run.
-// Every node must exist (nodeexec.ErrNodeNotFound names those that do not)
-// and the API server must accept every change in a dry-run before any is
-// made. It returns who was recorded as asking. RBAC: get on nodescripts,
+// Every node must exist (nodeexec.ErrNodeNotFound names those that do
+// not), a node to ignore must be one the NodeScript selects
+// (spec.nodeSelector, spec.excludeNodes: an error names it and the
+// selector), and the API server must accept every change in a dry-run
+// before any is made. It returns who was recorded as asking. RBAC: get on nodescripts,
 // get and patch on nodes; create on selfsubjectreviews (every
 // authenticated user has it).
 func SetIgnored(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string, nodes []string, ignore bool) (Requester, error) {
@@ -194,19 +200,35 @@ func SetIgnored(ctx context.Context, client kubernetes.Interface, dyn dynamic.In
 	if err := checkNodeNames(nodes); err != nil {
 		return Requester{}, err
 	}
-	if _, err := Get(ctx, dyn, name); err != nil {
+	ns, err := Get(ctx, dyn, name)
+	if err != nil {
 		return Requester{}, err
 	}
-	var missing []string
+	sel, err := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector)
+	if err != nil {
+		return Requester{}, fmt.Errorf("nodescript %q: spec.nodeSelector: %w", name, err)
+	}
+	var (
+		missing     []string
+		notSelected []error
+	)
 	for _, n := range nodes {
-		if _, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
 			missing = append(missing, n)
-		} else if err != nil {
+		case err != nil:
 			return Requester{}, fmt.Errorf("node %s: %w", n, err)
+		case ignore && !selects(&ns.Spec, sel, node.Name, node.Labels):
+			notSelected = append(notSelected, fmt.Errorf("node %s is not selected by nodescript %s (spec.nodeSelector %q, spec.excludeNodes %q): there is nothing to ignore; name a node it selects",
+				n, name, metav1.FormatLabelSelector(&ns.Spec.NodeSelector), ns.Spec.ExcludeNodes))
 		}
 	}
 	if len(missing) > 0 {
 		return Requester{}, fmt.Errorf("%w: %q (see `kubectl get nodes`)", nodeexec.ErrNodeNotFound, missing)
+	}
+	if len(notSelected) > 0 {
+		return Requester{}, errors.Join(notSelected...)
 	}
 	var who Requester
 	var value *string
@@ -220,7 +242,8 @@ func SetIgnored(ctx context.Context, client kubernetes.Interface, dyn dynamic.In
 // RunNowOptions say what RunNow does.
 type RunNowOptions struct {
 	// For is how long runs may start outside the maintenance window, from
-	// now. Defaults to DefaultRunNowFor; must not be negative.
+	// now. Defaults to DefaultRunNowFor; must not be negative nor more
+	// than MaxRunNowFor.
 	For time.Duration
 	// Cancel removes the override instead (For must then be 0).
 	Cancel bool
@@ -242,13 +265,15 @@ type RunNowResult struct {
 // asked (WhoAmI); the watcher records both in an Event on the NodeScript
 // and removes them once expired. With o.Cancel it removes them. Neither
 // changes the spec hash. It refuses a NodeScript without spec.window
-// (nothing to override) and a paused one (the override does not lift a
-// pause: nodeexec resume). RBAC: get and patch on nodescripts; create on
-// selfsubjectreviews.
+// (nothing to override), a paused one (the override does not lift a
+// pause: nodeexec resume), and o.For beyond MaxRunNowFor. RBAC: get and
+// patch on nodescripts; create on selfsubjectreviews.
 func RunNow(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string, o RunNowOptions) (*RunNowResult, error) {
 	switch {
 	case o.For < 0:
 		return nil, fmt.Errorf("RunNowOptions.For is %s: give a positive duration such as 1h, or 0 for the default %s", o.For, DefaultRunNowFor)
+	case o.For > MaxRunNowFor:
+		return nil, fmt.Errorf("RunNowOptions.For is %s: at most %s (MaxRunNowFor); to run outside the window for longer, change spec.window", o.For, MaxRunNowFor)
 	case o.Cancel && o.For != 0:
 		return nil, errors.New("RunNowOptions: Cancel removes the override; give For only to set one")
 	}

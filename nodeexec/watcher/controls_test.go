@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -495,6 +496,46 @@ func TestIgnore(t *testing.T) {
 	e.reconcile()
 	if s := e.state("n1"); s.Phase != PhaseRunning {
 		t.Errorf("unignored: %+v", s)
+	}
+}
+
+// nodeexec ignore on a node the NodeScript does not select (its selector
+// does not match, or spec.excludeNodes names it) is refused naming the node
+// and the selector, and changes no node; unignore there is allowed.
+func TestIgnoreRefusesUnselected(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.ExcludeNodes = []string{"excluded"} })
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("excluded"),
+		testNode("other", func(n *corev1.Node) { n.Labels = map[string]string{"pool": "b"} }))
+	e.user("alice")
+	for _, nodes := range [][]string{{"other"}, {"n1", "excluded"}} {
+		e.cs.ClearActions()
+		_, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", nodes, true)
+		want := fmt.Sprintf("node %s is not selected by nodescript fix (spec.nodeSelector \"pool=a\"", nodes[len(nodes)-1])
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ignore %v: err %v, want %q", nodes, err, want)
+		}
+		if p := e.patches(); len(p) != 0 {
+			t.Errorf("ignore %v: patched %v", nodes, p)
+		}
+	}
+	if _, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"other"}, false); err != nil {
+		t.Errorf("unignore a node not selected: %v", err)
+	}
+}
+
+// run-now for longer than MaxRunNowFor is refused, changing nothing.
+func TestRunNowTooLong(t *testing.T) {
+	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00"} })
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
+	_, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{For: MaxRunNowFor + time.Second, Clock: e.clock})
+	if err == nil || !strings.Contains(err.Error(), "at most 168h0m0s (MaxRunNowFor)") {
+		t.Errorf("err %v, want at most MaxRunNowFor", err)
+	}
+	if _, set, _ := RunNowUntil(e.nodeScript()); set {
+		t.Error("override set")
+	}
+	if _, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{For: MaxRunNowFor, Clock: e.clock}); err != nil {
+		t.Errorf("MaxRunNowFor itself: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,6 +58,17 @@ type LeaderElection struct {
 	// leaderelection timings. Default 15s, 10s and 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
+
+// DefaultSyncTimeout is the default of Options.SyncTimeout, as
+// controller-runtime's CacheSyncTimeout.
+const DefaultSyncTimeout = 2 * time.Minute
+
+// StopGrace bounds how long Start waits, once its context ends, for the
+// informers to stop: client-go's reflector sleeps out a backoff of up to
+// 30s after a refused connection without looking at its context (watch-list
+// path, client-go 1.35 to 1.37), and a stopped watcher must not wait for
+// that. Informers still stopping after it finish on their own.
+const StopGrace = 2 * time.Second
 
 // DefaultPodBatchPeriod is the default of Options.PodBatchPeriod. At
 // 5,000 SIMULATED nodes (make bench-watcher), reconciling on every pod
@@ -142,6 +155,13 @@ type Options struct {
 	// spec.rebootTimeout decides the outcome). Tests inject the test
 	// cluster's node reboot.
 	Rebooter func(ctx context.Context, node string) error
+	// SyncTimeout bounds how long Start waits for the API server to
+	// answer its first LIST of NodeScripts (each failure is logged, at
+	// once, then retried with backoff from 500ms to 10s) and then for its
+	// informers to sync (each failed list or watch logged likewise); past
+	// it Start returns an error with the last failure. Defaults to
+	// DefaultSyncTimeout; it must not be negative.
+	SyncTimeout time.Duration
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -217,7 +237,12 @@ func New(o Options) (*Watcher, error) {
 	if o.CollectInterval == 0 {
 		o.CollectInterval = podexec.DefaultCollectInterval
 	}
+	if o.SyncTimeout == 0 {
+		o.SyncTimeout = DefaultSyncTimeout
+	}
 	switch {
+	case o.SyncTimeout < 0:
+		return nil, fmt.Errorf("watcher: Options.SyncTimeout is %s: give a positive duration, or 0 for the default %s", o.SyncTimeout, DefaultSyncTimeout)
 	case o.Workers < 0:
 		return nil, fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
 	case o.CreateParallelism < 0:
@@ -277,11 +302,13 @@ func New(o Options) (*Watcher, error) {
 	}, nil
 }
 
-// Start runs the watcher until ctx ends, then returns nil; it returns an
-// error when the informers cannot sync, the API server does not serve
+// Start runs the watcher until ctx ends, then returns nil (within
+// StopGrace); it returns an error when the API server does not serve
 // NodeScripts (wrapping ErrCRDNotInstalled, found by a LIST of at most one
-// NodeScript before the informers start), or leadership is lost
-// (ErrLeadershipLost). With LeaderElection set it first waits to become
+// NodeScript before the informers start), when that LIST or the informers'
+// sync has not succeeded within Options.SyncTimeout (each failure is logged
+// on ctx's logger as it happens, naming the API server), or when leadership
+// is lost (ErrLeadershipLost). With LeaderElection set it first waits to become
 // the leader. Its signature is controller-runtime's Runnable, so a Watcher
 // can be added to a manager (mgr.Add(w)) unchanged; the manager's own
 // leader election then applies and Options.LeaderElection should be nil.
@@ -289,6 +316,11 @@ func (w *Watcher) Start(ctx context.Context) error {
 	le := w.o.LeaderElection
 	if le == nil {
 		return w.run(ctx)
+	}
+	// The API server's answer first: the elector would retry an
+	// unreachable one forever, logging only to klog.
+	if err := w.firstList(ctx, time.Now().Add(w.o.SyncTimeout)); err != nil || ctx.Err() != nil {
+		return err
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues("lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
 	// OnStartedLeading runs in a goroutine of the elector's; mu orders it
@@ -370,9 +402,12 @@ func (w *Watcher) run(ctx context.Context) error {
 	defer cancel()
 	// Without the CRD the NodeScript informer would retry its list forever
 	// and the watcher never sync (nor collect): say so instead. Other errors
-	// (the API server restarting) are the informers' to retry.
-	if _, err := w.o.Dynamic.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{Limit: 1}); crdMissing(err) {
-		return fmt.Errorf("watcher: %w", ErrCRDNotInstalled)
+	// (an API server unreachable or restarting) are logged and retried, up
+	// to SyncTimeout (real time, whatever Options.Clock is: it bounds
+	// waits on the network).
+	syncBy := time.Now().Add(w.o.SyncTimeout)
+	if err := w.firstList(ctx, syncBy); err != nil || ctx.Err() != nil {
+		return err
 	}
 
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0, informers.WithTransform(trimNode))
@@ -467,18 +502,49 @@ func (w *Watcher) run(ctx context.Context) error {
 		events: recorder, queue: queue,
 	}
 
+	// Each informer's failed list or watch is logged (client-go would log
+	// it to klog, which a CLI silences), and the last kept for the error
+	// of a sync that times out.
+	var lastErr struct {
+		sync.Mutex
+		err error
+	}
+	for what, inf := range map[string]cache.SharedIndexInformer{"nodes": nodes.Informer(), "pods": pods.Informer(), "nodescripts": scripts.Informer()} {
+		if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			switch {
+			case errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+				return // the watch ended; the reflector starts another
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				log.V(1).Info("watch cut; watching again", "resource", what, "err", err.Error())
+				return
+			}
+			lastErr.Lock()
+			lastErr.err = fmt.Errorf("%s: %w", what, err)
+			lastErr.Unlock()
+			log.Error(err, "listing or watching failed; retrying", "resource", what)
+		}); err != nil {
+			return err
+		}
+	}
+
 	nodeFactory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	nsFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	defer podFactory.Shutdown()
-	defer nsFactory.Shutdown()
+	defer shutdownWithin(log, StopGrace, nodeFactory.Shutdown, podFactory.Shutdown, nsFactory.Shutdown)
 	t0 := w.o.Clock.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced) {
+	syncCtx, syncCancel := context.WithDeadline(ctx, syncBy)
+	synced := cache.WaitForCacheSync(syncCtx.Done(), nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced)
+	syncCancel()
+	if !synced {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return errors.New("watcher: informers did not sync")
+		lastErr.Lock()
+		defer lastErr.Unlock()
+		if lastErr.err == nil {
+			return fmt.Errorf("watcher: informers did not sync within %s (Options.SyncTimeout)", w.o.SyncTimeout)
+		}
+		return fmt.Errorf("watcher: informers did not sync within %s (Options.SyncTimeout): %w", w.o.SyncTimeout, lastErr.err)
 	}
 	log.Info("caches synced", "nodes", len(nodes.Informer().GetStore().ListKeys()),
 		"nodescripts", len(scripts.Informer().GetStore().ListKeys()), "after", w.o.Clock.Since(t0).String())
@@ -508,6 +574,54 @@ func (w *Watcher) run(ctx context.Context) error {
 	queue.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// firstList lists at most one NodeScript, retrying until it succeeds,
+// ctx ends (nil) or the time is past by: the API server does not serve
+// NodeScripts (ErrCRDNotInstalled), or it has not answered (the last
+// error). Each failure is logged at once: it names the API server.
+func (w *Watcher) firstList(ctx context.Context, by time.Time) error {
+	log := logr.FromContextOrDiscard(ctx)
+	delay := 500 * time.Millisecond
+	for {
+		_, err := w.o.Dynamic.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{Limit: 1})
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case crdMissing(err):
+			return fmt.Errorf("watcher: %w", ErrCRDNotInstalled)
+		case !time.Now().Add(delay).Before(by):
+			return fmt.Errorf("watcher: listing NodeScripts did not succeed within %s (Options.SyncTimeout): %w", w.o.SyncTimeout, err)
+		}
+		log.Error(err, "listing NodeScripts failed; retrying", "in", delay.String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// shutdownWithin calls each of stops in turn, waiting at most grace for
+// them (see StopGrace).
+func shutdownWithin(log logr.Logger, grace time.Duration, stops ...func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.V(1).Info("informers still stopping; not waiting for them", "after", grace.String())
+	}
 }
 
 func enqueueKey(q workqueue.TypedRateLimitingInterface[string], obj any) {

@@ -236,6 +236,18 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.Invalid(d.path, d.d.Duration.String(), "must be 0 or more, e.g. 30s"))
 		}
 	}
+	if ib := s.Retry.InitialBackoff; ib != nil && ib.Duration >= 0 {
+		// runs.go caps every pause at maxBackoff: a larger first pause
+		// would silently become maxBackoff.
+		maxB, which := 5*time.Minute, "its default"
+		if mb := s.Retry.MaxBackoff; mb != nil {
+			maxB, which = mb.Duration, "as set"
+		}
+		if maxB >= 0 && ib.Duration > maxB {
+			errs = append(errs, field.Invalid(spec.Child("retry", "initialBackoff"), ib.Duration.String(),
+				fmt.Sprintf("must be at most spec.retry.maxBackoff (%s, %s), which caps every pause: lower initialBackoff or raise maxBackoff", maxB, which)))
+		}
+	}
 	r := spec.Child("rollout")
 	if s.Rollout.Canary != nil && *s.Rollout.Canary < 0 {
 		errs = append(errs, field.Invalid(r.Child("canary"), *s.Rollout.Canary, "must be 0 or more"))
@@ -397,11 +409,38 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 			errs = append(errs, field.Invalid(p, v, "want a duration string such as \"30s\", \"5m\" or \"1h\""))
 			continue
 		}
-		if _, err := time.ParseDuration(str); err != nil {
+		if _, err := time.ParseDuration(str); err != nil && durationOverflows(str) {
+			limit := time.Duration(math.MaxInt64).Truncate(time.Second)
+			if p.String() == "spec.timeout" {
+				limit = MaxTimeout
+			}
+			errs = append(errs, field.Invalid(p, str, fmt.Sprintf("too large: at most %s", limit)))
+		} else if err != nil {
 			errs = append(errs, field.Invalid(p, str, "want a duration such as 30s, 5m or 1h (units ns, us, ms, s, m, h)"))
 		}
 	}
 	return errs
+}
+
+// durationOverflows reports whether s is a duration in Go's syntax that
+// time.ParseDuration refuses only because it is too large: s with each
+// run of digits made "1" parses.
+func durationOverflows(s string) bool {
+	if _, err := time.ParseDuration(s); err == nil {
+		return false
+	}
+	isDigit := func(i int) bool { return i >= 0 && s[i] >= '0' && s[i] <= '9' }
+	small := make([]byte, 0, len(s))
+	for i := range len(s) {
+		switch {
+		case !isDigit(i):
+			small = append(small, s[i])
+		case !isDigit(i - 1):
+			small = append(small, '1')
+		}
+	}
+	_, err := time.ParseDuration(string(small))
+	return err == nil
 }
 
 // WindowDays are the values of spec.window.days.

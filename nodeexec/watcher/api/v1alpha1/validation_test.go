@@ -60,8 +60,11 @@ func TestValidate(t *testing.T) {
 		"negative drain":       {func(n *NodeScript) { n.Spec.OnFailure.DrainTimeout = &metav1.Duration{Duration: -time.Second} }, "spec.onFailure.drainTimeout"},
 		"negative backoff":     {func(n *NodeScript) { n.Spec.Retry.InitialBackoff = &metav1.Duration{Duration: -time.Second} }, "spec.retry.initialBackoff"},
 		"negative max backoff": {func(n *NodeScript) { n.Spec.Retry.MaxBackoff = &metav1.Duration{Duration: -time.Second} }, "spec.retry.maxBackoff"},
-		"image with space":     {func(n *NodeScript) { n.Spec.Backend.Image = "busy box" }, `spec.backend.image: Invalid value: "busy box": not a valid image reference`},
-		"image ok":             {func(n *NodeScript) { n.Spec.Backend.Image = "registry.local:5000/tools/busybox:1.36" }, ""},
+		"initial above max backoff": {func(n *NodeScript) {
+			n.Spec.Retry.InitialBackoff, n.Spec.Retry.MaxBackoff = &metav1.Duration{Duration: 10 * time.Minute}, &metav1.Duration{Duration: time.Second}
+		}, `spec.retry.initialBackoff: Invalid value: "10m0s": must be at most spec.retry.maxBackoff (1s, as set)`},
+		"image with space": {func(n *NodeScript) { n.Spec.Backend.Image = "busy box" }, `spec.backend.image: Invalid value: "busy box": not a valid image reference`},
+		"image ok":         {func(n *NodeScript) { n.Spec.Backend.Image = "registry.local:5000/tools/busybox:1.36" }, ""},
 		"window ok": {func(n *NodeScript) {
 			n.Spec.Window = &MaintenanceWindow{Days: []string{"Mon", "Sat"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}
 		}, ""},

@@ -414,21 +414,6 @@ func flagParseError(flags []ucli.Flag, help string, err error) error {
 	return err
 }
 
-// durationSyntax is time.ParseDuration's grammar: a sign, then numbers
-// (with a fraction) each followed by a unit.
-var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
-
-// durationOverflows reports whether s is written as a duration but
-// time.ParseDuration refuses it: it does not fit in an int64 of
-// nanoseconds (about 292 years).
-func durationOverflows(s string) bool {
-	if !durationSyntax.MatchString(s) || !strings.ContainsAny(s, "0123456789") {
-		return false
-	}
-	_, err := time.ParseDuration(s)
-	return err != nil
-}
-
 func isDurationFlag(f ucli.Flag) bool {
 	_, ok := f.(*ucli.DurationFlag)
 	return ok

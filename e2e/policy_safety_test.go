@@ -45,7 +45,18 @@ func nodeScriptObject(t *testing.T, name, spec string) *unstructured.Unstructure
 // the API server enforces it: a dry-run create of probe is refused.
 func installPolicy(ctx context.Context, t *testing.T, dyn dynamic.Interface, probe *unstructured.Unstructured) {
 	t.Helper()
-	t.Cleanup(applyKustomization(ctx, t, dyn, "../deploy/policy", nil))
+	remove := applyKustomization(ctx, t, dyn, "../deploy/policy", nil)
+	t.Cleanup(func() {
+		remove()
+		// The API server drops the policy a moment after its objects are
+		// gone; until then it refuses every NodeScript (no parameters).
+		if !waitFor(30*time.Second, func() bool {
+			_, err := dyn.Resource(v1alpha1.Resource).Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil
+		}) {
+			t.Errorf("the policy still refuses %s 30 s after its removal", probe.GetName())
+		}
+	})
 	var err error
 	if !waitFor(30*time.Second, func() bool {
 		_, err = dyn.Resource(v1alpha1.Resource).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

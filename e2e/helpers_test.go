@@ -216,3 +216,31 @@ func unreachableKubeconfig(t *testing.T, dir string) (path, addr string) {
 	ln.Close()
 	return writeKubeconfig(t, dir, "unreachable", "https://"+addr, "x"), addr
 }
+
+// refused runs the CLI with args and checks what every refused input must
+// give: exit status 2, exactly one error message, first on stderr and
+// containing each of want, nothing on stdout, within 30 s. It returns
+// stdout and stderr for further checks.
+func refused(ctx context.Context, t *testing.T, args []string, want ...string) (stdout, stderr string) {
+	t.Helper()
+	start := time.Now()
+	stdout, stderr, code := cli(ctx, "", args...)
+	if code != 2 {
+		t.Errorf("exit %d, want 2; stderr:\n%s", code, stderr)
+	}
+	if n := strings.Count(stderr, "error: "); n != 1 || !strings.HasPrefix(stderr, "error: ") {
+		t.Errorf("stderr has %d error messages, want exactly one, first:\n%s", n, stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if stdout != "" {
+		t.Errorf("stdout %q, want nothing", stdout)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("took %s: bad input must fail fast", took)
+	}
+	return stdout, stderr
+}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nodeexec/nodeexec/internal/durationcheck"
 	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
@@ -388,7 +389,7 @@ func flagParseError(flags []ucli.Flag, help string, err error) error {
 		name, reason, _ := strings.Cut(rest[i+len(" for flag "):], ": ")
 		f := find(name)
 		what := "not a valid value"
-		if isDurationFlag(f) && durationOverflows(strings.Trim(val, `"`)) {
+		if isDurationFlag(f) && durationcheck.Overflows(strings.Trim(val, `"`)) {
 			if strings.TrimLeft(name, "-") == "timeout" && (strings.HasSuffix(help, " run") || strings.HasSuffix(help, " shell")) {
 				return timeoutTooLarge(strings.Trim(val, `"`))
 			}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeexec/nodeexec/internal/durationcheck"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
@@ -614,33 +615,11 @@ func durationLimits(limits map[string]time.Duration) ucli.OnUsageErrorFunc {
 			if i := strings.LastIndex(rest, " for flag "); i > 0 {
 				val, _ := strconv.Unquote(rest[:i])
 				name, _, _ := strings.Cut(strings.TrimLeft(rest[i+len(" for flag "):], "-"), ":")
-				if limit, ok := limits[name]; ok && durationOverflows(val) {
+				if limit, ok := limits[name]; ok && durationcheck.Overflows(val) {
 					return fmt.Errorf("--%s %s: too large: at most %s", name, val, limit)
 				}
 			}
 		}
 		return onUsageError(c, err, isSubcommand)
 	}
-}
-
-// durationOverflows reports whether s is a duration in Go's syntax that
-// time.ParseDuration refuses only because it is too large: s with each run
-// of digits made "1" parses. (v1alpha1 has the same check for a
-// NodeScript's durations.)
-func durationOverflows(s string) bool {
-	if _, err := time.ParseDuration(s); err == nil {
-		return false
-	}
-	isDigit := func(i int) bool { return i >= 0 && s[i] >= '0' && s[i] <= '9' }
-	small := make([]byte, 0, len(s))
-	for i := range len(s) {
-		switch {
-		case !isDigit(i):
-			small = append(small, s[i])
-		case !isDigit(i - 1):
-			small = append(small, '1')
-		}
-	}
-	_, err := time.ParseDuration(string(small))
-	return err == nil
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/nodeexec/nodeexec/internal/durationcheck"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
 
@@ -136,7 +137,7 @@ func TestRunInputAccepted(t *testing.T) {
 			t.Errorf("%s: %v", tt.name, tt.err)
 		}
 	}
-	if !durationOverflows("9999999999h") || durationOverflows("soon") || durationOverflows("1h") || durationOverflows("h") {
+	if !durationcheck.Overflows("9999999999h") || durationcheck.Overflows("soon") || durationcheck.Overflows("1h") || durationcheck.Overflows("h") {
 		t.Error("durationOverflows: wrong answer for 9999999999h, soon, 1h or h")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodeexec/nodeexec/internal/durationcheck"
 )
 
 // Bad input to the NodeScript verbs, gc, version and the commands with
@@ -86,8 +88,8 @@ func TestDurationOverflows(t *testing.T) {
 		"999999999h": true, "2562048h": true, "1.5h99999999999999999999s": true,
 		"2562047h": false, "1h": false, "soon": false, "5": false, "1x": false, "": false, "-": false,
 	} {
-		if got := durationOverflows(s); got != want {
-			t.Errorf("durationOverflows(%q) = %t, want %t", s, got, want)
+		if got := durationcheck.Overflows(s); got != want {
+			t.Errorf("durationcheck.Overflows(%q) = %t, want %t", s, got, want)
 		}
 	}
 }

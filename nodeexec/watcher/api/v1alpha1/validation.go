@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodeexec/nodeexec/internal/durationcheck"
 )
 
 // Limits of a NodeScript's fields (see Validate).
@@ -409,7 +411,7 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 			errs = append(errs, field.Invalid(p, v, "want a duration string such as \"30s\", \"5m\" or \"1h\""))
 			continue
 		}
-		if _, err := time.ParseDuration(str); err != nil && durationOverflows(str) {
+		if _, err := time.ParseDuration(str); err != nil && durationcheck.Overflows(str) {
 			limit := time.Duration(math.MaxInt64).Truncate(time.Second)
 			if p.String() == "spec.timeout" {
 				limit = MaxTimeout
@@ -420,27 +422,6 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 		}
 	}
 	return errs
-}
-
-// durationOverflows reports whether s is a duration in Go's syntax that
-// time.ParseDuration refuses only because it is too large: s with each
-// run of digits made "1" parses.
-func durationOverflows(s string) bool {
-	if _, err := time.ParseDuration(s); err == nil {
-		return false
-	}
-	isDigit := func(i int) bool { return i >= 0 && s[i] >= '0' && s[i] <= '9' }
-	small := make([]byte, 0, len(s))
-	for i := range len(s) {
-		switch {
-		case !isDigit(i):
-			small = append(small, s[i])
-		case !isDigit(i - 1):
-			small = append(small, '1')
-		}
-	}
-	_, err := time.ParseDuration(string(small))
-	return err == nil
 }
 
 // WindowDays are the values of spec.window.days.

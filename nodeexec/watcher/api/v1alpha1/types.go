@@ -307,7 +307,7 @@ type BackendSpec struct {
 	// the backend's default (busybox:stable for debugpod, the agent image
 	// for nsenter).
 	// +kubebuilder:validation:MaxLength=1024
-	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^((?:(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|\[(?:[a-fA-F0-9:]+)\])(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*)(?::([\w][\w.-]{0,127}))?(?:@([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][[:xdigit:]]{32,}))?$') && !self.matches(r'^[a-f0-9]{64}$') && (!self.contains('@') || self.matches(r'@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$'))`,message="not a valid image reference: give NAME[:TAG][@DIGEST] (lower-case name; a digest sha256:, sha384: or sha512: with its hex digits), such as busybox:1.36"
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^((?:(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|\[(?:[a-fA-F0-9:]+)\])(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*)(?::([\w][\w.-]{0,127}))?(?:@([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][[:xdigit:]]{32,}))?$') && !self.matches(r'^[a-f0-9]{64}$') && !self.matches(r'^\[[^/:]*\]/') && (!self.contains('@') || self.matches(r'@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$'))`,message="not a valid image reference: give NAME[:TAG][@DIGEST] (lower-case name; a digest sha256:, sha384: or sha512: with its hex digits), such as busybox:1.36"
 	// +optional
 	Image string `json:"image,omitempty"`
 	// Namespaces to enter, for nsenter (mnt, uts, ipc, net, pid, cgroup).

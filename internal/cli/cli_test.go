@@ -129,6 +129,23 @@ type result struct {
 	out, errOut string
 }
 
+// wantRefused checks what every refused input gives: exit status 2 and
+// exactly one error line, first on stderr, containing each of want.
+func wantRefused(t *testing.T, got result, want ...string) {
+	t.Helper()
+	if got.code != 2 {
+		t.Errorf("exit code %d, want 2; stderr:\n%s", got.code, got.errOut)
+	}
+	if n := strings.Count(got.errOut, "error: "); n != 1 || !strings.HasPrefix(got.errOut, "error: ") {
+		t.Errorf("stderr has %d error lines, want exactly one at the start:\n%s", n, got.errOut)
+	}
+	for _, s := range want {
+		if !strings.Contains(got.errOut, s) {
+			t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
+		}
+	}
+}
+
 func run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -253,17 +270,7 @@ func TestRunBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := run(t, "", append([]string{"--kubeconfig", kc}, tt.args...)...)
-			if got.code != 2 {
-				t.Errorf("exit code %d, want 2; stderr:\n%s", got.code, got.errOut)
-			}
-			if n := strings.Count(got.errOut, "error: "); n != 1 || !strings.HasPrefix(got.errOut, "error: ") {
-				t.Errorf("stderr has %d error lines, want exactly one at the start:\n%s", n, got.errOut)
-			}
-			for _, s := range tt.want {
-				if !strings.Contains(got.errOut, s) {
-					t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
-				}
-			}
+			wantRefused(t, got, tt.want...)
 			if got.out != "" {
 				t.Errorf("stdout not empty:\n%s", got.out)
 			}

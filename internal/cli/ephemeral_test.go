@@ -1,9 +1,6 @@
 package cli
 
-import (
-	"strings"
-	"testing"
-)
+import "testing"
 
 // TestRunEphemeralBadInput: --pod and --backend ephemeral misuse exits 2
 // with one clear error before any request reaches the API server.
@@ -27,17 +24,7 @@ func TestRunEphemeralBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := run(t, "", append([]string{"--kubeconfig", kc}, tt.args...)...)
-			if got.code != 2 {
-				t.Errorf("exit code %d, want 2; stderr:\n%s", got.code, got.errOut)
-			}
-			if n := strings.Count(got.errOut, "error: "); n != 1 || !strings.HasPrefix(got.errOut, "error: ") {
-				t.Errorf("stderr has %d error lines, want exactly one at the start:\n%s", n, got.errOut)
-			}
-			for _, s := range tt.want {
-				if !strings.Contains(got.errOut, s) {
-					t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
-				}
-			}
+			wantRefused(t, got, tt.want...)
 		})
 	}
 	if reqs := srv.seen(); len(reqs) != 0 {

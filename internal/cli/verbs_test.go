@@ -53,17 +53,7 @@ func TestVerbsBadInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := run(t, "", append([]string{"--kubeconfig", kc}, tt.args...)...)
-			if got.code != 2 {
-				t.Errorf("exit code %d, want 2; stderr:\n%s", got.code, got.errOut)
-			}
-			if n := strings.Count(got.errOut, "error: "); n != 1 || !strings.HasPrefix(got.errOut, "error: ") {
-				t.Errorf("stderr has %d error lines, want exactly one at the start:\n%s", n, got.errOut)
-			}
-			for _, s := range tt.want {
-				if !strings.Contains(got.errOut, s) {
-					t.Errorf("stderr does not contain %q:\n%s", s, got.errOut)
-				}
-			}
+			wantRefused(t, got, tt.want...)
 			if tt.not != "" && strings.Contains(got.errOut+got.out, tt.not) {
 				t.Errorf("output says %q:\n%s%s", tt.not, got.out, got.errOut)
 			}

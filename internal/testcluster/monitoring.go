@@ -257,7 +257,54 @@ func (r *runner) startMonitoringProc(ctx context.Context, p monitoringProc) erro
 			return err
 		}
 	}
-	return waitMonitoringReady(ctx, p)
+	if err := waitMonitoringReady(ctx, p); err != nil {
+		return err
+	}
+	if p.name == procPrometheus {
+		return waitPushgatewayScraped(ctx)
+	}
+	return nil
+}
+
+// waitPushgatewayScraped waits until Prometheus' Pushgateway target is up
+// (GET /api/v1/targets: health "up"), so that queries return fresh samples.
+// A started Prometheus scrapes first about 5 s after it starts (its service
+// discovery's update interval); before that, queries answer from the data
+// it had when it stopped.
+func waitPushgatewayScraped(ctx context.Context) error {
+	url := loopbackURL(PrometheusPort) + "/api/v1/targets?state=active"
+	return poll(ctx, monitoringReadyTimeout, 100*time.Millisecond, "Prometheus scraping the Pushgateway", func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := monitoringClient().Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Data struct {
+				ActiveTargets []struct {
+					ScrapePool string `json:"scrapePool"`
+					Health     string `json:"health"`
+					LastError  string `json:"lastError"`
+				} `json:"activeTargets"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return false, fmt.Errorf("GET %s: %w", url, err)
+		}
+		for _, t := range out.Data.ActiveTargets {
+			if t.ScrapePool == "pushgateway" {
+				if t.Health == "up" {
+					return true, nil
+				}
+				return false, fmt.Errorf("target pushgateway: health %q %s", t.Health, t.LastError)
+			}
+		}
+		return false, errors.New("no pushgateway target yet")
+	})
 }
 
 // waitMonitoringReady polls p's /-/ready until it answers 200.
@@ -321,7 +368,10 @@ func (r *runner) disablePackagedServices(ctx context.Context, installed []string
 				r.logf("warning: %v", err)
 			}
 		} else if commandExists("deb-systemd-helper") {
-			if _, err := r.run(ctx, "deb-systemd-helper", "disable", svc+".service"); err != nil {
+			// removes the multi-user.target.wants symlink the postinst made; it
+			// refuses to run unless called for a package's maintainer script
+			env := []string{"DPKG_MAINTSCRIPT_PACKAGE=" + svc}
+			if _, err := runEnv(ctx, env, "", "deb-systemd-helper", "disable", svc+".service"); err != nil {
 				r.logf("warning: %v", err)
 			}
 		}
@@ -380,7 +430,9 @@ func (c *Cluster) StopPrometheus(ctx context.Context) error {
 }
 
 // StartPrometheus starts Prometheus if it is not running (same flags, same
-// data) and waits until /-/ready answers, at most 60 s.
+// data) and waits until /-/ready answers and it has scraped the Pushgateway,
+// at most 60 s each (a start takes about 5 s: Prometheus scrapes first about
+// 5 s after it starts).
 func (c *Cluster) StartPrometheus(ctx context.Context) error {
 	return c.startMonitoringProc(ctx, procPrometheus)
 }
@@ -394,7 +446,9 @@ func (c *Cluster) StopAlertmanager(ctx context.Context) error {
 }
 
 // StartAlertmanager starts the Alertmanager if it is not running and waits
-// until /-/ready answers, at most 60 s.
+// until /-/ready answers, at most 60 s. Alerts posted while it was stopped are
+// lost; Prometheus sends its firing alerts again within seconds (about 6 s
+// measured).
 func (c *Cluster) StartAlertmanager(ctx context.Context) error {
 	return c.startMonitoringProc(ctx, procAlertmanager)
 }

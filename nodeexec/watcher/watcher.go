@@ -196,6 +196,9 @@ type Watcher struct {
 	// Event (AnnotationRunNow and AnnotationRunNowBy), so that each is
 	// recorded once.
 	runNow map[string]string
+	// drainVerdicts holds per NodeScript and node the last drain check that
+	// found the node blocked, for DrainRecheck (drains.go).
+	drainVerdicts map[string]map[string]drainVerdict
 }
 
 type decodedState struct {
@@ -296,9 +299,10 @@ func New(o Options) (*Watcher, error) {
 		created:  map[string]time.Time{},
 		deleted:  map[types.UID]time.Time{},
 		draining: map[string]bool{}, rebooting: map[string]bool{},
-		decoded: map[string]map[string]decodedState{},
-		conds:   map[string]map[string]*corev1.NodeCondition{},
-		runNow:  map[string]string{},
+		decoded:       map[string]map[string]decodedState{},
+		conds:         map[string]map[string]*corev1.NodeCondition{},
+		runNow:        map[string]string{},
+		drainVerdicts: map[string]map[string]drainVerdict{},
 	}, nil
 }
 
@@ -837,5 +841,6 @@ func (w *Watcher) forget(name string) {
 	delete(w.decoded, name)
 	delete(w.conds, name)
 	delete(w.runNow, name)
+	delete(w.drainVerdicts, name)
 	w.mu.Unlock()
 }

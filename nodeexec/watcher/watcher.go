@@ -87,7 +87,8 @@ type Options struct {
 	// watch in every namespace (the run pod informer; drain), create/delete
 	// and pods/log get in the backends' namespaces; configmaps get/create/
 	// update in the backends' namespaces (output records); pods/eviction
-	// create and daemonsets get (drain); events create/patch in namespace
+	// create and daemonsets get (drain), poddisruptionbudgets list (the
+	// drain checks), pods delete (drain.onTimeout: Force); events create/patch in namespace
 	// default (client-go records the Events of cluster-scoped objects, Nodes
 	// and NodeScripts, there); leases when LeaderElection is set.
 	Client kubernetes.Interface

@@ -28,10 +28,10 @@ import (
 // node with a workload pod (a Deployment pinned to the node) under a
 // PodDisruptionBudget; the drain's podSelector names the workload, so that
 // other tests' pods on the node are not its concern.
-//   - The PDB first allows no disruption: the drain (through the eviction
-//     API) cannot finish within its timeout: an infrastructure failure
-//     (DrainFailed), no run pod, the node put back in service while it
-//     waits for the retry (onFailure.cordon is not set).
+//   - The PDB first allows no disruption: the drain check before the
+//     cordon (a dry-run eviction) is refused: the node is DrainBlocked
+//     (status.drainBlocked names the PDB and the pod), never cordoned, no
+//     run pod.
 //   - The PDB then allows one: the retry cordons, evicts the workload pod,
 //     runs the script only after the pod is gone, and uncordons after the
 //     success; the workload is rescheduled on the node (a new pod).
@@ -147,22 +147,13 @@ spec:
   retry: {limit: 5, initialBackoff: 8s, maxBackoff: 8s}
 `, name, onlyNode(node), app))
 
-	// 1. The PDB allows nothing: DrainFailed, no run pod, uncordoned while waiting.
-	var s watcher.NodeState
-	if !waitFor(60*time.Second, func() bool {
-		s, _ = nodeState(ctx, t, node, name)
-		return s.Phase == watcher.PhaseFailed && s.Reason == watcher.ReasonDrainFailed
-	}) {
-		t.Fatalf("node %s: %+v, want a DrainFailed infrastructure failure", node, s)
-	}
-	if !s.Infrastructure || !strings.Contains(s.Message, "drain failed") {
-		t.Errorf("drain failure recorded as %+v", s)
-	}
-	if !waitFor(10*time.Second, func() bool {
-		n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return err == nil && !n.Spec.Unschedulable
-	}) {
-		t.Errorf("node %s still cordoned while its drain waits to be retried", node)
+	// 1. The PDB allows nothing: DrainBlocked before any cordon, no run pod.
+	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "DrainBlocked", func(ns *v1alpha1.NodeScript) bool {
+		return len(ns.Status.DrainBlocked) == 1 && strings.HasPrefix(ns.Status.DrainBlocked[0], node+": PDB default/"+app+" blocks pod default/"+first.Name)
+	})
+	s, n := nodeState(ctx, t, node, name)
+	if s.Phase != watcher.PhasePending || n.Spec.Unschedulable {
+		t.Errorf("node %s: %+v, unschedulable %t: want Pending, never cordoned", node, s, n.Spec.Unschedulable)
 	}
 	if got := pods.runs(node, watcher.ActionRun); len(got) != 0 {
 		t.Errorf("run pods %v although the drain failed", got)
@@ -179,7 +170,7 @@ spec:
 	ns := waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete after the drain", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1
 	})
-	s, n := nodeState(ctx, t, node, name)
+	s, n = nodeState(ctx, t, node, name)
 	if s.Phase != watcher.PhaseSucceeded || s.CordonedByUs || n.Spec.Unschedulable {
 		t.Errorf("node %s after the run: %+v, unschedulable %t; want Succeeded and uncordoned", node, s, n.Spec.Unschedulable)
 	}
@@ -202,7 +193,7 @@ spec:
 	} else if again.Spec.NodeName != node {
 		t.Errorf("the workload came back on %s, want %s", again.Spec.NodeName, node)
 	}
-	for _, reason := range []string{watcher.ReasonCordoned, watcher.ReasonDrainFailed, watcher.ReasonDrained, watcher.ReasonUncordoned} {
+	for _, reason := range []string{watcher.ReasonCordoned, watcher.ReasonDrainBlocked, watcher.ReasonDrained, watcher.ReasonUncordoned} {
 		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
 		if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
 			t.Errorf("no %s Event on %s naming %s: %v", reason, node, name, err)

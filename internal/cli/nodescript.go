@@ -147,6 +147,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	for _, b := range st.Blocked {
 		fmt.Fprintf(w, "blocked: %s (spec.blockingPodSelector)\n", b)
 	}
+	for _, b := range st.DrainBlocked {
+		fmt.Fprintf(w, "drain blocked: %s (not cordoned; checked again every %s)\n", b, watcher.DrainRecheck)
+	}
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {
@@ -177,6 +180,11 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tPHASE\tEXIT\tATTEMPTS\tAGE\tREASON\tCORDONED\tOUTPUT")
+	drainBlocked := map[string]string{} // node: why (status.drainBlocked)
+	for _, b := range st.DrainBlocked {
+		node, why, _ := strings.Cut(b, ": ")
+		drainBlocked[node] = why
+	}
 	for _, n := range rep.Nodes {
 		s := n.State
 		phase := s.Phase
@@ -217,6 +225,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			out = n.Output[watcher.ActionCheck]
 		}
 		out = strings.ReplaceAll(strings.TrimSpace(out), "\n", " | ")
+		if why, ok := drainBlocked[n.Node]; ok && s.Phase != watcher.PhaseRunning {
+			reason, out = watcher.ReasonDrainBlocked, why
+		}
 		if out == "" {
 			out = s.Message // an infrastructure failure's detail and fix
 		}

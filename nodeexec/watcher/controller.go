@@ -145,11 +145,14 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	// 3. Decide (past the nodes a blocking pod holds back), and start what it allows.
+	// 3. Decide (past the nodes a blocking pod or a blocked drain holds back), and start what it allows.
 	t3 := clk.Now()
-	d, err := c.decideUnblocked(ctx, ns, nodes, cached, now)
+	d, recheck, err := c.decideDrainable(ctx, ns, nodes, cached, now)
 	if err != nil {
 		return 0, err
+	}
+	if !recheck.IsZero() && (retryAt.IsZero() || recheck.Before(retryAt)) {
+		retryAt = recheck
 	}
 	if len(d.Blocked) > 0 {
 		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
@@ -207,6 +210,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 	if !exists {
 		c.w.forget(name)
 		c.w.metrics.nodes.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.drainBlocked.DeleteLabelValues(name)
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)

@@ -42,7 +42,8 @@ type Node struct {
 	// IgnoreAnnotation: it is not selected, as if in spec.excludeNodes.
 	Ignored bool
 	// Blocked is set when a pod matching spec.blockingPodSelector is on
-	// the node: it is not started (the watcher sets it; see Decision.Blocked).
+	// the node, or its drain would be refused: it is not started (the
+	// watcher sets it; see Decision.Blocked and DrainBlocked).
 	Blocked bool
 	// State is the node's recorded state for this NodeScript (DecodeState).
 	State NodeState
@@ -78,6 +79,10 @@ type Decision struct {
 	// "NODE: NAMESPACE/POD": set by the watcher, which looks for blocking
 	// pods on the nodes Decide would start (Decide itself makes no call).
 	Blocked []string
+	// DrainBlocked lists the nodes not cordoned because their drain would
+	// be refused (spec.maintenance.drain), as "NODE: WHY": set by the
+	// watcher (decideDrainable).
+	DrainBlocked []string
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -274,7 +279,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		if slots <= 0 {
 			break
 		}
-		due := e.phase == PhasePending || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
+		due := (e.phase == PhasePending && !skippedUntil(e.State, d.Hash, now)) || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
 		if due && e.Ready && !e.Blocked {
 			d.Start = append(d.Start, e.Name)
 			slots--

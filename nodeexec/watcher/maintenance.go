@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/drain"
 
-	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -74,27 +72,24 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 // drainBefore drains node n for the run of ns (spec.maintenance.drain)
 // in the background, once at a time per node, and records the outcome on
 // the node's current state: Drained (the next reconcile creates the run
-// pod), or an infrastructure failure with reason DrainFailed (counted as
-// an attempt), retried under spec.retry after its backoff. ns is looked at again when it ends.
+// pod), or, for a drain that did not finish, what
+// spec.maintenance.drain.onTimeout says (drains.go): Retry, an
+// infrastructure failure with reason DrainFailed (counted as an attempt),
+// retried under spec.retry after its backoff; Force (forceDrain) first
+// deletes the pods left; Skip (skipDrain) uncordons and makes the node
+// Pending again. ns is looked at again when it ends.
 func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
 	if !c.w.claim(c.w.draining, n.Name) {
 		return
 	}
-	d := ns.Spec.Maintenance.Drain
-	timeout := DefaultDrainTimeout
-	if d.Timeout != nil {
-		timeout = d.Timeout.Duration
-	}
-	grace := -1
-	if d.GracePeriodSeconds != nil {
-		grace = int(*d.GracePeriodSeconds)
-	}
+	o := drainOptionsOf(ns)
 	go func() {
 		defer func() {
 			c.w.release(c.w.draining, n.Name)
 			c.queue.Add(ns.Name)
 		}()
-		err := runDrain(ctx, c.w.o.Client, n.Name, drainOptions{Timeout: timeout, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: grace})
+		err := runDrain(ctx, c.w.o.Client, n.Name, o)
+		err = c.forceDrain(ctx, ns, n, o, err) // spec.maintenance.drain.onTimeout: Force
 		if err != nil && ctx.Err() != nil {
 			return // stopped: drained again by the next watcher
 		}
@@ -110,7 +105,7 @@ func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n
 		if err == nil {
 			s.Maintenance = MaintenanceDrained
 			c.events.Eventf(n, corev1.EventTypeNormal, ReasonDrained, "nodescript %s: drained for maintenance before the run", ns.Name)
-		} else {
+		} else if !c.skipDrain(ctx, ns, cur, &s, err, now) { // onTimeout: Skip
 			msg := tail("drain failed: "+err.Error(), 256)
 			// The drain counts as an attempt, so that spec.retry.limit bounds
 			// a drain that never finishes.
@@ -131,24 +126,18 @@ type drainOptions struct {
 	Timeout            time.Duration
 	PodSelector        string // "" for every pod
 	DeleteEmptyDirData bool
-	GracePeriodSeconds int // -1: each pod's own
+	GracePeriodSeconds int  // -1: each pod's own
+	Force              bool // delete the pods instead of evicting them (onTimeout: Force)
 }
 
 // runDrain evicts node's pods with kubectl's drain helper (the eviction
 // API, so PodDisruptionBudgets are respected; DaemonSet pods ignored;
 // nodeexec's own pods never evicted, whatever o.PodSelector says). The
 // node must be cordoned. RBAC: list pods, create pods/eviction, get
-// daemonsets (and get pods to wait for them to go).
+// daemonsets (and get pods to wait for them to go); with o.Force, delete
+// pods instead of create pods/eviction.
 func runDrain(ctx context.Context, client kubernetes.Interface, node string, o drainOptions) error {
-	sel := nodeexec.LabelManagedBy + "!=" + nodeexec.ManagedByValue
-	if o.PodSelector != "" {
-		sel = o.PodSelector + "," + sel
-	}
-	h := &drain.Helper{
-		Ctx: ctx, Client: client, GracePeriodSeconds: o.GracePeriodSeconds, IgnoreAllDaemonSets: true,
-		DeleteEmptyDirData: o.DeleteEmptyDirData, Timeout: o.Timeout, Out: io.Discard, ErrOut: io.Discard,
-		PodSelector: sel,
-	}
+	h := drainHelper(ctx, client, o)
 	if err := drain.RunNodeDrain(h, node); err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}

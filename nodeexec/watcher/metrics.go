@@ -10,18 +10,21 @@ import (
 // metrics are the watcher's Prometheus metrics. It is also the workqueue's
 // MetricsProvider (one queue, named "nodescripts").
 type metrics struct {
-	runs        *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	nodes       *prometheus.GaugeVec
-	depth       prometheus.Gauge
-	adds        prometheus.Counter
-	latency     prometheus.Histogram
-	work        prometheus.Histogram
-	unfinished  prometheus.Gauge
-	longest     prometheus.Gauge
-	retries     prometheus.Counter
-	reconciles  *prometheus.CounterVec
-	collectable []prometheus.Collector
+	runs       *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	nodes      *prometheus.GaugeVec
+	depth      prometheus.Gauge
+	adds       prometheus.Counter
+	latency    prometheus.Histogram
+	work       prometheus.Histogram
+	unfinished prometheus.Gauge
+	longest    prometheus.Gauge
+	retries    prometheus.Counter
+	reconciles *prometheus.CounterVec
+	// drains.go: drainMetrics.
+	drainBlocked               *prometheus.GaugeVec
+	drainChecks, drainTimeouts *prometheus.CounterVec
+	collectable                []prometheus.Collector
 }
 
 func newMetrics() *metrics {
@@ -67,6 +70,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 	}
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	m.collectable = append(m.collectable, m.drainMetrics()...)
 	return m
 }
 

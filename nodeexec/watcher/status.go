@@ -26,13 +26,15 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.Nodes, st.Pending, st.Running = int32(d.Counts.Nodes), int32(d.Counts.Pending), int32(d.Counts.Running)
 	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
 	st.NotNeeded = int32(d.Counts.NotNeeded)
-	st.Blocked = d.Blocked
+	st.Blocked, st.DrainBlocked = d.Blocked, d.DrainBlocked
 	gen := ns.Generation
 	switch d.Stage {
 	case StageHalted:
 		reason := "ErrorBudgetExceeded"
 		if strings.HasPrefix(d.HaltReason, "canary") {
 			reason = "CanaryFailed"
+		} else if strings.HasPrefix(d.HaltReason, HaltDrainBlocked) {
+			reason = ReasonDrainBlocked
 		}
 		setCondition(st, v1alpha1.ConditionHalted, true, reason, d.HaltReason, gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, reason, "halted: "+d.HaltReason, gen, now)
@@ -105,7 +107,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -87,7 +87,8 @@ type Options struct {
 	// watch in every namespace (the run pod informer; drain), create/delete
 	// and pods/log get in the backends' namespaces; configmaps get/create/
 	// update in the backends' namespaces (output records); pods/eviction
-	// create and daemonsets get (drain); events create/patch in namespace
+	// create and daemonsets get (drain), poddisruptionbudgets list (the
+	// drain checks), pods delete (drain.onTimeout: Force); events create/patch in namespace
 	// default (client-go records the Events of cluster-scoped objects, Nodes
 	// and NodeScripts, there); leases when LeaderElection is set.
 	Client kubernetes.Interface
@@ -196,6 +197,9 @@ type Watcher struct {
 	// Event (AnnotationRunNow and AnnotationRunNowBy), so that each is
 	// recorded once.
 	runNow map[string]string
+	// drainVerdicts holds per NodeScript and node the last drain check that
+	// found the node blocked, for DrainRecheck (drains.go).
+	drainVerdicts map[string]map[string]drainVerdict
 }
 
 type decodedState struct {
@@ -296,9 +300,10 @@ func New(o Options) (*Watcher, error) {
 		created:  map[string]time.Time{},
 		deleted:  map[types.UID]time.Time{},
 		draining: map[string]bool{}, rebooting: map[string]bool{},
-		decoded: map[string]map[string]decodedState{},
-		conds:   map[string]map[string]*corev1.NodeCondition{},
-		runNow:  map[string]string{},
+		decoded:       map[string]map[string]decodedState{},
+		conds:         map[string]map[string]*corev1.NodeCondition{},
+		runNow:        map[string]string{},
+		drainVerdicts: map[string]map[string]drainVerdict{},
 	}, nil
 }
 
@@ -837,5 +842,6 @@ func (w *Watcher) forget(name string) {
 	delete(w.decoded, name)
 	delete(w.conds, name)
 	delete(w.runNow, name)
+	delete(w.drainVerdicts, name)
 	w.mu.Unlock()
 }

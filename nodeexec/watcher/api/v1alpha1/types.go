@@ -411,6 +411,7 @@ const (
 
 // MaintenanceSpec takes a node out of service for its run.
 // +kubebuilder:validation:XValidation:rule="!has(self.drain) || (has(self.cordon) && self.cordon)",message="drain needs cordon: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxBlockedNodes) || self.maxBlockedNodes == 0 || has(self.drain)",message="maxBlockedNodes needs drain"
 type MaintenanceSpec struct {
 	// Cordon marks the node unschedulable before the run and schedulable
 	// again after it succeeded; a node already cordoned by someone else is
@@ -436,9 +437,16 @@ type MaintenanceSpec struct {
 	// +kubebuilder:validation:XIntOrString
 	// +optional
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// MaxBlockedNodes halts the rollout (reason DrainBlocked) while this
+	// many selected nodes are DrainBlocked at once (see
+	// docs/nodescript-drains.md). Needs drain. Defaults to 0: never halts.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxBlockedNodes int32 `json:"maxBlockedNodes,omitempty"`
 }
 
 // DrainSpec is how a node is drained before its run (kubectl drain's flags).
+// +kubebuilder:validation:XValidation:rule="!has(self.onTimeout) || self.onTimeout != 'Force' || has(self.timeout)",message="onTimeout: Force needs an explicit timeout"
 type DrainSpec struct {
 	// Timeout bounds the drain. Defaults to 5m.
 	// +optional
@@ -457,6 +465,15 @@ type DrainSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	GracePeriodSeconds *int32 `json:"gracePeriodSeconds,omitempty"`
+	// OnTimeout is what happens to a drain that did not finish within
+	// Timeout: Retry (the default: an infrastructure failure, DrainFailed,
+	// retried under spec.retry), Skip (uncordon, back to Pending, retried
+	// after spec.retry.maxBackoff without counting as a failure) or Force
+	// (delete the remaining pods instead of evicting them, ignoring their
+	// PodDisruptionBudgets). See docs/nodescript-drains.md.
+	// +kubebuilder:validation:Enum=Retry;Skip;Force
+	// +optional
+	OnTimeout string `json:"onTimeout,omitempty"`
 }
 
 // ReapplyPolicy says when a node that ran the current spec successfully
@@ -537,6 +554,13 @@ type NodeScriptStatus struct {
 	// +optional
 	// +listType=atomic
 	Blocked []string `json:"blocked,omitempty"`
+	// DrainBlocked lists the nodes not cordoned because their drain would
+	// be refused when last checked (spec.maintenance.drain), each as
+	// "NODE: PDB NAMESPACE/NAME blocks pod NAMESPACE/NAME" (or the check's
+	// error).
+	// +optional
+	// +listType=atomic
+	DrainBlocked []string `json:"drainBlocked,omitempty"`
 	// Conditions: Progressing, Halted, Complete.
 	// +optional
 	// +listType=map

@@ -194,6 +194,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		if !m.Cordon && m.MaxUnavailable == nil {
 			errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
 		}
+		errs = append(errs, validateDrains(m, mp)...)
 	}
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:

@@ -302,6 +302,11 @@ func (in *NodeScriptStatus) DeepCopyInto(out *NodeScriptStatus) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.DrainBlocked != nil {
+		in, out := &in.DrainBlocked, &out.DrainBlocked
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

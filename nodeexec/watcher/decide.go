@@ -78,6 +78,9 @@ type Decision struct {
 	// "NODE: NAMESPACE/POD": set by the watcher, which looks for blocking
 	// pods on the nodes Decide would start (Decide itself makes no call).
 	Blocked []string
+	// NextStart, with Hold HoldPostCompleteDelay, is when the next node
+	// may start (spec.rollout.postCompleteDelay).
+	NextStart time.Time
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -116,6 +119,7 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 	if d.Hold != "" {
 		d.Start, d.Verify = nil, nil
 	}
+	postCompleteDelay(ns, nodes, &d, now)
 	return d, nil
 }
 

@@ -21,6 +21,7 @@ type metrics struct {
 	longest     prometheus.Gauge
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
+	postComplete
 	collectable []prometheus.Collector
 }
 
@@ -66,7 +67,9 @@ func newMetrics() *metrics {
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
 	}
+	m.postComplete = newPostCompleteMetrics()
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	return m
 }
 

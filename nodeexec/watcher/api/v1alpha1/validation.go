@@ -195,6 +195,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
 		}
 	}
+	errs = append(errs, validatePostComplete(spec, s)...)
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:
@@ -380,6 +381,7 @@ var durationFields = [][]string{
 	{"spec", "reapply", "interval"},
 	{"spec", "rebootTimeout"},
 	{"spec", "maintenance", "drain", "timeout"},
+	{"spec", "rollout", "postCompleteDelay"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

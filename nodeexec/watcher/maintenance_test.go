@@ -87,7 +87,9 @@ func TestMaintenanceFailure(t *testing.T) {
 			t.Errorf("onFailure.cordon %t: unschedulable %t after the failure", keep, got)
 		}
 	}
-	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false)} })
+	ns := script(func(s *v1alpha1.NodeScriptSpec) {
+		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false)}
+	})
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) { n.Spec.Unschedulable = true }))
 	e.reconcile()
 	run := podName(ns, "n1", ActionRun, 1)

@@ -21,8 +21,9 @@ type metrics struct {
 	longest     prometheus.Gauge
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
-	postComplete
 	collectable []prometheus.Collector
+	// postComplete: prepull.go, postcomplete.go.
+	postComplete postComplete
 }
 
 func newMetrics() *metrics {

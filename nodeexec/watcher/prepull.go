@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -130,16 +131,19 @@ const (
 // prePullCommand), prePullFailed with a message when a container cannot
 // pull its image (ErrImagePull, ImagePullBackOff, InvalidImageName,
 // ErrImageNeverPull: PullMessage, with the registry's answer and the
-// fields to fix), the kubelet ended or refused the pod, or the timeout
-// passed; prePullGoing otherwise. A nil pod is going. Pure.
-func prePullStep(pod *corev1.Pod, since, now time.Time, timeout time.Duration) (string, string) {
+// fields to fix; image names the image when neither the pod's spec nor
+// its status does, as in the watcher's trimmed cache), the kubelet ended
+// or refused the pod, or the timeout passed; prePullGoing otherwise. A nil
+// pod is going. Pure.
+func prePullStep(pod *corev1.Pod, image string, since, now time.Time, timeout time.Duration) (string, string) {
 	if pod == nil {
 		return prePullGoing, ""
 	}
 	for i := range pod.Status.ContainerStatuses {
 		cs := &pod.Status.ContainerStatuses[i]
 		if w := cs.State.Waiting; w != nil && nodeexec.IsImagePullReason(w.Reason) {
-			return prePullFailed, w.Reason + ": " + PullMessage(podexec.ContainerImage(pod, cs.Name), w.Message)
+			img := cmp.Or(podexec.ContainerImage(pod, cs.Name), cs.Image, image)
+			return prePullFailed, w.Reason + ": " + PullMessage(img, w.Message)
 		}
 	}
 	pulled := len(pod.Status.ContainerStatuses) > 0 && len(pod.Status.ContainerStatuses) >= len(pod.Spec.Containers)
@@ -209,6 +213,7 @@ func (c *controller) prePull(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 		c.w.unexpect(pod.Name)
 		return true, fmt.Errorf("node %s: creating the pre-pull pod: %w", n.Name, err)
 	}
+	c.queue.AddAfter(ns.Name, PrePullRecheck) // the timeout, if no pod event comes first
 	return true, c.w.writeState(ctx, ns, n, next)
 }
 
@@ -240,13 +245,8 @@ func (c *controller) pulling(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 		}
 		pod = p
 	}
-	step, msg := prePullStep(pod, s.Since, now, prePullTimeout(ns))
-	var image string
-	if pod != nil && len(pod.Spec.Containers) > 0 {
-		image = pod.Spec.Containers[0].Image
-	} else if img, err := RunImage(&ns.Spec); err == nil {
-		image = img
-	}
+	image, _ := RunImage(&ns.Spec) // validated
+	step, msg := prePullStep(pod, image, s.Since, now, prePullTimeout(ns))
 	switch step {
 	case prePullGoing:
 		return nil

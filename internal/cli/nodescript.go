@@ -163,6 +163,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	if st.NextWindow != nil {
 		fmt.Fprintf(w, "maintenance window closed: opens at %s (in %s)\n", st.NextWindow.UTC().Format(time.RFC3339), st.NextWindow.Sub(now).Round(time.Second))
 	}
+	printPostComplete(w, ns, now)
 	if until, set, err := watcher.RunNowUntil(ns); set {
 		if err != nil {
 			fmt.Fprintf(w, "run-now: %v\n", err)

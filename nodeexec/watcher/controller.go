@@ -289,6 +289,10 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 			// The node is gone; its pods go with it (pod GC).
 			continue
 		}
+		if action == ActionPrePull {
+			c.strayPrePull(ctx, ns, n, pod) // judged in phase 2 (pulling)
+			continue
+		}
 		ready, since := nodeReady(n)
 		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
 		if out.Done && pod.DeletionTimestamp == nil && c.w.alreadyRecorded(pod.UID) {
@@ -423,6 +427,9 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			if !c.w.drainGoing(n.Name) && ns.Spec.Maintenance != nil && ns.Spec.Maintenance.Drain != nil {
 				c.drainBefore(ctx, ns, n) // after a restart of the watcher
 			}
+		case s.Phase == PhaseRunning && s.Maintenance == MaintenancePulling:
+			retryAt = earliest(retryAt, now.Add(PrePullRecheck))
+			work = append(work, func() error { return c.pulling(ctx, ns, hash, n, s, now) })
 		case s.Phase == PhaseRunning && !going.busy[n.Name] && !c.w.expected(s.Pod):
 			work = append(work, func() error { return c.lost(ctx, ns, n, s, now) })
 		case s.Phase == PhaseFailed && s.Infrastructure && s.NextRetry != nil:
@@ -443,6 +450,8 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			}
 			if s.CordonedByUs && n.Spec.Unschedulable {
 				work = append(work, func() error { return c.uncordon(ctx, ns, n, s, "it succeeded here") })
+			} else if wantsLabels(ns, hash, n, s) {
+				work = append(work, func() error { return c.labelNode(ctx, ns, n) })
 			}
 		}
 	}
@@ -491,7 +500,7 @@ func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
 	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
 		after = 2 * time.Second
 	}
-	for _, t := range []time.Time{d.NextWindow, d.RunNow} {
+	for _, t := range []time.Time{d.NextWindow, d.RunNow, d.NextStart} {
 		if t.IsZero() {
 			continue
 		}

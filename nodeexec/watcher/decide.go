@@ -83,6 +83,9 @@ type Decision struct {
 	// be refused (spec.maintenance.drain), as "NODE: WHY": set by the
 	// watcher (decideDrainable).
 	DrainBlocked []string
+	// NextStart, with Hold HoldPostCompleteDelay, is when the next node
+	// may start (spec.rollout.postCompleteDelay).
+	NextStart time.Time
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -121,6 +124,7 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 	if d.Hold != "" {
 		d.Start, d.Verify = nil, nil
 	}
+	postCompleteDelay(ns, nodes, &d, now)
 	return d, nil
 }
 

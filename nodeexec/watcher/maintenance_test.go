@@ -33,7 +33,7 @@ func (e *env) waitState(node string, ok func(NodeState) bool) NodeState {
 // (attempt 1), then uncordon after the success.
 func TestMaintenanceCordonDrainRunUncordon(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) {
-		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, Drain: &v1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}}
+		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false), Drain: &v1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}}
 	})
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
@@ -70,7 +70,7 @@ func TestMaintenanceCordonDrainRunUncordon(t *testing.T) {
 func TestMaintenanceFailure(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		ns := script(func(s *v1alpha1.NodeScriptSpec) {
-			s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true}
+			s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false)}
 			s.OnFailure.Cordon = keep
 			s.Rollout.MaxFailures = ptr.To(intstr.FromInt32(1))
 		})
@@ -87,7 +87,9 @@ func TestMaintenanceFailure(t *testing.T) {
 			t.Errorf("onFailure.cordon %t: unschedulable %t after the failure", keep, got)
 		}
 	}
-	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true} })
+	ns := script(func(s *v1alpha1.NodeScriptSpec) {
+		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false)}
+	})
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) { n.Spec.Unschedulable = true }))
 	e.reconcile()
 	run := podName(ns, "n1", ActionRun, 1)

@@ -25,6 +25,8 @@ type metrics struct {
 	drainBlocked               *prometheus.GaugeVec
 	drainChecks, drainTimeouts *prometheus.CounterVec
 	collectable                []prometheus.Collector
+	// postComplete: prepull.go, postcomplete.go.
+	postComplete postComplete
 }
 
 func newMetrics() *metrics {
@@ -69,8 +71,10 @@ func newMetrics() *metrics {
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
 	}
+	m.postComplete = newPostCompleteMetrics()
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
+	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	return m
 }
 

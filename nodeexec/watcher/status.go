@@ -63,8 +63,14 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		setCondition(st, v1alpha1.ConditionProgressing, progressing, d.Stage, msg, gen, now)
 		setCondition(st, v1alpha1.ConditionComplete, false, d.Stage, "", gen, now)
 	}
-	st.NextWindow = nil
+	st.NextWindow, st.NextStart = nil, nil
+	c.w.metrics.postComplete.nextStart.WithLabelValues(ns.Name).Set(0)
 	switch d.Hold {
+	case HoldPostCompleteDelay:
+		st.NextStart = &metav1.Time{Time: d.NextStart}
+		c.w.metrics.postComplete.nextStart.WithLabelValues(ns.Name).Set(float64(d.NextStart.Unix()))
+		setCondition(st, v1alpha1.ConditionProgressing, true, HoldPostCompleteDelay,
+			fmt.Sprintf("spec.rollout.postCompleteDelay: the next node starts at %s (%d running)", d.NextStart.UTC().Format(time.RFC3339), d.Counts.Running), gen, now)
 	case HoldPaused:
 		setCondition(st, v1alpha1.ConditionProgressing, false, HoldPaused,
 			fmt.Sprintf("paused: nothing new starts (%d running); resume with: nodeexec resume %s", d.Counts.Running, ns.Name), gen, now)
@@ -107,7 +113,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -237,6 +237,12 @@ type NodeScriptSpec struct {
 	// so workloads land only on fixed nodes.
 	// +optional
 	StartupTaint *corev1.Taint `json:"startupTaint,omitempty"`
+	// PostCompleteLabels are labels the watcher puts on a node once the
+	// script succeeded there (after spec.reboot and, on canaries, the
+	// verifyScript), e.g. {"example.com/kernel": "6.8"}. Not part of the
+	// spec hash; see docs/nodescript-prepull.md.
+	// +optional
+	PostCompleteLabels map[string]string `json:"postCompleteLabels,omitempty"`
 }
 
 // ScriptSource is where spec.scriptFrom reads the script: exactly one of
@@ -366,6 +372,12 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:XIntOrString
 	// +optional
 	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
+	// PostCompleteDelay is the pause after a node succeeded before another
+	// node starts, between nodes and between batches, counted from the
+	// last success recorded for the current spec. Defaults to 0.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 30s"
+	// +optional
+	PostCompleteDelay *metav1.Duration `json:"postCompleteDelay,omitempty"`
 }
 
 // FailurePolicy is what happens on a node where the script failed.
@@ -443,6 +455,11 @@ type MaintenanceSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxBlockedNodes int32 `json:"maxBlockedNodes,omitempty"`
+	// PrePull, under Cordon, pulls the run's image on the node with a
+	// short pod before cordoning it: an image that cannot be pulled fails
+	// the node (reason PrePullFailed, retried under spec.retry) with the
+	// node never cordoned. Defaults to true.
+	PrePull *bool `json:"prePull,omitempty"`
 }
 
 // DrainSpec is how a node is drained before its run (kubectl drain's flags).
@@ -561,6 +578,10 @@ type NodeScriptStatus struct {
 	// +optional
 	// +listType=atomic
 	DrainBlocked []string `json:"drainBlocked,omitempty"`
+	// NextStart is when the next node may start under
+	// spec.rollout.postCompleteDelay, while nodes wait for it. Unset
+	// otherwise.
+	NextStart *metav1.Time `json:"nextStart,omitempty"`
 	// Conditions: Progressing, Halted, Complete.
 	// +optional
 	// +listType=map

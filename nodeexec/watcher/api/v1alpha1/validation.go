@@ -196,6 +196,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		}
 		errs = append(errs, validateDrains(m, mp)...)
 	}
+	errs = append(errs, validatePostComplete(spec, s)...)
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:
@@ -381,6 +382,7 @@ var durationFields = [][]string{
 	{"spec", "reapply", "interval"},
 	{"spec", "rebootTimeout"},
 	{"spec", "maintenance", "drain", "timeout"},
+	{"spec", "rollout", "postCompleteDelay"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

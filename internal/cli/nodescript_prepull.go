@@ -1,0 +1,29 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// printPostComplete prints nodeexec status's lines for
+// spec.maintenance.prePull, spec.rollout.postCompleteDelay (and when the
+// next node may start, status.nextStart) and spec.postCompleteLabels.
+func printPostComplete(w io.Writer, ns *v1alpha1.NodeScript, now time.Time) {
+	if watcher.PrePulls(ns) {
+		fmt.Fprintln(w, "pre-pull: the run's image is pulled on each node before it is cordoned (spec.maintenance.prePull)")
+	}
+	if d := ns.Spec.Rollout.PostCompleteDelay; d != nil && d.Duration > 0 {
+		fmt.Fprintf(w, "post-complete delay: %s after each node succeeds before the next starts", d.Duration)
+		if t := ns.Status.NextStart; t != nil {
+			fmt.Fprintf(w, "; next start at %s (in %s)", t.UTC().Format(time.RFC3339), max(t.Sub(now), 0).Round(time.Second))
+		}
+		fmt.Fprintln(w)
+	}
+	if l := ns.Spec.PostCompleteLabels; len(l) > 0 {
+		fmt.Fprintf(w, "post-complete labels: %s on each node once it succeeded\n", watcher.FormatLabels(l))
+	}
+}

@@ -114,7 +114,7 @@ func firstInOrder(t *testing.T, ns *v1alpha1.NodeScript, names ...string) string
 
 func drainScript(mutate func(*v1alpha1.NodeScriptSpec)) *v1alpha1.NodeScript {
 	return script(func(s *v1alpha1.NodeScriptSpec) {
-		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, Drain: &v1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}}
+		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false), Drain: &v1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: time.Minute}}}
 		s.Rollout.Canary = ptr.To[int32](0)
 		s.Rollout.MaxConcurrency = ptr.To(intstr.FromInt32(1))
 		if mutate != nil {

@@ -21,6 +21,8 @@ type metrics struct {
 	longest     prometheus.Gauge
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
+	// budgetUnavailable and budgetMax: per MaintenanceBudget (budget.go).
+	budgetUnavailable, budgetMax *prometheus.GaugeVec
 	collectable []prometheus.Collector
 }
 
@@ -66,7 +68,13 @@ func newMetrics() *metrics {
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
 	}
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodeexec_watcher_budget_unavailable", Help: "Nodes a MaintenanceBudget selects that are out of service, by budget.",
+	}, []string{"budget"})
+	m.budgetMax = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodeexec_watcher_budget_max_unavailable", Help: "A MaintenanceBudget's maxUnavailable as a count of the nodes it selects, by budget.",
+	}, []string{"budget"})
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.budgetUnavailable, m.budgetMax}
 	return m
 }
 

@@ -237,6 +237,9 @@ type NodeScriptSpec struct {
 	// so workloads land only on fixed nodes.
 	// +optional
 	StartupTaint *corev1.Taint `json:"startupTaint,omitempty"`
+	// MaintenanceBudget, Exclusive, Priority: see types_budget.go's
+	// BudgetFields (docs/maintenancebudget.md).
+	BudgetFields `json:",inline"`
 }
 
 // ScriptSource is where spec.scriptFrom reads the script: exactly one of
@@ -544,9 +547,9 @@ type NodeScriptStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// AddToScheme registers NodeScript and NodeScriptList.
+// AddToScheme registers NodeScript, MaintenanceBudget and their lists.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &NodeScript{}, &NodeScriptList{})
+	s.AddKnownTypes(GroupVersion, &NodeScript{}, &NodeScriptList{}, &MaintenanceBudget{}, &MaintenanceBudgetList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -461,7 +461,7 @@ func (w *Watcher) run(ctx context.Context) error {
 			continue
 		}
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { enqueueAll() },
+			AddFunc: func(any) { enqueueAll() },
 			UpdateFunc: func(old, obj any) {
 				if !statusOnlyChange(old, obj) || inf == plans {
 					enqueueAll()

@@ -142,6 +142,13 @@ func TestWatcherBudget(t *testing.T) {
 	dyn := watcherSetup(t)
 	installBudgetCRD(ctx, t, dyn)
 	a, b := env.nodes[0], env.nodes[1]
+	// Last (after the watcher stopped): the Maintenance condition goes too.
+	t.Cleanup(func() {
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, watcher.MaintenanceConditionType)
+		for _, n := range []string{a, b} {
+			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), n, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		}
+	})
 	budget := uniqueName("e2e-budget-")
 	createBudget(ctx, t, dyn, budget, 1)
 	startWatcherWith(t, watcher.Options{Client: env.client, Dynamic: dyn, Resync: 2 * time.Second})

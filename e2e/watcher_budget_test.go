@@ -67,7 +67,9 @@ func createBudget(ctx context.Context, t *testing.T, dyn dynamic.Interface, name
 	if _, err := dyn.Resource(v1alpha1.BudgetResource).Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dyn.Resource(v1alpha1.BudgetResource).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = dyn.Resource(v1alpha1.BudgetResource).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 // budgetStatus reads MaintenanceBudget name's status.

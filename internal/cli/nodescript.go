@@ -48,7 +48,7 @@ func watcherClients(c *ucli.Context) (kubernetes.Interface, dynamic.Interface, e
 func applyCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "apply",
-		Usage:     "create or update NodeScripts from a YAML file (the watcher applies them to nodes)",
+		Usage:     "create or update NodeScripts (and MaintenanceBudgets) from a YAML file (the watcher applies them to nodes)",
 		ArgsUsage: " ",
 		Description: "Every document is validated first (fields named in each error), then accepted by the API\n" +
 			"server in a dry-run; only then is any applied (server-side apply), so nothing is half-applied.",
@@ -68,7 +68,7 @@ func applyCommand(streams Streams) *ucli.Command {
 				defer file.Close()
 				in = file
 			}
-			scripts, err := watcher.ParseNodeScripts(in)
+			scripts, budgets, err := watcher.ParseManifests(in)
 			if err != nil {
 				return err
 			}
@@ -76,11 +76,7 @@ func applyCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			results, err := watcher.Apply(c.Context, dyn, scripts)
-			for i, r := range results {
-				fmt.Fprintf(streams.Out, "nodescript.nodeexec.io/%s %s\n", scripts[i].Name, r)
-			}
-			return err
+			return applyManifests(c.Context, streams.Out, dyn, scripts, budgets)
 		},
 	}
 }
@@ -150,6 +146,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	for _, b := range st.DrainBlocked {
 		fmt.Fprintf(w, "drain blocked: %s (not cordoned; checked again every %s)\n", b, watcher.DrainRecheck)
 	}
+	printBudget(w, rep)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {

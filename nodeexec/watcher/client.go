@@ -37,6 +37,12 @@ var ErrCRDNotInstalled = errors.New("the NodeScript CRD (nodescripts.nodeexec.io
 // all errors of all documents are returned together, so that nothing is
 // applied when any is wrong.
 func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
+	return parseDocuments(r, nil)
+}
+
+// parseDocuments is ParseNodeScripts; with budgets set, MaintenanceBudget
+// documents are accepted too and added to it (parseBudget).
+func parseDocuments(r io.Reader, budgets *[]*v1alpha1.MaintenanceBudget) ([]*v1alpha1.NodeScript, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var (
 		out   []*v1alpha1.NodeScript
@@ -59,6 +65,10 @@ func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
 			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
+			continue
+		}
+		if budgets != nil && tm.APIVersion == v1alpha1.GroupVersion.String() && tm.Kind == "MaintenanceBudget" {
+			errs = append(errs, parseBudget(i, doc, budgets)...)
 			continue
 		}
 		if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != "NodeScript" {
@@ -92,7 +102,7 @@ func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && (budgets == nil || len(*budgets) == 0) {
 		return nil, errors.New("no NodeScript found in the input")
 	}
 	return out, nil
@@ -269,6 +279,10 @@ type Report struct {
 	// spec.recordOutput set): for example, no right to list ConfigMaps in
 	// the run namespace. Empty otherwise.
 	OutputError string `json:"outputError,omitempty"`
+	// Budget is spec.maintenanceBudget's MaintenanceBudget, nil without
+	// one; BudgetError says why it could not be read.
+	Budget      *v1alpha1.MaintenanceBudget `json:"budget,omitempty"`
+	BudgetError string                      `json:"budgetError,omitempty"`
 }
 
 // Status reads a NodeScript and every node's state for it (one list of
@@ -290,6 +304,7 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 	}
 	hash := CurrentHash(ns)
 	rep := &Report{NodeScript: ns}
+	rep.Budget, rep.BudgetError = reportBudget(ctx, dyn, ns)
 	var records []corev1.ConfigMap
 	if ns.Spec.RecordOutput {
 		l, err := client.CoreV1().ConfigMaps(RunNamespace(&ns.Spec)).List(ctx, metav1.ListOptions{LabelSelector: LabelNodeScript + "=" + name})

@@ -156,6 +156,7 @@ func (c *controller) nodeConditions(ctx context.Context, ns *v1alpha1.NodeScript
 		}
 		work = append(work, func() error { return c.w.writeCondition(ctx, ns.Name, n.Name, have, want, now) })
 	}
+	work = append(work, func() error { return c.maintenanceConditions(ctx, ns, cached, now) })
 	return c.parallel(work)
 }
 

@@ -78,6 +78,8 @@ type controller struct {
 	scripts cache.Store
 	events  record.EventRecorder
 	queue   workqueue.TypedRateLimitingInterface[string]
+	// budgets and plans: MaintenanceBudgets and SUC Plans, nil when not served.
+	budgets, plans cache.Store
 }
 
 func (c *controller) processNext(ctx context.Context) bool {
@@ -111,6 +113,9 @@ func (c *controller) processNext(ctx context.Context) bool {
 // Decide allows, sets its condition on the nodes, and writes the status. It returns when to look
 // again (0: on the next change or resync).
 func (c *controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	if b, ok := budgetKey(name); ok {
+		return c.reconcileBudget(ctx, b)
+	}
 	// 0. The NodeScript, its deletion, its finalizer and its validity.
 	ns, err := c.admit(ctx, name)
 	if ns == nil || err != nil {
@@ -154,7 +159,9 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !recheck.IsZero() && (retryAt.IsZero() || recheck.Before(retryAt)) {
 		retryAt = recheck
 	}
-	if len(d.Blocked) > 0 {
+	d, release := c.budgetGate(ctx, ns, d, nodes, cached, now)
+	defer release()
+	if len(d.Blocked) > 0 || d.Waiting != "" {
 		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
 			retryAt = t
 		}

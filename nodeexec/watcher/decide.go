@@ -86,12 +86,18 @@ type Decision struct {
 	// NextStart, with Hold HoldPostCompleteDelay, is when the next node
 	// may start (spec.rollout.postCompleteDelay).
 	NextStart time.Time
+	// Waiting, when set, says why nodes wait for the MaintenanceBudget
+	// (set by the watcher's budgetGate, with Hold HoldBudget when nothing starts).
+	Waiting string
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
 const (
 	HoldPaused        = "Paused"
 	HoldOutsideWindow = "OutsideMaintenanceWindow"
+	// HoldBudget: the NodeScript's MaintenanceBudget has no room (or
+	// cannot be counted) for any node it would start (budget.go).
+	HoldBudget = "BudgetExhausted"
 )
 
 // Decide computes the rollout's next step from the observed state: level

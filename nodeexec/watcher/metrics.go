@@ -27,6 +27,9 @@ type metrics struct {
 	collectable                []prometheus.Collector
 	// postComplete: prepull.go, postcomplete.go.
 	postComplete postComplete
+
+	// budgetUnavailable and budgetMax: per MaintenanceBudget (budget.go).
+	budgetUnavailable, budgetMax *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -75,6 +78,13 @@ func newMetrics() *metrics {
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
+	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodeexec_watcher_budget_unavailable", Help: "Nodes a MaintenanceBudget selects that are out of service, by budget.",
+	}, []string{"budget"})
+	m.budgetMax = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodeexec_watcher_budget_max_unavailable", Help: "A MaintenanceBudget's maxUnavailable as a count of the nodes it selects, by budget.",
+	}, []string{"budget"})
+	m.collectable = append(m.collectable, m.budgetUnavailable, m.budgetMax)
 	return m
 }
 

@@ -45,7 +45,7 @@ func trimNode(obj any) (any, error) {
 func ourAnnotations(a map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range a {
-		if _, ok := nodeAnnotation(k); ok {
+		if _, ok := nodeAnnotation(k); ok || k == KuredRebootAnnotation {
 			if out == nil {
 				out = map[string]string{}
 			}

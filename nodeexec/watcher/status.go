@@ -79,6 +79,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		setCondition(st, v1alpha1.ConditionProgressing, false, HoldOutsideWindow,
 			fmt.Sprintf("outside the maintenance window: nothing new starts (%d running) until it opens at %s", d.Counts.Running, d.NextWindow.UTC().Format(time.RFC3339)), gen, now)
 	}
+	c.budgetStatus(ns, st, d, now)
 	if startErr != nil {
 		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,6 +164,10 @@ type Options struct {
 	// it Start returns an error with the last failure. Defaults to
 	// DefaultSyncTimeout; it must not be negative.
 	SyncTimeout time.Duration
+	// KuredDaemonSets are kured's DaemonSets ("NAMESPACE/NAME") whose
+	// KuredLockAnnotation the MaintenanceBudget count reads. Defaults to
+	// [DefaultKuredDaemonSet]. RBAC: get on daemonsets there.
+	KuredDaemonSets []string
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -200,6 +205,8 @@ type Watcher struct {
 	// drainVerdicts holds per NodeScript and node the last drain check that
 	// found the node blocked, for DrainRecheck (drains.go).
 	drainVerdicts map[string]map[string]drainVerdict
+	// ledger serializes the MaintenanceBudget and exclusivity decisions.
+	ledger ledger
 }
 
 type decodedState struct {
@@ -287,6 +294,14 @@ func New(o Options) (*Watcher, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.KuredDaemonSets == nil {
+		o.KuredDaemonSets = []string{DefaultKuredDaemonSet}
+	}
+	for _, ds := range o.KuredDaemonSets {
+		if ns, name, ok := strings.Cut(ds, "/"); !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("watcher: Options.KuredDaemonSets: %q: want NAMESPACE/NAME, e.g. %s", ds, DefaultKuredDaemonSet)
+		}
 	}
 	m := newMetrics()
 	if o.Metrics != nil {
@@ -426,6 +441,7 @@ func (w *Watcher) run(ctx context.Context) error {
 	nodes := nodeFactory.Core().V1().Nodes()
 	pods := podFactory.Core().V1().Pods()
 	scripts := nsFactory.ForResource(v1alpha1.Resource)
+	budgets, plans := w.budgetInformers(ctx, nsFactory)
 	if err := pods.Informer().AddIndexers(podIndexers()); err != nil {
 		return err
 	}
@@ -438,6 +454,27 @@ func (w *Watcher) run(ctx context.Context) error {
 	enqueueAll := func() {
 		for _, key := range scripts.Informer().GetStore().ListKeys() {
 			queue.Add(key)
+		}
+		if budgets != nil {
+			for _, key := range budgets.GetStore().ListKeys() {
+				queue.Add(budgetKeyPrefix + key)
+			}
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{budgets, plans} {
+		if inf == nil {
+			continue
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { enqueueAll() },
+			UpdateFunc: func(old, obj any) {
+				if !statusOnlyChange(old, obj) || inf == plans {
+					enqueueAll()
+				}
+			},
+			DeleteFunc: func(any) { enqueueAll() },
+		}); err != nil {
+			return err
 		}
 	}
 	if _, err := scripts.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -506,6 +543,15 @@ func (w *Watcher) run(ctx context.Context) error {
 		w: w, nodes: nodes.Lister(), pods: pods.Informer().GetIndexer(), scripts: scripts.Informer().GetStore(),
 		events: recorder, queue: queue,
 	}
+	synced := []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced}
+	if budgets != nil {
+		c.budgets = budgets.GetStore()
+		synced = append(synced, budgets.HasSynced)
+	}
+	if plans != nil {
+		c.plans = plans.GetStore()
+		synced = append(synced, plans.HasSynced)
+	}
 
 	// Each informer's failed list or watch is logged (client-go would log
 	// it to klog, which a CLI silences), and the last kept for the error
@@ -538,9 +584,9 @@ func (w *Watcher) run(ctx context.Context) error {
 	defer shutdownWithin(log, StopGrace, nodeFactory.Shutdown, podFactory.Shutdown, nsFactory.Shutdown)
 	t0 := w.o.Clock.Now()
 	syncCtx, syncCancel := context.WithDeadline(ctx, syncBy)
-	synced := cache.WaitForCacheSync(syncCtx.Done(), nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced)
+	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)
 	syncCancel()
-	if !synced {
+	if !ok {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -243,6 +243,9 @@ type NodeScriptSpec struct {
 	// spec hash; see docs/nodescript-prepull.md.
 	// +optional
 	PostCompleteLabels map[string]string `json:"postCompleteLabels,omitempty"`
+	// MaintenanceBudget, Exclusive, Priority: see types_budget.go's
+	// BudgetFields (docs/maintenancebudget.md).
+	BudgetFields `json:",inline"`
 }
 
 // ScriptSource is where spec.scriptFrom reads the script: exactly one of
@@ -589,9 +592,9 @@ type NodeScriptStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// AddToScheme registers NodeScript and NodeScriptList.
+// AddToScheme registers NodeScript, MaintenanceBudget and their lists.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &NodeScript{}, &NodeScriptList{})
+	s.AddKnownTypes(GroupVersion, &NodeScript{}, &NodeScriptList{}, &MaintenanceBudget{}, &MaintenanceBudgetList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -292,6 +292,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.NotSupported(tp.Child("effect"), t.Effect, TaintEffects()))
 		}
 	}
+	errs = append(errs, validateBudgetFields(spec, s)...)
 	return errs
 }
 

@@ -277,9 +277,9 @@ func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScrip
 		recheck = t
 	}
 	c.w.metrics.drainBlocked.WithLabelValues(ns.Name).Set(float64(len(d.DrainBlocked)))
-	if max := m.MaxBlockedNodes; max > 0 && len(d.DrainBlocked) >= int(max) && d.Stage != StageComplete && d.Stage != StageHalted {
+	if limit := m.MaxBlockedNodes; limit > 0 && len(d.DrainBlocked) >= int(limit) && d.Stage != StageComplete && d.Stage != StageHalted {
 		d.Stage, d.Start, d.Verify, d.Hold = StageHalted, nil, nil, ""
-		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", HaltDrainBlocked, len(d.DrainBlocked), max, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
+		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", HaltDrainBlocked, len(d.DrainBlocked), limit, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
 	}
 	return d, recheck, nil
 }

@@ -318,6 +318,9 @@ func (c *controller) drainVerdict(ctx context.Context, ns *v1alpha1.NodeScript, 
 	c.w.metrics.drainChecks.WithLabelValues(ns.Name, result).Inc()
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
+	if c.w.drainVerdicts == nil {
+		c.w.drainVerdicts = map[string]map[string]drainVerdict{}
+	}
 	if c.w.drainVerdicts[ns.Name] == nil {
 		c.w.drainVerdicts[ns.Name] = map[string]drainVerdict{}
 	}
@@ -406,7 +409,13 @@ func (c *controller) forceDrain(ctx context.Context, ns *v1alpha1.NodeScript, n 
 	return nil
 }
 
-// drainMetrics adds the drain checks' metrics to m.
+// drainMetricSet are the drain checks' metrics (part of metrics).
+type drainMetricSet struct {
+	drainBlocked               *prometheus.GaugeVec
+	drainChecks, drainTimeouts *prometheus.CounterVec
+}
+
+// drainMetrics makes the drain checks' metrics of m.
 func (m *metrics) drainMetrics() []prometheus.Collector {
 	m.drainBlocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nodeexec_watcher_drain_blocked_nodes",

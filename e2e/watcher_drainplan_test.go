@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +16,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -290,4 +294,55 @@ spec:
 		t.Errorf("%s: %+v, unschedulable %t", node, s, n.Spec.Unschedulable)
 	}
 	t.Logf("complete: %+v", ns.Status)
+}
+
+// TestApplyRejectsBadDrains: nodeexec apply refuses each bad drain field,
+// naming it, and applies nothing; the CRD's schema and CEL rules refuse
+// them too (a client that bypasses nodeexec apply).
+func TestApplyRejectsBadDrains(t *testing.T) {
+	ctx := context.Background()
+	dyn := watcherSetup(t)
+	good := "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n  script: 'true'\n"
+	cases := []struct {
+		name        string
+		maintenance map[string]any
+		want        string
+	}{
+		{"ontimeout", map[string]any{"cordon": true, "drain": map[string]any{"timeout": "1m", "onTimeout": "Evict"}}, "spec.maintenance.drain.onTimeout"},
+		{"force-no-timeout", map[string]any{"cordon": true, "drain": map[string]any{"onTimeout": "Force"}}, "Force"},
+		{"maxblocked-negative", map[string]any{"cordon": true, "drain": map[string]any{}, "maxBlockedNodes": -1}, "spec.maintenance.maxBlockedNodes"},
+		{"maxblocked-no-drain", map[string]any{"cordon": true, "maxBlockedNodes": 2}, "maxBlockedNodes"},
+	}
+	dir := t.TempDir()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			name := uniqueName("e2e-bad-")
+			m, _ := json.Marshal(c.maintenance) // JSON is YAML
+			body := fmt.Sprintf(good, name+"-ok") + "---\n" + fmt.Sprintf(good, name) + "  maintenance: " + string(m) + "\n"
+			file := dir + "/" + c.name + ".yaml"
+			if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, errOut, code := cli(ctx, "", "apply", "-f", file)
+			if code == 0 || !strings.Contains(errOut, c.want) {
+				t.Errorf("apply: exit %d, stderr %q; want a failure naming %s", code, errOut, c.want)
+			}
+			for _, n := range []string{name, name + "-ok"} {
+				if _, err := dyn.Resource(v1alpha1.Resource).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("nodescript %s exists after a refused apply", n)
+					_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, n, metav1.DeleteOptions{})
+				}
+			}
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "nodeexec.io/v1alpha1", "kind": "NodeScript", "metadata": map[string]any{"name": name},
+				"spec": map[string]any{"nodeSelector": map[string]any{}, "script": "true", "maintenance": c.maintenance},
+			}}
+			if _, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("API server: %v; want a refusal naming %s", err, c.want)
+				if err == nil {
+					_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{})
+				}
+			}
+		})
+	}
 }

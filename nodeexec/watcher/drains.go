@@ -277,9 +277,9 @@ func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScrip
 		recheck = t
 	}
 	c.w.metrics.drainBlocked.WithLabelValues(ns.Name).Set(float64(len(d.DrainBlocked)))
-	if max := m.MaxBlockedNodes; max > 0 && len(d.DrainBlocked) >= int(max) && d.Stage != StageComplete && d.Stage != StageHalted {
+	if limit := m.MaxBlockedNodes; limit > 0 && len(d.DrainBlocked) >= int(limit) && d.Stage != StageComplete && d.Stage != StageHalted {
 		d.Stage, d.Start, d.Verify, d.Hold = StageHalted, nil, nil, ""
-		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", HaltDrainBlocked, len(d.DrainBlocked), max, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
+		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", HaltDrainBlocked, len(d.DrainBlocked), limit, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
 	}
 	return d, recheck, nil
 }
@@ -318,6 +318,9 @@ func (c *controller) drainVerdict(ctx context.Context, ns *v1alpha1.NodeScript, 
 	c.w.metrics.drainChecks.WithLabelValues(ns.Name, result).Inc()
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
+	if c.w.drainVerdicts == nil {
+		c.w.drainVerdicts = map[string]map[string]drainVerdict{}
+	}
 	if c.w.drainVerdicts[ns.Name] == nil {
 		c.w.drainVerdicts[ns.Name] = map[string]drainVerdict{}
 	}
@@ -406,7 +409,13 @@ func (c *controller) forceDrain(ctx context.Context, ns *v1alpha1.NodeScript, n 
 	return nil
 }
 
-// drainMetrics adds the drain checks' metrics to m.
+// drainMetricSet are the drain checks' metrics (part of metrics).
+type drainMetricSet struct {
+	drainBlocked               *prometheus.GaugeVec
+	drainChecks, drainTimeouts *prometheus.CounterVec
+}
+
+// drainMetrics makes the drain checks' metrics of m.
 func (m *metrics) drainMetrics() []prometheus.Collector {
 	m.drainBlocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nodeexec_watcher_drain_blocked_nodes",

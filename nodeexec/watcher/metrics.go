@@ -10,24 +10,22 @@ import (
 // metrics are the watcher's Prometheus metrics. It is also the workqueue's
 // MetricsProvider (one queue, named "nodescripts").
 type metrics struct {
-	runs       *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	nodes      *prometheus.GaugeVec
-	depth      prometheus.Gauge
-	adds       prometheus.Counter
-	latency    prometheus.Histogram
-	work       prometheus.Histogram
-	unfinished prometheus.Gauge
-	longest    prometheus.Gauge
-	retries    prometheus.Counter
-	reconciles *prometheus.CounterVec
-	// drains.go: drainMetrics.
-	drainBlocked               *prometheus.GaugeVec
-	drainChecks, drainTimeouts *prometheus.CounterVec
-	collectable                []prometheus.Collector
+	runs        *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	nodes       *prometheus.GaugeVec
+	depth       prometheus.Gauge
+	adds        prometheus.Counter
+	latency     prometheus.Histogram
+	work        prometheus.Histogram
+	unfinished  prometheus.Gauge
+	longest     prometheus.Gauge
+	retries     prometheus.Counter
+	reconciles  *prometheus.CounterVec
+	collectable []prometheus.Collector
+
+	drainMetricSet // drains.go
 	// postComplete: prepull.go, postcomplete.go.
 	postComplete postComplete
-
 	// budgetUnavailable and budgetMax: per MaintenanceBudget (budget.go).
 	budgetUnavailable, budgetMax *prometheus.GaugeVec
 }

@@ -203,7 +203,7 @@ type Watcher struct {
 	// recorded once.
 	runNow map[string]string
 	// drainVerdicts holds per NodeScript and node the last drain check that
-	// found the node blocked, for DrainRecheck (drains.go).
+	// found the node blocked, for DrainRecheck (drains.go; made on first use).
 	drainVerdicts map[string]map[string]drainVerdict
 	// ledger serializes the MaintenanceBudget and exclusivity decisions.
 	ledger ledger
@@ -315,10 +315,9 @@ func New(o Options) (*Watcher, error) {
 		created:  map[string]time.Time{},
 		deleted:  map[types.UID]time.Time{},
 		draining: map[string]bool{}, rebooting: map[string]bool{},
-		decoded:       map[string]map[string]decodedState{},
-		conds:         map[string]map[string]*corev1.NodeCondition{},
-		runNow:        map[string]string{},
-		drainVerdicts: map[string]map[string]drainVerdict{},
+		decoded: map[string]map[string]decodedState{},
+		conds:   map[string]map[string]*corev1.NodeCondition{},
+		runNow:  map[string]string{},
 	}, nil
 }
 

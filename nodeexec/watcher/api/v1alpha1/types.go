@@ -436,6 +436,20 @@ type MaintenanceSpec struct {
 	// +kubebuilder:validation:XIntOrString
 	// +optional
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// Silences are Alertmanager silences created for each node before it
+	// is cordoned and expired after it is uncordoned (see Silence). They
+	// need Cordon. At most MaxSilences.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	Silences []Silence `json:"silences,omitempty"`
+	// SilencesRequired, when true (the default), starts no node whose
+	// silences could not all be created: the node is not cordoned, and the
+	// failure (reason SilenceFailed) is an infrastructure failure retried
+	// under spec.retry. False: a Warning Event SilenceFailed, and the node
+	// goes on without the silence.
+	// +optional
+	SilencesRequired *bool `json:"silencesRequired,omitempty"`
 }
 
 // DrainSpec is how a node is drained before its run (kubectl drain's flags).

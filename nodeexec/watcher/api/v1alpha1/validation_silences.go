@@ -26,7 +26,8 @@ const (
 // parsed in Alertmanager's matcher syntax
 // (github.com/prometheus/alertmanager/pkg/labels.ParseMatcher), then, with
 // s.NodeLabel set, NodeLabel="node". It fails on a matcher that does not
-// parse (one without an operator among them), naming it by its index, and
+// parse (one without an operator among them), naming it by its index, on a
+// NodeLabel that is not a label name ([a-zA-Z_][a-zA-Z0-9_]*), and
 // when every matcher matches the empty string (Alertmanager refuses such a
 // silence: it would silence every alert).
 func SilenceMatchers(s Silence, node string) ([]*amlabels.Matcher, error) {
@@ -39,6 +40,9 @@ func SilenceMatchers(s Silence, node string) ([]*amlabels.Matcher, error) {
 		ms = append(ms, pm)
 	}
 	if s.NodeLabel != "" {
+		if !labelName(s.NodeLabel) {
+			return nil, fmt.Errorf("nodeLabel %q: not a label name (letters, digits, _; not starting with a digit)", s.NodeLabel)
+		}
 		nm, err := amlabels.NewMatcher(amlabels.MatchEqual, s.NodeLabel, node)
 		if err != nil {
 			return nil, fmt.Errorf("nodeLabel %q: %w", s.NodeLabel, err)

@@ -14,9 +14,12 @@ func TestValidateSilences(t *testing.T) {
 		mutate func(*MaintenanceSpec)
 		want   []string // nil = valid
 	}{
-		"valid":            {func(*MaintenanceSpec) {}, nil},
-		"nodeLabel only":   {func(m *MaintenanceSpec) { m.Silences[0].Matchers = nil }, nil},
-		"regex and https":  {func(m *MaintenanceSpec) { m.Silences[0].URL = "https://am.example.com/prefix/"; m.Silences[0].Matchers = []string{`alertname=~"A|B"`, `severity!="info"`} }, nil},
+		"valid":          {func(*MaintenanceSpec) {}, nil},
+		"nodeLabel only": {func(m *MaintenanceSpec) { m.Silences[0].Matchers = nil }, nil},
+		"regex and https": {func(m *MaintenanceSpec) {
+			m.Silences[0].URL = "https://am.example.com/prefix/"
+			m.Silences[0].Matchers = []string{`alertname=~"A|B"`, `severity!="info"`}
+		}, nil},
 		"duration set":     {func(m *MaintenanceSpec) { m.Silences[0].Duration = &metav1.Duration{Duration: time.Hour} }, nil},
 		"no cordon":        {func(m *MaintenanceSpec) { m.Cordon = false; m.MaxUnavailable = nil }, []string{"spec.maintenance.cordon: Invalid value: false: maintenance.silences needs cordon: true"}},
 		"no operator":      {func(m *MaintenanceSpec) { m.Silences[0].Matchers = []string{"KubeNodeNotReady"} }, []string{`spec.maintenance.silences[0].matchers[0]: Invalid value: "KubeNodeNotReady": want an Alertmanager matcher`}},
@@ -30,9 +33,11 @@ func TestValidateSilences(t *testing.T) {
 		"zero":             {func(m *MaintenanceSpec) { m.Silences[0].Duration = &metav1.Duration{} }, []string{"spec.maintenance.silences[0].duration: Invalid value"}},
 		"bad nodeLabel":    {func(m *MaintenanceSpec) { m.Silences[0].NodeLabel = "k8s.io/node" }, []string{`spec.maintenance.silences[0].nodeLabel: Invalid value: "k8s.io/node"`}},
 		"nothing to match": {func(m *MaintenanceSpec) { m.Silences[0].Matchers, m.Silences[0].NodeLabel = nil, "" }, []string{"spec.maintenance.silences[0].matchers", "no matchers"}},
-		"matches all":      {func(m *MaintenanceSpec) { m.Silences[0].Matchers, m.Silences[0].NodeLabel = []string{`alertname=~".*"`}, "" }, []string{"spec.maintenance.silences[0].matchers", "empty string"}},
-		"too many":         {func(m *MaintenanceSpec) { m.Silences = append(m.Silences, ok, ok, ok, ok) }, []string{"spec.maintenance.silences: Too many: 5"}},
-		"long comment":     {func(m *MaintenanceSpec) { m.Silences[0].Comment = strings.Repeat("c", MaxSilenceCommentBytes+1) }, []string{"spec.maintenance.silences[0].comment: Too long"}},
+		"matches all": {func(m *MaintenanceSpec) {
+			m.Silences[0].Matchers, m.Silences[0].NodeLabel = []string{`alertname=~".*"`}, ""
+		}, []string{"spec.maintenance.silences[0].matchers", "empty string"}},
+		"too many":     {func(m *MaintenanceSpec) { m.Silences = append(m.Silences, ok, ok, ok, ok) }, []string{"spec.maintenance.silences: Too many: 5"}},
+		"long comment": {func(m *MaintenanceSpec) { m.Silences[0].Comment = strings.Repeat("c", MaxSilenceCommentBytes+1) }, []string{"spec.maintenance.silences[0].comment: Too long"}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -244,3 +245,66 @@ func refused(ctx context.Context, t *testing.T, args []string, want ...string) (
 	}
 	return stdout, stderr
 }
+
+// cordonLog records, from a watch of one node (started by watchCordon),
+// when the node was first seen cordoned: a cordon that lasts a moment
+// between two polls is seen too.
+type cordonLog struct {
+	mu    sync.Mutex
+	first time.Time
+}
+
+// watchCordon watches node until the test ends; the node must not be
+// cordoned when it starts.
+func watchCordon(t *testing.T, node string) *cordonLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable {
+		cancel()
+		t.Fatalf("node %s is cordoned before the test", node)
+	}
+	l := &cordonLog{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rv := n.ResourceVersion
+		for ctx.Err() == nil {
+			w, err := env.client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: rv})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Node)
+				if !ok || ev.Type == watch.Error {
+					continue
+				}
+				rv = p.ResourceVersion
+				if p.Spec.Unschedulable {
+					l.mu.Lock()
+					if l.first.IsZero() {
+						l.first = time.Now()
+					}
+					l.mu.Unlock()
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+// firstCordon is when the node was first seen cordoned (zero: never).
+func (l *cordonLog) firstCordon() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
+}
+
+// cordoned reports whether the node was ever seen cordoned.
+func (l *cordonLog) cordoned() bool { return !l.firstCordon().IsZero() }

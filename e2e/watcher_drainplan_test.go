@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,41 +84,6 @@ func drainWorkload(ctx context.Context, t *testing.T, name, node string, replica
 	}) {
 		t.Fatalf("workload %s not ready on %s", name, node)
 	}
-}
-
-// cordonLog records, polling every 100 ms, when node was first seen
-// cordoned.
-type cordonLog struct {
-	mu    sync.Mutex
-	first time.Time
-}
-
-func watchCordon(t *testing.T, node string) *cordonLog {
-	l := &cordonLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			if err == nil && n.Spec.Unschedulable {
-				l.mu.Lock()
-				if l.first.IsZero() {
-					l.first = time.Now()
-				}
-				l.mu.Unlock()
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	return l
-}
-
-func (l *cordonLog) firstCordon() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.first
 }
 
 // nodeEvent reports whether an Event of reason on node names all of want.

@@ -8,66 +8,17 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
-
-// watchCordon records, from a watch of node, whether it was ever seen
-// unschedulable until stop is called.
-func watchCordon(ctx context.Context, t *testing.T, node string) (cordoned func() bool) {
-	t.Helper()
-	var (
-		mu  sync.Mutex
-		hit bool
-	)
-	n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.Spec.Unschedulable {
-		t.Fatalf("node %s is cordoned before the test", node)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rv := n.ResourceVersion
-		for wctx.Err() == nil {
-			w, err := env.client.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: rv})
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			for ev := range w.ResultChan() {
-				if p, ok := ev.Object.(*corev1.Node); ok && ev.Type != watch.Error {
-					rv = p.ResourceVersion
-					if p.Spec.Unschedulable {
-						mu.Lock()
-						hit = true
-						mu.Unlock()
-					}
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return hit
-	}
-}
 
 // TestWatcherPrePull: spec.maintenance.prePull, spec.rollout.postCompleteDelay
 // and spec.postCompleteLabels on the real nodes.
@@ -91,7 +42,7 @@ func TestWatcherPrePull(t *testing.T) {
 	bad := uniqueName("e2e-prepull-bad-")
 	badPods := recordPods(t, bad)
 	cleanupNodeScript(t, dyn, bad, first)
-	cordoned := watchCordon(ctx, t, first)
+	cordons := watchCordon(t, first)
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
 kind: NodeScript
@@ -114,7 +65,7 @@ spec:
 		!strings.Contains(s.Message, "spec.backend.image") || !strings.Contains(s.Message, "cannot be pulled") {
 		t.Errorf("failure recorded as %+v; want PrePullFailed naming %s and spec.backend.image", s, missing)
 	}
-	if cordoned() {
+	if cordons.cordoned() {
 		t.Errorf("node %s was cordoned although its image could not be pulled", first)
 	}
 	if got := badPods.runs(first, watcher.ActionRun); len(got) != 0 {

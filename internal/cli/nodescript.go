@@ -235,6 +235,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Node, phase, exit, s.Attempts, age, orDash(reason), cordoned, orDash(out))
 	}
 	tw.Flush()
+	printSilences(w, rep, now)
 }
 
 func orDash(s string) string {

@@ -462,7 +462,15 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			}
 		}
 	}
-	return nodes, retryAt, c.parallel(work)
+	if err := c.parallel(work); err != nil {
+		return nodes, retryAt, err
+	}
+	// Silences of nodes back in service expired (after the uncordons above).
+	t, err := c.silenceUpkeep(ctx, ns, cached, now)
+	if !t.IsZero() && (retryAt.IsZero() || t.Before(retryAt)) {
+		retryAt = t
+	}
+	return nodes, retryAt, err
 }
 
 // startRuns is phase 3. Inputs: ns, the decision d taken on nodes (the

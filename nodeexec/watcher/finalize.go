@@ -114,6 +114,7 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 					c.events.Eventf(n, corev1.EventTypeWarning, ReasonLeftCordoned,
 						"nodescript %s was deleted; the node stays cordoned (it was cordoned after a failure): kubectl uncordon %s once it is fixed", ns.Name, n.Name)
 				}
+				c.releaseSilences(ctx, ns, n) // its record goes: expired first
 				return removeAnnotations(ctx, c.w.o.Client, n.Name, keys...)
 			})
 		}

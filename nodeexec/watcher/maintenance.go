@@ -51,8 +51,14 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	if s.Hash == hash {
 		next.Attempts, next.AttemptsBefore, next.Checked = s.Attempts, s.AttemptsBefore, s.Checked
 	}
+	held, err := c.silencesBefore(ctx, ns, hash, n, s, now) // spec.maintenance.silences, before the cordon
+	if err != nil {
+		return c.silenceFailed(ctx, ns, hash, n, s, err, now)
+	}
+	next.Silences = held
 	if !n.Spec.Unschedulable {
 		if err := c.cordon(ctx, n, true); err != nil {
+			c.expireSilences(ctx, ns, n, held, now)
 			return err
 		}
 		next.CordonedByUs = true

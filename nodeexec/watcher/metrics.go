@@ -21,6 +21,7 @@ type metrics struct {
 	longest     prometheus.Gauge
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
+	silences    *prometheus.CounterVec
 	collectable []prometheus.Collector
 
 	drainMetricSet // drains.go
@@ -71,9 +72,10 @@ func newMetrics() *metrics {
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
+		silences: newSilenceMetric(),
 	}
 	m.postComplete = newPostCompleteMetrics()
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{

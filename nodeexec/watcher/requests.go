@@ -128,6 +128,6 @@ func (c *controller) rerun(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 func runAgain(s NodeState, hash string, now time.Time, reason string) NodeState {
 	return NodeState{
 		Hash: hash, Phase: PhasePending, Attempts: s.Attempts, AttemptsBefore: s.Attempts, Since: now, Reason: reason,
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences,
 	}
 }

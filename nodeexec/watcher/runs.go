@@ -67,6 +67,7 @@ func runningState(prev NodeState, pod *corev1.Pod) NodeState {
 	return NodeState{
 		Hash: hash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: attemptsBefore(prev, hash), Since: pod.CreationTimestamp.Time,
 		Pod: pod.Name, BootID: startBootID(pod, prev), CordonedByUs: prev.CordonedByUs, Cordoned: prev.Cordoned && prev.CordonedByUs,
+		Silences: prev.Silences,
 	}
 }
 
@@ -162,7 +163,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			break // recorded before; only the pod's deletion is left
 		}
 		next := NodeState{Hash: podHash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, podHash), Since: now, Pod: pod.Name, Reason: out.Reason,
-			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
+			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
 		output := out.Tail
 		switch result {
 		case "infrastructure":
@@ -382,7 +383,7 @@ func runsScript(action string) bool { return action == ActionRun || action == Ac
 // It is a pure function.
 func checked(s NodeState, hash string, attempt int, pod, bootID string, out Outcome, now time.Time) NodeState {
 	next := NodeState{Hash: hash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, hash), Since: now, Pod: pod,
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
 	switch {
 	case out.Infrastructure:
 		next.Phase, next.Infrastructure, next.Reason, next.Message = PhaseFailed, true, out.Reason, out.Message

@@ -141,6 +141,11 @@ type NodeState struct {
 	Cordoned bool `json:"cordoned,omitempty"`
 	// Drain is the drain's outcome after a failure: "", Drained or the error.
 	Drain string `json:"drain,omitempty"`
+	// Silences are the Alertmanager silences created for the node's
+	// maintenance (spec.maintenance.silences) and not expired yet: kept
+	// while the node is in maintenance, expired once it is back in service
+	// (silences.go).
+	Silences []HeldSilence `json:"silences,omitempty"`
 }
 
 // DecodeState reads a node's state for NodeScript name from its

@@ -462,7 +462,22 @@ type MaintenanceSpec struct {
 	// short pod before cordoning it: an image that cannot be pulled fails
 	// the node (reason PrePullFailed, retried under spec.retry) with the
 	// node never cordoned. Defaults to true.
+	// +optional
 	PrePull *bool `json:"prePull,omitempty"`
+	// Silences are Alertmanager silences created for each node before it
+	// is cordoned and expired after it is uncordoned (see Silence). They
+	// need Cordon. At most MaxSilences.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	Silences []Silence `json:"silences,omitempty"`
+	// SilencesRequired, when true (the default), starts no node whose
+	// silences could not all be created: the node is not cordoned, and the
+	// failure (reason SilenceFailed) is an infrastructure failure retried
+	// under spec.retry. False: a Warning Event SilenceFailed, and the node
+	// goes on without the silence.
+	// +optional
+	SilencesRequired *bool `json:"silencesRequired,omitempty"`
 }
 
 // DrainSpec is how a node is drained before its run (kubectl drain's flags).
@@ -584,6 +599,7 @@ type NodeScriptStatus struct {
 	// NextStart is when the next node may start under
 	// spec.rollout.postCompleteDelay, while nodes wait for it. Unset
 	// otherwise.
+	// +optional
 	NextStart *metav1.Time `json:"nextStart,omitempty"`
 	// Conditions: Progressing, Halted, Complete.
 	// +optional

@@ -191,6 +191,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		if m.MaxUnavailable != nil {
 			errs = append(errs, countOrPercent(mp.Child("maxUnavailable"), *m.MaxUnavailable, 1)...)
 		}
+		errs = append(errs, validateSilences(m, mp)...)
 		if !m.Cordon && m.MaxUnavailable == nil {
 			errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
 		}
@@ -425,7 +426,7 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 			errs = append(errs, field.Invalid(p, str, "want a duration such as 30s, 5m or 1h (units ns, us, ms, s, m, h)"))
 		}
 	}
-	return errs
+	return append(errs, silenceDurationSyntax(m)...)
 }
 
 // WindowDays are the values of spec.window.days.

@@ -35,6 +35,18 @@ func TestWatcherPrePull(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
 	first, second := env.nodes[0], env.nodes[1]
+	good := uniqueName("e2e-prepull-")
+	key := "e2e.nodeexec.io/" + good
+	// Registered before the watcher starts, so run after it stopped (the
+	// watcher puts the labels back while the NodeScript exists).
+	t.Cleanup(func() {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: nil}}})
+		for _, n := range []string{first, second} {
+			if _, err := env.client.CoreV1().Nodes().Patch(context.Background(), n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("removing label %s from %s: %v", key, n, err)
+			}
+		}
+	})
 	startWatcher(t, dyn)
 
 	// 1. An unpullable image: PrePullFailed, never cordoned.
@@ -86,16 +98,8 @@ spec:
 	}
 
 	// 2. Both nodes, 5 s apart, labeled on success.
-	good := uniqueName("e2e-prepull-")
-	key := "e2e.nodeexec.io/" + good
 	pods := recordPods(t, good)
 	cleanupNodeScript(t, dyn, good, first, second)
-	t.Cleanup(func() {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: nil}}})
-		for _, n := range []string{first, second} {
-			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), n, types.MergePatchType, patch, metav1.PatchOptions{})
-		}
-	})
 	const delay = 5 * time.Second
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1

@@ -62,8 +62,9 @@ func (m postComplete) collectors() []prometheus.Collector {
 
 // postCompleteDelay holds d, decided for ns on nodes at now, while
 // spec.rollout.postCompleteDelay has not passed since the last success:
-// the latest NodeState.Since of the selected nodes Succeeded for d's hash
-// (a NotNeeded node took nothing out of service and is not waited for).
+// the latest NodeState.Since of the nodes Succeeded for d's hash, selected
+// or no longer (a NotNeeded node took nothing out of service and is not
+// waited for).
 // It only holds a decision that would start a node: Start is emptied,
 // Hold is HoldPostCompleteDelay and NextStart the time the delay ends.
 // The times come from the nodes' records, so a restarted watcher waits
@@ -73,13 +74,13 @@ func postCompleteDelay(ns *v1alpha1.NodeScript, nodes []Node, d *Decision, now t
 	if p == nil || p.Duration <= 0 || len(d.Start) == 0 || d.Hold != "" {
 		return
 	}
-	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var last time.Time
 	for i := range nodes {
-		n := &nodes[i]
-		if n.State.Hash == d.Hash && n.State.Phase == PhaseSucceeded && n.State.Since.After(last) &&
-			!n.Ignored && selects(&ns.Spec, sel, n.Name, n.Labels) {
-			last = n.State.Since
+		// Selected or not: a node that left the selector after its success
+		// (spec.postCompleteLabels matching a NotIn selector) was disrupted
+		// all the same.
+		if s := nodes[i].State; s.Hash == d.Hash && s.Phase == PhaseSucceeded && s.Since.After(last) {
+			last = s.Since
 		}
 	}
 	if last.IsZero() {

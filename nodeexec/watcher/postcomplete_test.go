@@ -37,6 +37,12 @@ func TestDecidePostCompleteDelay(t *testing.T) {
 	if after := requeueAfter(d, time.Time{}, t0.Add(2*time.Second)); after != 3*time.Second {
 		t.Errorf("requeue after %s, want 3s (when the delay ends)", after)
 	}
+	// A node that left the selector after its success still counts.
+	c[first].Labels = map[string]string{"pool": "done"}
+	if d := decide(t, ns, c, t0.Add(2*time.Second)); len(d.Start) != 0 || !d.NextStart.Equal(t0.Add(delay)) {
+		t.Fatalf("the success of a node that left the selector: %+v; want held", d)
+	}
+	c[first].Labels = map[string]string{"pool": "a"}
 	d = decide(t, ns, c, t0.Add(delay))
 	if len(d.Start) != 1 || d.Hold != "" || !d.NextStart.IsZero() {
 		t.Fatalf("once the delay passed: %+v", d)

@@ -92,7 +92,8 @@ type NodeState struct {
 	// Since is when the phase began.
 	Since time.Time `json:"since"`
 	// Maintenance is the run's preparation under spec.maintenance while
-	// Phase is Running and before its pod: Draining (cordoned, the drain
+	// Phase is Running and before its pod: Pulling (spec.maintenance.prePull:
+	// Pod is the pre-pull pod, the node not cordoned yet), Draining (cordoned, the drain
 	// going), then Drained (the run pod starts next); or, after the script
 	// succeeded under spec.reboot, Rebooting (BootID is the boot the script
 	// ran in; Succeeded once the node is back with another). Empty

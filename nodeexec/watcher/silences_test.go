@@ -94,7 +94,7 @@ func (am *fakeAM) snapshot() (posted int, deleted []string, active []string) {
 // silence on am (nodeLabel node), retried after 10 s.
 func silenced(am *fakeAM, mutate ...func(*v1alpha1.NodeScriptSpec)) *v1alpha1.NodeScript {
 	return script(func(s *v1alpha1.NodeScriptSpec) {
-		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, Silences: []v1alpha1.Silence{{
+		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false), Silences: []v1alpha1.Silence{{
 			URL: am.URL, Matchers: []string{`alertname=~"KubeNodeNotReady|KubeNodeUnreachable"`}, NodeLabel: "node",
 		}}}
 		s.Retry = v1alpha1.RetryPolicy{Limit: ptr.To[int32](3), InitialBackoff: &metav1.Duration{Duration: 10 * time.Second}, MaxBackoff: &metav1.Duration{Duration: 10 * time.Second}}
@@ -266,7 +266,7 @@ func TestSilencesExpiredAfterRestart(t *testing.T) {
 // (matchers with isRegex and isEqual, startsAt, endsAt, createdBy, comment).
 func TestSilencePayloadGolden(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) {
-		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, Drain: &v1alpha1.DrainSpec{}}
+		s.Maintenance = &v1alpha1.MaintenanceSpec{Cordon: true, PrePull: ptr.To(false), Drain: &v1alpha1.DrainSpec{}}
 		s.Reboot = v1alpha1.RebootIfRequired
 	})
 	sp := v1alpha1.Silence{URL: "http://am:9093", Comment: "kernel upgrade",

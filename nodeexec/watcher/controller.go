@@ -151,6 +151,10 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
+	d, gatesAt := c.gate(ctx, ns, d, nodes, now)
+	if !gatesAt.IsZero() && (retryAt.IsZero() || gatesAt.Before(retryAt)) {
+		retryAt = gatesAt
+	}
 	if len(d.Blocked) > 0 {
 		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
 			retryAt = t
@@ -207,6 +211,8 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 	if !exists {
 		c.w.forget(name)
 		c.w.metrics.nodes.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.gateOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)

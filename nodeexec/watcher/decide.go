@@ -78,12 +78,17 @@ type Decision struct {
 	// "NODE: NAMESPACE/POD": set by the watcher, which looks for blocking
 	// pods on the nodes Decide would start (Decide itself makes no call).
 	Blocked []string
+	// Gates is what the watcher saw of each of spec.gates (set by the
+	// watcher, like Blocked; nil when it read none).
+	Gates []v1alpha1.GateStatus
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
 const (
 	HoldPaused        = "Paused"
 	HoldOutsideWindow = "OutsideMaintenanceWindow"
+	// HoldGated: a gate of spec.gates is closed (Decision.Gates).
+	HoldGated = "Gated"
 )
 
 // Decide computes the rollout's next step from the observed state: level

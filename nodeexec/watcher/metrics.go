@@ -21,6 +21,8 @@ type metrics struct {
 	longest     prometheus.Gauge
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
+	gateOpen    *prometheus.GaugeVec
+	gateQueries *prometheus.CounterVec
 	collectable []prometheus.Collector
 }
 
@@ -65,8 +67,14 @@ func newMetrics() *metrics {
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
+		gateOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeexec_watcher_gate_open", Help: "1 while a gate of spec.gates counts as open, 0 while it is closed, by NodeScript and gate.",
+		}, []string{"nodescript", "gate"}),
+		gateQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeexec_watcher_gate_queries_total", Help: "Checks of a gate of spec.gates (queries to Prometheus or Alertmanager, CEL reads), by NodeScript, gate and result (ok, error).",
+		}, []string{"nodescript", "gate", "result"}),
 	}
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.gateOpen, m.gateQueries}
 	return m
 }
 

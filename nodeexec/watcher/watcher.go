@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -162,6 +164,17 @@ type Options struct {
 	// it Start returns an error with the last failure. Defaults to
 	// DefaultSyncTimeout; it must not be negative.
 	SyncTimeout time.Duration
+	// HTTPClient makes the requests of spec.gates to Prometheus and
+	// Alertmanager. Defaults to a client with a timeout of GateTimeout.
+	HTTPClient *http.Client
+	// GateTimeout bounds one check of a gate (a query, a GET or LIST and
+	// its CEL evaluation); a check past it fails and the gate is closed.
+	// Defaults to DefaultGateTimeout (10s); it must not be negative.
+	GateTimeout time.Duration
+	// RESTMapper maps a CEL gate's apiVersion and kind to its resource and
+	// scope. Defaults to a mapper over Client's discovery (cached; reset
+	// when a kind is not found).
+	RESTMapper meta.RESTMapper
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -196,6 +209,8 @@ type Watcher struct {
 	// Event (AnnotationRunNow and AnnotationRunNowBy), so that each is
 	// recorded once.
 	runNow map[string]string
+	// gates caches the checks of spec.gates (see gateCache).
+	gates *gateCache
 }
 
 type decodedState struct {
@@ -284,6 +299,9 @@ func New(o Options) (*Watcher, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if err := gateOptions(&o); err != nil {
+		return nil, err
+	}
 	m := newMetrics()
 	if o.Metrics != nil {
 		if err := m.register(o.Metrics); err != nil {
@@ -299,6 +317,7 @@ func New(o Options) (*Watcher, error) {
 		decoded: map[string]map[string]decodedState{},
 		conds:   map[string]map[string]*corev1.NodeCondition{},
 		runNow:  map[string]string{},
+		gates:   newGateCache(),
 	}, nil
 }
 
@@ -838,4 +857,5 @@ func (w *Watcher) forget(name string) {
 	delete(w.conds, name)
 	delete(w.runNow, name)
 	w.mu.Unlock()
+	w.gates.forget(name)
 }

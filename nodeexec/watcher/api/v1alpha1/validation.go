@@ -274,6 +274,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if l := s.Retry.Limit; l != nil && *l < 0 {
 		errs = append(errs, field.Invalid(spec.Child("retry", "limit"), *l, "must be 0 or more"))
 	}
+	errs = append(errs, validateGates(spec.Child("gates"), s.Gates)...)
 	if t := s.StartupTaint; t != nil {
 		tp := spec.Child("startupTaint")
 		if t.Key == "" {

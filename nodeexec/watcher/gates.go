@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/google/cel-go/common/types"
+	amlabels "github.com/prometheus/alertmanager/pkg/labels"
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	amlabels "github.com/prometheus/alertmanager/pkg/labels"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"

@@ -272,6 +272,7 @@ func TestApplyRejectsBadGates(t *testing.T) {
 		{"matcher", "[{name: g, alerts: {url: 'http://am:9093', matchers: [severity]}}]", "spec.gates[0].alerts.matchers[0]"},
 		{"duplicate", "[{name: g, " + am + "}, {name: g, " + am + "}]", "spec.gates[1]"},
 		{"negative-for", "[{name: g, for: -1s, " + am + "}]", "spec.gates[0].for"},
+		{"for-syntax", "[{name: g, for: soon, " + am + "}]", "spec.gates[0].for"},
 		{"negative-interval", "[{name: g, interval: -5s, " + am + "}]", "spec.gates[0].interval"},
 	}
 	dir := t.TempDir()

@@ -392,7 +392,7 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 	if err := yaml.Unmarshal(doc, &m); err != nil {
 		return nil
 	}
-	var errs field.ErrorList
+	errs := gateDurationSyntax(m)
 	for _, path := range durationFields {
 		var v any = m
 		for _, k := range path {

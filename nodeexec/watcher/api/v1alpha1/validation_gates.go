@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	amlabels "github.com/prometheus/alertmanager/pkg/labels"
@@ -279,4 +280,28 @@ func CompileGateExpression(expr string, single bool) (cel.Program, error) {
 		return nil, fmt.Errorf("CEL program: %w", err)
 	}
 	return prg, nil
+}
+
+// gateDurationSyntax checks spec.gates[].for and .interval of a decoded
+// document as ValidateDurationSyntax does the other duration fields.
+func gateDurationSyntax(doc map[string]any) field.ErrorList {
+	spec, _ := doc["spec"].(map[string]any)
+	gates, _ := spec["gates"].([]any)
+	var errs field.ErrorList
+	for i, g := range gates {
+		gm, _ := g.(map[string]any)
+		for _, k := range []string{"for", "interval"} {
+			v, ok := gm[k]
+			if !ok || v == nil {
+				continue
+			}
+			p := field.NewPath("spec", "gates").Index(i).Child(k)
+			if str, ok := v.(string); !ok {
+				errs = append(errs, field.Invalid(p, v, "want a duration string such as \"30s\", \"5m\" or \"1h\""))
+			} else if _, err := time.ParseDuration(str); err != nil {
+				errs = append(errs, field.Invalid(p, str, "want a duration such as 30s, 2m or 1h (units ns, us, ms, s, m, h)"))
+			}
+		}
+	}
+	return errs
 }

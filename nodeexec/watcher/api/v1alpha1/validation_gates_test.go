@@ -99,3 +99,17 @@ func TestParseGateCondition(t *testing.T) {
 		}
 	}
 }
+
+func TestGateDurationSyntax(t *testing.T) {
+	doc := []byte("spec:\n  gates:\n  - {name: a, for: soon}\n  - {name: b, interval: 5}\n  - {name: c, for: 2m, interval: 1s}\n")
+	errs := ValidateDurationSyntax(doc)
+	got := errs.ToAggregate().Error()
+	for _, want := range []string{"spec.gates[0].for", "spec.gates[1].interval"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %s", got, want)
+		}
+	}
+	if len(errs) != 2 {
+		t.Errorf("%d errors, want 2: %v", len(errs), got)
+	}
+}

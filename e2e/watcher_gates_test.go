@@ -210,6 +210,7 @@ func TestWatcherGateCEL(t *testing.T) {
 	labels := map[string]string{"app": "gate-e2e"}
 	pod := sleepingPod("", "", labels)
 	pod.Spec.NodeName = ""
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "type", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"kwok"}}}}},
 	}}}

@@ -63,7 +63,7 @@ func TestMonitoring(t *testing.T) {
 		t1 := time.Now()
 		var last string
 		for time.Since(t1) < 30*time.Second {
-			v, _, err := prom.Query(ctx, query, time.Now())
+			v, _, _, err := prom.Query(ctx, query, time.Now())
 			if err == nil {
 				vec, _ := v.(model.Vector)
 				last = v.String()

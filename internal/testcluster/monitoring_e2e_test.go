@@ -119,7 +119,7 @@ func TestMonitoring(t *testing.T) {
 	if err := c.StopPrometheus(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := prom.Query(ctx, query, time.Now()); err == nil {
+	if _, _, _, err := prom.Query(ctx, query, time.Now()); err == nil {
 		t.Fatal("a query succeeded while Prometheus was stopped")
 	}
 	t1 := time.Now()

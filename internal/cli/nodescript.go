@@ -147,6 +147,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		fmt.Fprintf(w, "drain blocked: %s (not cordoned; checked again every %s)\n", b, watcher.DrainRecheck)
 	}
 	printBudget(w, rep)
+	printGates(w, st.Gates, now)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {

@@ -159,6 +159,10 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !recheck.IsZero() && (retryAt.IsZero() || recheck.Before(retryAt)) {
 		retryAt = recheck
 	}
+	d, gatesAt := c.gate(ctx, ns, d, nodes, now)
+	if !gatesAt.IsZero() && (retryAt.IsZero() || gatesAt.Before(retryAt)) {
+		retryAt = gatesAt
+	}
 	d, release := c.budgetGate(ctx, ns, d, nodes, cached, now)
 	defer release()
 	if len(d.Blocked) > 0 || d.Waiting != "" {
@@ -218,6 +222,8 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.w.forget(name)
 		c.w.metrics.nodes.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.drainBlocked.DeleteLabelValues(name)
+		c.w.metrics.gateOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)

@@ -89,6 +89,9 @@ type Decision struct {
 	// Waiting, when set, says why nodes wait for the MaintenanceBudget
 	// (set by the watcher's budgetGate, with Hold HoldBudget when nothing starts).
 	Waiting string
+	// Gates is what the watcher saw of each of spec.gates (set by the
+	// watcher, like Blocked; nil when it read none).
+	Gates []v1alpha1.GateStatus
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -98,6 +101,8 @@ const (
 	// HoldBudget: the NodeScript's MaintenanceBudget has no room (or
 	// cannot be counted) for any node it would start (budget.go).
 	HoldBudget = "BudgetExhausted"
+	// HoldGated: a gate of spec.gates is closed (Decision.Gates).
+	HoldGated = "Gated"
 )
 
 // Decide computes the rollout's next step from the observed state: level

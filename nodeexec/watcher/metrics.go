@@ -22,6 +22,8 @@ type metrics struct {
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
 	silences    *prometheus.CounterVec
+	gateOpen    *prometheus.GaugeVec
+	gateQueries *prometheus.CounterVec
 	collectable []prometheus.Collector
 
 	drainMetricSet // drains.go
@@ -73,9 +75,15 @@ func newMetrics() *metrics {
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
 		silences: newSilenceMetric(),
+		gateOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodeexec_watcher_gate_open", Help: "1 while a gate of spec.gates counts as open, 0 while it is closed, by NodeScript and gate.",
+		}, []string{"nodescript", "gate"}),
+		gateQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeexec_watcher_gate_queries_total", Help: "Checks of a gate of spec.gates (queries to Prometheus or Alertmanager, CEL reads), by NodeScript, gate and result (ok, error).",
+		}, []string{"nodescript", "gate", "result"}),
 	}
 	m.postComplete = newPostCompleteMetrics()
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences}
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -80,6 +80,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 			fmt.Sprintf("outside the maintenance window: nothing new starts (%d running) until it opens at %s", d.Counts.Running, d.NextWindow.UTC().Format(time.RFC3339)), gen, now)
 	}
 	c.budgetStatus(ns, st, d, now)
+	gateStatus(st, ns, d, now)
 	if startErr != nil {
 		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}
@@ -114,7 +115,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -168,6 +170,17 @@ type Options struct {
 	// KuredLockAnnotation the MaintenanceBudget count reads. Defaults to
 	// [DefaultKuredDaemonSet]. RBAC: get on daemonsets there.
 	KuredDaemonSets []string
+	// HTTPClient makes the requests of spec.gates to Prometheus and
+	// Alertmanager. Defaults to a client with a timeout of GateTimeout.
+	HTTPClient *http.Client
+	// GateTimeout bounds one check of a gate (a query, a GET or LIST and
+	// its CEL evaluation); a check past it fails and the gate is closed.
+	// Defaults to DefaultGateTimeout (10s); it must not be negative.
+	GateTimeout time.Duration
+	// RESTMapper maps a CEL gate's apiVersion and kind to its resource and
+	// scope. Defaults to a mapper over Client's discovery (cached; reset
+	// when a kind is not found).
+	RESTMapper meta.RESTMapper
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -207,6 +220,8 @@ type Watcher struct {
 	drainVerdicts map[string]map[string]drainVerdict
 	// ledger serializes the MaintenanceBudget and exclusivity decisions.
 	ledger ledger
+	// gates caches the checks of spec.gates (see gateCache).
+	gates *gateCache
 }
 
 type decodedState struct {
@@ -303,6 +318,9 @@ func New(o Options) (*Watcher, error) {
 			return nil, fmt.Errorf("watcher: Options.KuredDaemonSets: %q: want NAMESPACE/NAME, e.g. %s", ds, DefaultKuredDaemonSet)
 		}
 	}
+	if err := gateOptions(&o); err != nil {
+		return nil, err
+	}
 	m := newMetrics()
 	if o.Metrics != nil {
 		if err := m.register(o.Metrics); err != nil {
@@ -318,6 +336,7 @@ func New(o Options) (*Watcher, error) {
 		decoded: map[string]map[string]decodedState{},
 		conds:   map[string]map[string]*corev1.NodeCondition{},
 		runNow:  map[string]string{},
+		gates:   newGateCache(),
 	}, nil
 }
 
@@ -889,4 +908,5 @@ func (w *Watcher) forget(name string) {
 	delete(w.runNow, name)
 	delete(w.drainVerdicts, name)
 	w.mu.Unlock()
+	w.gates.forget(name)
 }

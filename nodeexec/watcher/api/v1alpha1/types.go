@@ -232,6 +232,14 @@ type NodeScriptSpec struct {
 	// false: no output is kept.
 	// +optional
 	RecordOutput bool `json:"recordOutput,omitempty"`
+	// Gates are health gates (see Gate and docs/nodescript-gates.md): all
+	// must be open before a node starts and before automatic promotion;
+	// runs in progress finish. Not part of the spec hash. Defaults to none.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Gates []Gate `json:"gates,omitempty"`
 	// StartupTaint, when set, names a taint that new nodes register with; the
 	// watcher removes it from a node only after the script succeeded there,
 	// so workloads land only on fixed nodes.
@@ -601,7 +609,12 @@ type NodeScriptStatus struct {
 	// otherwise.
 	// +optional
 	NextStart *metav1.Time `json:"nextStart,omitempty"`
-	// Conditions: Progressing, Halted, Complete.
+	// Gates is what the watcher last saw of each of spec.gates.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Gates []GateStatus `json:"gates,omitempty"`
+	// Conditions: Progressing, Halted, Complete, Gated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

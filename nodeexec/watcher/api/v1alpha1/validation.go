@@ -277,6 +277,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if l := s.Retry.Limit; l != nil && *l < 0 {
 		errs = append(errs, field.Invalid(spec.Child("retry", "limit"), *l, "must be 0 or more"))
 	}
+	errs = append(errs, validateGates(spec.Child("gates"), s.Gates)...)
 	if t := s.StartupTaint; t != nil {
 		tp := spec.Child("startupTaint")
 		if t.Key == "" {
@@ -396,7 +397,7 @@ func ValidateDurationSyntax(doc []byte) field.ErrorList {
 	if err := yaml.Unmarshal(doc, &m); err != nil {
 		return nil
 	}
-	var errs field.ErrorList
+	errs := gateDurationSyntax(m)
 	for _, path := range durationFields {
 		var v any = m
 		for _, k := range path {

@@ -147,6 +147,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	for _, b := range st.Blocked {
 		fmt.Fprintf(w, "blocked: %s (spec.blockingPodSelector)\n", b)
 	}
+	printAnalysis(w, ns, now)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {

@@ -147,7 +147,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	// 3. Decide (past the nodes a blocking pod holds back), and start what it allows.
 	t3 := clk.Now()
-	d, err := c.decideUnblocked(ctx, ns, nodes, cached, now)
+	d, err := c.decideAnalyzed(ctx, ns, hash, nodes, cached, now)
 	if err != nil {
 		return 0, err
 	}

@@ -78,6 +78,13 @@ type Decision struct {
 	// "NODE: NAMESPACE/POD": set by the watcher, which looks for blocking
 	// pods on the nodes Decide would start (Decide itself makes no call).
 	Blocked []string
+	// Canaries are the canary nodes, in order (set unless the rollout is
+	// Complete before they are chosen).
+	Canaries []string
+	// Analysis is the last check of spec.rollout.analysis (status.analysis),
+	// set by the watcher (analysis.go), not by Decide, which reads it from
+	// the NodeScript's status.
+	Analysis *v1alpha1.AnalysisStatus
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -198,6 +205,9 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	}
 	canaryN = min(canaryN, len(needing))
 	canaries, rest := needing[:canaryN], needing[canaryN:]
+	for _, c := range canaries {
+		d.Canaries = append(d.Canaries, c.Name)
+	}
 
 	budget := 0
 	if s.Rollout.MaxFailures != nil {
@@ -206,6 +216,9 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	for _, c := range canaries {
 		if (c.phase == PhaseFailed && !retryable(c)) || c.phase == PhaseRolledBack {
 			d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("canary %s failed", c.Name)
+			if c.State.Reason == ReasonAnalysisFailed {
+				d.HaltReason = analysisHaltReason(c.Name, c.State)
+			}
 			return d, nil
 		}
 	}
@@ -246,7 +259,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		}
 		d.Stage, allowed = StageRolling, batch(eligible, s.Rollout.Batches, len(all), retryable)
 	default:
-		if wait, verify := soaking(s, canaries, now); wait {
+		if wait, verify := soaking(s, canaries, now); wait || analysisHolds(ns, d.Hash, canaries, now) {
 			d.Stage, d.Verify = StageSoaking, verify
 			return d, nil
 		}

@@ -10,18 +10,20 @@ import (
 // metrics are the watcher's Prometheus metrics. It is also the workqueue's
 // MetricsProvider (one queue, named "nodescripts").
 type metrics struct {
-	runs        *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	nodes       *prometheus.GaugeVec
-	depth       prometheus.Gauge
-	adds        prometheus.Counter
-	latency     prometheus.Histogram
-	work        prometheus.Histogram
-	unfinished  prometheus.Gauge
-	longest     prometheus.Gauge
-	retries     prometheus.Counter
-	reconciles  *prometheus.CounterVec
-	collectable []prometheus.Collector
+	runs       *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	nodes      *prometheus.GaugeVec
+	depth      prometheus.Gauge
+	adds       prometheus.Counter
+	latency    prometheus.Histogram
+	work       prometheus.Histogram
+	unfinished prometheus.Gauge
+	longest    prometheus.Gauge
+	retries    prometheus.Counter
+	reconciles *prometheus.CounterVec
+	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
+	analysisChecks *prometheus.CounterVec
+	collectable    []prometheus.Collector
 }
 
 func newMetrics() *metrics {
@@ -66,7 +68,8 @@ func newMetrics() *metrics {
 			Name: "nodeexec_watcher_reconciles_total", Help: "Reconciles by result (ok, error).",
 		}, []string{"result"}),
 	}
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles}
+	m.analysisChecks = newAnalysisChecks()
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.analysisChecks}
 	return m
 }
 

@@ -27,12 +27,15 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
 	st.NotNeeded = int32(d.Counts.NotNeeded)
 	st.Blocked = d.Blocked
+	st.Analysis = d.Analysis
 	gen := ns.Generation
 	switch d.Stage {
 	case StageHalted:
 		reason := "ErrorBudgetExceeded"
 		if strings.HasPrefix(d.HaltReason, "canary") {
 			reason = "CanaryFailed"
+		} else if strings.HasPrefix(d.HaltReason, ReasonAnalysisFailed) {
+			reason = ReasonAnalysisFailed
 		}
 		setCondition(st, v1alpha1.ConditionHalted, true, reason, d.HaltReason, gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, reason, "halted: "+d.HaltReason, gen, now)
@@ -55,6 +58,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		if d.Stage == StageAwaitingPromotion {
 			msg += "; promote with: nodeexec promote " + ns.Name + " --to all"
 		}
+		msg += analysisNote(d)
 		if !d.RunNow.IsZero() {
 			msg += "; outside the maintenance window by a run-now override until " + d.RunNow.UTC().Format(time.RFC3339)
 		}
@@ -105,7 +109,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "analysis"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

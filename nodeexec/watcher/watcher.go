@@ -196,6 +196,8 @@ type Watcher struct {
 	// Event (AnnotationRunNow and AnnotationRunNowBy), so that each is
 	// recorded once.
 	runNow map[string]string
+	// analyses holds per NodeScript the last canary analysis check made.
+	analyses analysisMemo
 }
 
 type decodedState struct {
@@ -838,4 +840,5 @@ func (w *Watcher) forget(name string) {
 	delete(w.conds, name)
 	delete(w.runNow, name)
 	w.mu.Unlock()
+	w.forgetAnalysis(name)
 }

@@ -290,6 +290,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.NotSupported(tp.Child("effect"), t.Effect, TaintEffects()))
 		}
 	}
+	errs = append(errs, validateAnalysis(s, spec)...)
 	return errs
 }
 
@@ -380,6 +381,7 @@ var durationFields = [][]string{
 	{"spec", "reapply", "interval"},
 	{"spec", "rebootTimeout"},
 	{"spec", "maintenance", "drain", "timeout"},
+	{"spec", "rollout", "analysis", "interval"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

@@ -24,7 +24,7 @@ func printAnalysis(w io.Writer, ns *v1alpha1.NodeScript, now time.Time) {
 		if n == nil {
 			return "-"
 		}
-		return string(*n)
+		return n.String()
 	}
 	ago := "-"
 	if r.CheckedAt != nil {

@@ -226,7 +226,8 @@ func analysisHaltReason(node string, s NodeState) string {
 // analysisHolds reports whether ns's analysis keeps the canaries soaking
 // at hash: automatic promotion needs the last check Passed, in a run of
 // passing checks begun after the soak began (the last canary's success)
-// and at least spec.rollout.soakTime old. False without an analysis.
+// that spans at least spec.rollout.soakTime (from its first check to its
+// last: the checks cover the whole soak). False without an analysis.
 func analysisHolds(ns *v1alpha1.NodeScript, hash string, canaries []entry, now time.Time) bool {
 	if ns.Spec.Rollout.Analysis == nil {
 		return false
@@ -244,7 +245,7 @@ func analysisHolds(ns *v1alpha1.NodeScript, hash string, canaries []entry, now t
 	if st := ns.Spec.Rollout.SoakTime; st != nil {
 		soak = st.Duration
 	}
-	return now.Sub(r.PassingSince.Time) < soak
+	return r.CheckedAt == nil || r.CheckedAt.Sub(r.PassingSince.Time) < soak
 }
 
 // analysisNote is what the Progressing condition adds while the canaries

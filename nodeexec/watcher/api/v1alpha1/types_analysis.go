@@ -101,6 +101,8 @@ type CanaryAnalysis struct {
 	// Threshold, when set, is an absolute bound every canary's own value
 	// must keep: at most Threshold under LowerIsBetter, at least Threshold
 	// under HigherIsBetter. A number, e.g. 0.05.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=number
 	// +optional
 	Threshold *Number `json:"threshold,omitempty"`
 	// Direction says which way the metric is worse: LowerIsBetter (the
@@ -111,7 +113,9 @@ type CanaryAnalysis struct {
 	Direction string `json:"direction,omitempty"`
 }
 
-// AnalysisStatus is the last check of spec.rollout.analysis.
+// AnalysisStatus is the last check of spec.rollout.analysis. The fields a
+// check may leave unset are written as null (not omitted), so that the
+// watcher's merge patch of the status removes the previous check's.
 type AnalysisStatus struct {
 	// SpecHash is the spec hash the check was made for; a record of
 	// another hash is not the current rollout's.
@@ -122,16 +126,20 @@ type AnalysisStatus struct {
 	Verdict string `json:"verdict,omitempty"`
 	// Canary is the mean of the canaries' values; unset when no canary
 	// had one.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=number
 	// +optional
-	Canary *Number `json:"canary,omitempty"`
+	Canary *Number `json:"canary"`
 	// Baseline is the mean of the baseline nodes' values; unset when no
 	// baseline node had one.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=number
 	// +optional
-	Baseline *Number `json:"baseline,omitempty"`
+	Baseline *Number `json:"baseline"`
 	// Message says what was compared, with each canary's value, or why
 	// the check is inconclusive or failed.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message"`
 	// CheckedAt is when the check was made.
 	// +optional
 	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
@@ -139,7 +147,7 @@ type AnalysisStatus struct {
 	// when the last check did not pass): promotion waits until it is
 	// spec.rollout.soakTime old.
 	// +optional
-	PassingSince *metav1.Time `json:"passingSince,omitempty"`
+	PassingSince *metav1.Time `json:"passingSince"`
 	// Checks counts the checks made for SpecHash.
 	// +optional
 	Checks int32 `json:"checks,omitempty"`
@@ -148,25 +156,33 @@ type AnalysisStatus struct {
 // Number is a decimal number kept as its JSON text, so that it survives
 // the round trip through the API exactly (no float in the Go types): it is
 // written as a JSON number and read from a JSON number or from a string
-// holding one ("0.05"). Float64 gives its value.
-//
-// +kubebuilder:validation:Type=number
-type Number string
+// holding one ("0.05"). Float64 gives its value. A struct, so that the
+// unstructured converter reads a JSON integer into it through UnmarshalJSON.
+type Number struct {
+	text string
+}
+
+// NewNumber is the Number of text, unchecked: Float64 (and Validate) says
+// whether it is one.
+func NewNumber(text string) Number { return Number{text: text} }
 
 // NumberOf is f as a Number, in the shortest form that reads back as f
 // (strconv 'g'); f must be finite.
 func NumberOf(f float64) Number {
-	return Number(strconv.FormatFloat(f, 'g', -1, 64))
+	return Number{text: strconv.FormatFloat(f, 'g', -1, 64)}
 }
+
+// String is n's text.
+func (n Number) String() string { return n.text }
 
 // Float64 is n's value; an error when n is not a finite decimal number.
 func (n Number) Float64() (float64, error) {
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil || !json.Valid([]byte(n)) {
-		return 0, fmt.Errorf("%q is not a number: want a decimal number such as 0.05 or 250", string(n))
+	f, err := strconv.ParseFloat(n.text, 64)
+	if err != nil || !json.Valid([]byte(n.text)) {
+		return 0, fmt.Errorf("%q is not a number: want a decimal number such as 0.05 or 250", n.text)
 	}
 	if math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q is out of range for a 64-bit float", string(n))
+		return 0, fmt.Errorf("%q is out of range for a 64-bit float", n.text)
 	}
 	return f, nil
 }
@@ -175,9 +191,9 @@ func (n Number) Float64() (float64, error) {
 // the API then refuses naming the field).
 func (n Number) MarshalJSON() ([]byte, error) {
 	if _, err := n.Float64(); err != nil {
-		return json.Marshal(string(n))
+		return json.Marshal(n.text)
 	}
-	return []byte(n), nil
+	return []byte(n.text), nil
 }
 
 // UnmarshalJSON reads a JSON number, or a string holding one.
@@ -186,6 +202,6 @@ func (n *Number) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return fmt.Errorf("want a number such as 0.05: %w", err)
 	}
-	*n = Number(v)
+	n.text = string(v)
 	return nil
 }

@@ -39,7 +39,11 @@ func validateAnalysis(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	} else if expr, err := parser.NewParser(parser.Options{}).ParseExpr(a.Query); err != nil {
 		errs = append(errs, field.Invalid(p.Child("query"), a.Query, "not a PromQL expression: "+err.Error()))
 	} else if t := expr.Type(); t != parser.ValueTypeVector {
-		errs = append(errs, field.Invalid(p.Child("query"), a.Query, fmt.Sprintf("returns a %s: want an instant vector with one series per node (a label naming the node), e.g. avg by (node) (my_error_ratio)", t)))
+		kind := string(t)
+		if t == parser.ValueTypeMatrix {
+			kind = "range vector"
+		}
+		errs = append(errs, field.Invalid(p.Child("query"), a.Query, fmt.Sprintf("returns a %s: want an instant vector with one series per node (a label naming the node), e.g. avg by (node) (my_error_ratio)", kind)))
 	}
 	if l := a.NodeLabel; l != "" && !labelNameRE.MatchString(l) {
 		errs = append(errs, field.Invalid(p.Child("nodeLabel"), l, "not a Prometheus label name: want letters, digits and _, not starting with a digit (e.g. node, instance)"))
@@ -64,7 +68,7 @@ func validateAnalysis(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	}
 	if a.Threshold != nil {
 		if _, err := a.Threshold.Float64(); err != nil {
-			errs = append(errs, field.Invalid(p.Child("threshold"), string(*a.Threshold), err.Error()))
+			errs = append(errs, field.Invalid(p.Child("threshold"), a.Threshold.String(), err.Error()))
 		}
 	}
 	if st := s.Rollout.SoakTime; st == nil || st.Duration <= 0 {

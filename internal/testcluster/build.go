@@ -27,6 +27,8 @@ func requiredPackages() []string {
 		"socat",    // API server forwarders
 		"busybox-static",
 		"util-linux", "mount", "iproute2", // nsenter, unshare, umount, ip
+		// Prometheus, Alertmanager, Pushgateway (monitoring.go)
+		"prometheus", "prometheus-alertmanager", "prometheus-pushgateway",
 	}
 }
 
@@ -34,7 +36,8 @@ func requiredPackages() []string {
 func requiredCommands() []string {
 	return []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "socat",
 		"nsenter", "unshare", "umount", "ip", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local",
-		"/usr/lib/cni/portmap", busyboxPath}
+		"/usr/lib/cni/portmap", busyboxPath, "/usr/bin/prometheus", "/usr/bin/prometheus-alertmanager",
+		"/usr/bin/prometheus-pushgateway"}
 }
 
 const busyboxPath = "/bin/busybox" // from busybox-static: a static binary
@@ -80,6 +83,9 @@ func (r *runner) ensurePackages(ctx context.Context) error {
 		inst := append([]string{"install", "-y", "-qq", "--no-install-recommends"}, missing...)
 		if _, err := runEnv(ctx, env, "", "apt-get", inst...); err != nil {
 			return fmt.Errorf("install packages: %w", err)
+		}
+		if err := r.disablePackagedServices(ctx, missing); err != nil {
+			return err
 		}
 	}
 	var absent []string

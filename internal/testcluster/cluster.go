@@ -26,7 +26,10 @@ type Cluster struct {
 // Start returns the running cluster, or brings one up: it installs missing Debian
 // packages, builds what is not cached (Kubernetes binaries, pause, images), creates
 // the PKI and network namespaces, starts etcd, the control plane and o.Nodes nodes,
-// and waits until every node is Ready and the default ServiceAccount exists.
+// and waits until every node is Ready and the default ServiceAccount exists. It also
+// starts Prometheus, the Alertmanager and the Pushgateway (see PrometheusURL) and
+// waits until each answers /-/ready; on a running cluster it starts those that are
+// not running (installing their packages if missing).
 //
 // A healthy running cluster is reused (the warm path takes well under a second);
 // nodes are added if it has fewer than o.Nodes. A stopped or partial cluster is
@@ -68,6 +71,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			if err := waitNodeReady(ctx, cs, nodeName(i), 2*time.Minute); err != nil {
 				return nil, fmt.Errorf("testcluster: %w", err)
 			}
+		}
+		// monitoring processes missing (never started, or stopped): start them
+		if err := r.ensurePackages(ctx); err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		if err := r.startMonitoring(ctx); err != nil {
+			return nil, fmt.Errorf("testcluster: %w (logs in %s)", err, r.l.logs)
 		}
 		r.timing("start-reuse", t0)
 		return c, nil

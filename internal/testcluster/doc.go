@@ -26,6 +26,14 @@
 // kwok are shared by everyone using the cluster: StartKwok with other options
 // restarts kwok, DeleteNodes deletes every simulated node.
 //
+// Monitoring (monitoring.go): a real Prometheus (127.0.0.1:19090), Alertmanager
+// (127.0.0.1:19093) and Pushgateway (127.0.0.1:19091) from Debian's packages, on the
+// host's loopback, started by Start (also on a running cluster that lacks them):
+//
+//	err = c.PushMetric(ctx, "job", testcluster.TestAlertMetric, map[string]string{"node": "n1"}, 1)
+//	// Prometheus scrapes it within ~1 s; the rule NodeexecTestAlert fires and reaches the Alertmanager
+//	err = c.FireAlert(ctx, "Custom", labels); err = c.StopPrometheus(ctx); err = c.StartPrometheus(ctx)
+//
 // # Layout
 //
 // Each node i ("nodeexec-tc-<i>", address 10.251.0.(10+i), pods 10.245.<i>.0/24) has

@@ -205,8 +205,9 @@ func (c *Cluster) RebootNode(ctx context.Context, node string) (string, error) {
 
 // Restore undoes every fault: it thaws a frozen API server, starts every recorded
 // component that is not running (etcd, API server, controller manager, scheduler,
-// forwarders, each node's containerd and kubelet) with its last flags, and waits
-// until /readyz answers and every node is Ready. Nodes keep their current boot ID.
+// forwarders, each node's containerd and kubelet, Prometheus, Alertmanager,
+// Pushgateway) with its last flags, and waits until /readyz answers, every node
+// is Ready and the monitoring processes answer /-/ready. Nodes keep their current boot ID.
 // Use it in t.Cleanup of every test that injects faults.
 func (c *Cluster) Restore(ctx context.Context) error {
 	return c.fault(ctx, "restore", func(r *runner, st *clusterState) error {
@@ -237,7 +238,7 @@ func (c *Cluster) Restore(ctx context.Context) error {
 				return err
 			}
 		}
-		return nil
+		return r.restoreMonitoring(ctx)
 	})
 }
 

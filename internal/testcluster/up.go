@@ -39,6 +39,9 @@ func (r *runner) up(ctx context.Context) error {
 	if err := r.startNodes(ctx, st); err != nil {
 		return err
 	}
+	if err := r.startMonitoring(ctx); err != nil {
+		return err
+	}
 	return r.seedObjects(ctx)
 }
 

@@ -196,11 +196,20 @@ func (n Number) MarshalJSON() ([]byte, error) {
 	return []byte(n.text), nil
 }
 
-// UnmarshalJSON reads a JSON number, or a string holding one.
+// UnmarshalJSON reads a JSON number, or a string (kept as it is: Float64,
+// and so Validate, says whether it holds a number, naming the field).
 func (n *Number) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var text string
+		if err := json.Unmarshal(b, &text); err != nil {
+			return err
+		}
+		n.text = text
+		return nil
+	}
 	var v json.Number
 	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("want a number such as 0.05: %w", err)
+		return fmt.Errorf("threshold: want a number such as 0.05: %w", err)
 	}
 	n.text = string(v)
 	return nil

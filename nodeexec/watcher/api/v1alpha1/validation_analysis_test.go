@@ -114,8 +114,14 @@ func TestNumberJSON(t *testing.T) {
 			t.Errorf("%s: %v, %v", doc, a.Threshold, err)
 		}
 	}
-	if err := json.Unmarshal([]byte(`{"threshold": "abc"}`), &a); err == nil {
-		t.Errorf("threshold abc: no error")
+	if err := json.Unmarshal([]byte(`{"threshold": "abc"}`), &a); err != nil || a.Threshold.String() != "abc" {
+		t.Errorf("threshold abc: %v, %v; want it kept for Validate", a.Threshold, err)
+	}
+	if _, err := a.Threshold.Float64(); err == nil {
+		t.Errorf("threshold abc: Float64 accepted it")
+	}
+	if err := json.Unmarshal([]byte(`{"threshold": true}`), &a); err == nil {
+		t.Errorf("threshold true: no error")
 	}
 	b, err := json.Marshal(AnalysisStatus{Canary: ptr.To(NumberOf(0.1)), Baseline: ptr.To(NumberOf(2))})
 	if err != nil || !strings.Contains(string(b), `"canary":0.1,"baseline":2,`) || !strings.Contains(string(b), `"passingSince":null`) {

@@ -63,7 +63,7 @@ func TestMonitoring(t *testing.T) {
 		t1 := time.Now()
 		var last string
 		for time.Since(t1) < 30*time.Second {
-			v, _, err := prom.Query(ctx, query, time.Now())
+			v, _, _, err := prom.Query(ctx, query, time.Now())
 			if err == nil {
 				vec, _ := v.(model.Vector)
 				last = v.String()
@@ -119,7 +119,7 @@ func TestMonitoring(t *testing.T) {
 	if err := c.StopPrometheus(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := prom.Query(ctx, query, time.Now()); err == nil {
+	if _, _, _, err := prom.Query(ctx, query, time.Now()); err == nil {
 		t.Fatal("a query succeeded while Prometheus was stopped")
 	}
 	t1 := time.Now()

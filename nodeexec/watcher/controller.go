@@ -152,7 +152,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	// 3. Decide (past the nodes a blocking pod or a blocked drain holds back), and start what it allows.
 	t3 := clk.Now()
-	d, recheck, err := c.decideDrainable(ctx, ns, nodes, cached, now)
+	d, recheck, err := c.decideAnalyzed(ctx, ns, hash, nodes, cached, now)
 	if err != nil {
 		return 0, err
 	}

@@ -92,6 +92,13 @@ type Decision struct {
 	// Gates is what the watcher saw of each of spec.gates (set by the
 	// watcher, like Blocked; nil when it read none).
 	Gates []v1alpha1.GateStatus
+	// Canaries are the canary nodes, in order (set unless the rollout is
+	// Complete before they are chosen).
+	Canaries []string
+	// Analysis is the last check of spec.rollout.analysis (status.analysis),
+	// set by the watcher (analysis.go), not by Decide, which reads it from
+	// the NodeScript's status.
+	Analysis *v1alpha1.AnalysisStatus
 }
 
 // Holds: why a rollout that is not over starts nothing (Decision.Hold).
@@ -218,6 +225,9 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	}
 	canaryN = min(canaryN, len(needing))
 	canaries, rest := needing[:canaryN], needing[canaryN:]
+	for _, c := range canaries {
+		d.Canaries = append(d.Canaries, c.Name)
+	}
 
 	budget := 0
 	if s.Rollout.MaxFailures != nil {
@@ -226,6 +236,9 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	for _, c := range canaries {
 		if (c.phase == PhaseFailed && !retryable(c)) || c.phase == PhaseRolledBack {
 			d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("canary %s failed", c.Name)
+			if c.State.Reason == ReasonAnalysisFailed {
+				d.HaltReason = analysisHaltReason(c.Name, c.State)
+			}
 			return d, nil
 		}
 	}
@@ -266,7 +279,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		}
 		d.Stage, allowed = StageRolling, batch(eligible, s.Rollout.Batches, len(all), retryable)
 	default:
-		if wait, verify := soaking(s, canaries, now); wait {
+		if wait, verify := soaking(s, canaries, now); wait || analysisHolds(ns, d.Hash, canaries, now) {
 			d.Stage, d.Verify = StageSoaking, verify
 			return d, nil
 		}

@@ -24,7 +24,9 @@ type metrics struct {
 	silences    *prometheus.CounterVec
 	gateOpen    *prometheus.GaugeVec
 	gateQueries *prometheus.CounterVec
-	collectable []prometheus.Collector
+	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
+	analysisChecks *prometheus.CounterVec
+	collectable    []prometheus.Collector
 
 	drainMetricSet // drains.go
 	// postComplete: prepull.go, postcomplete.go.
@@ -82,8 +84,9 @@ func newMetrics() *metrics {
 			Name: "nodeexec_watcher_gate_queries_total", Help: "Checks of a gate of spec.gates (queries to Prometheus or Alertmanager, CEL reads), by NodeScript, gate and result (ok, error).",
 		}, []string{"nodescript", "gate", "result"}),
 	}
+	m.analysisChecks = newAnalysisChecks()
 	m.postComplete = newPostCompleteMetrics()
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries}
+	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -37,7 +37,7 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 		}
 		s.Cordoned, changed = true, true
 	}
-	if p.Rollback && s.Rollback == "" && !rollbackBusy {
+	if (p.Rollback || analysisRollback(ns, s)) && s.Rollback == "" && !rollbackBusy {
 		pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now})
 		if err != nil {
 			return err

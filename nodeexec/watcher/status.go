@@ -27,6 +27,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.Succeeded, st.Failed, st.RolledBack = int32(d.Counts.Succeeded), int32(d.Counts.Failed), int32(d.Counts.RolledBack)
 	st.NotNeeded = int32(d.Counts.NotNeeded)
 	st.Blocked, st.DrainBlocked = d.Blocked, d.DrainBlocked
+	st.Analysis = d.Analysis
 	gen := ns.Generation
 	switch d.Stage {
 	case StageHalted:
@@ -35,6 +36,8 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 			reason = "CanaryFailed"
 		} else if strings.HasPrefix(d.HaltReason, HaltDrainBlocked) {
 			reason = ReasonDrainBlocked
+		} else if strings.HasPrefix(d.HaltReason, ReasonAnalysisFailed) {
+			reason = ReasonAnalysisFailed
 		}
 		setCondition(st, v1alpha1.ConditionHalted, true, reason, d.HaltReason, gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, reason, "halted: "+d.HaltReason, gen, now)
@@ -57,6 +60,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		if d.Stage == StageAwaitingPromotion {
 			msg += "; promote with: nodeexec promote " + ns.Name + " --to all"
 		}
+		msg += analysisNote(d)
 		if !d.RunNow.IsZero() {
 			msg += "; outside the maintenance window by a run-now override until " + d.RunNow.UTC().Format(time.RFC3339)
 		}
@@ -115,7 +119,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -222,6 +222,8 @@ type Watcher struct {
 	ledger ledger
 	// gates caches the checks of spec.gates (see gateCache).
 	gates *gateCache
+	// analyses holds per NodeScript the last canary analysis check made.
+	analyses analysisMemo
 }
 
 type decodedState struct {
@@ -909,4 +911,5 @@ func (w *Watcher) forget(name string) {
 	delete(w.drainVerdicts, name)
 	w.mu.Unlock()
 	w.gates.forget(name)
+	w.forgetAnalysis(name)
 }

@@ -55,6 +55,7 @@ type NodeScriptList struct {
 // NodeScriptSpec is what to run, where, and how to roll it out.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.onFailure) || !has(self.onFailure.rollback) || !self.onFailure.rollback || (has(self.rollbackScript) && size(self.rollbackScript) > 0)",message="onFailure.rollback needs rollbackScript"
+// +kubebuilder:validation:XValidation:rule="!has(self.rollout) || !has(self.rollout.analysis) || (has(self.rollbackScript) && size(self.rollbackScript) > 0)",message="rollout.analysis needs rollbackScript (run on the canaries when they regressed; 'true' to only halt)"
 // +kubebuilder:validation:XValidation:rule="has(self.script) != has(self.scriptFrom)",message="set exactly one of script and scriptFrom"
 // +kubebuilder:validation:XValidation:rule="!has(self.startupTaint) || !has(self.startupTaint.effect) || self.startupTaint.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute']",message="startupTaint.effect must be NoSchedule, PreferNoSchedule or NoExecute"
 type NodeScriptSpec struct {
@@ -348,6 +349,7 @@ const (
 )
 
 // RolloutSpec is the order and pace of the rollout.
+// +kubebuilder:validation:XValidation:rule="!has(self.analysis) || (has(self.soakTime) && duration(self.soakTime) > duration('0s'))",message="analysis needs soakTime > 0: the checks run while the canaries soak"
 type RolloutSpec struct {
 	// Canary is how many nodes run first; the rest wait for promotion.
 	// Defaults to 1.
@@ -389,6 +391,11 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 30s"
 	// +optional
 	PostCompleteDelay *metav1.Duration `json:"postCompleteDelay,omitempty"`
+	// Analysis, when set, checks a Prometheus metric of the canaries
+	// against the other nodes while they soak; a regression halts the
+	// rollout and rolls the canaries back (CanaryAnalysis). Defaults to none.
+	// +optional
+	Analysis *CanaryAnalysis `json:"analysis,omitempty"`
 }
 
 // FailurePolicy is what happens on a node where the script failed.
@@ -615,6 +622,9 @@ type NodeScriptStatus struct {
 	// +listMapKey=name
 	Gates []GateStatus `json:"gates,omitempty"`
 	// Conditions: Progressing, Halted, Complete, Gated.
+	// Analysis is the last check of spec.rollout.analysis, when set.
+	// +optional
+	Analysis *AnalysisStatus `json:"analysis,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

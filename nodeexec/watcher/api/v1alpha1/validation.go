@@ -295,6 +295,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateBudgetFields(spec, s)...)
+	errs = append(errs, validateAnalysis(s, spec)...)
 	return errs
 }
 
@@ -386,6 +387,7 @@ var durationFields = [][]string{
 	{"spec", "rebootTimeout"},
 	{"spec", "maintenance", "drain", "timeout"},
 	{"spec", "rollout", "postCompleteDelay"},
+	{"spec", "rollout", "analysis", "interval"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

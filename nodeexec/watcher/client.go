@@ -137,16 +137,10 @@ func Apply(ctx context.Context, dyn dynamic.Interface, scripts []*v1alpha1.NodeS
 		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 		objs[i] = u
 	}
-	opts := func(dry bool) metav1.ApplyOptions {
-		o := metav1.ApplyOptions{FieldManager: "nodeexec", Force: true}
-		if dry {
-			o.DryRun = []string{metav1.DryRunAll}
-		}
-		return o
-	}
 	var errs []error
 	for _, u := range objs {
-		if _, err := res.Apply(ctx, u.GetName(), u, opts(true)); err != nil {
+		dry := metav1.ApplyOptions{FieldManager: "nodeexec", Force: true, DryRun: []string{metav1.DryRunAll}}
+		if _, err := res.Apply(ctx, u.GetName(), u, dry); err != nil {
 			if crdMissing(err) {
 				return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
 			}
@@ -158,24 +152,34 @@ func Apply(ctx context.Context, dyn dynamic.Interface, scripts []*v1alpha1.NodeS
 	}
 	out := make([]string, len(objs))
 	for i, u := range objs {
-		before, err := res.Get(ctx, u.GetName(), metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return out[:i], fmt.Errorf("nodescript %q: %w", u.GetName(), err)
-		}
-		after, err := res.Apply(ctx, u.GetName(), u, opts(false))
-		if err != nil {
-			return out[:i], fmt.Errorf("nodescript %q: %w", u.GetName(), err)
-		}
-		switch {
-		case before == nil:
-			out[i] = "created"
-		case before.GetResourceVersion() == after.GetResourceVersion():
-			out[i] = "unchanged"
-		default:
-			out[i] = "configured"
+		var err error
+		if out[i], err = applyOne(ctx, res, "nodescript", u); err != nil {
+			return out[:i], err
 		}
 	}
 	return out, nil
+}
+
+// applyOne applies u with server-side apply (field manager nodeexec,
+// forced) and says what it did: "created", "configured" or "unchanged"
+// (the resourceVersion did not move). kind names u in errors. RBAC: get
+// and patch on u's resource.
+func applyOne(ctx context.Context, res dynamic.ResourceInterface, kind string, u *unstructured.Unstructured) (string, error) {
+	before, err := res.Get(ctx, u.GetName(), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("%s %q: %w", kind, u.GetName(), err)
+	}
+	after, err := res.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec", Force: true})
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", kind, u.GetName(), err)
+	}
+	switch {
+	case before == nil:
+		return "created", nil
+	case before.GetResourceVersion() == after.GetResourceVersion():
+		return "unchanged", nil
+	}
+	return "configured", nil
 }
 
 // Get reads one NodeScript. RBAC: get on nodescripts.

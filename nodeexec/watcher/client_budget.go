@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -91,21 +90,9 @@ func ApplyBudgets(ctx context.Context, dyn dynamic.Interface, budgets []*v1alpha
 			out[i] = "checked"
 			continue
 		}
-		before, err := res.Get(ctx, u.GetName(), metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return out[:i], fmt.Errorf("maintenancebudget %q: %w", u.GetName(), err)
-		}
-		after, err := res.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec", Force: true})
-		if err != nil {
-			return out[:i], fmt.Errorf("maintenancebudget %q: %w", u.GetName(), err)
-		}
-		switch {
-		case before == nil:
-			out[i] = "created"
-		case before.GetResourceVersion() == after.GetResourceVersion():
-			out[i] = "unchanged"
-		default:
-			out[i] = "configured"
+		var err error
+		if out[i], err = applyOne(ctx, res, "maintenancebudget", u); err != nil {
+			return out[:i], err
 		}
 	}
 	return out, nil

@@ -1,0 +1,43 @@
+package watcher
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// TestREADMEManifests parses and validates every YAML block of README.md
+// that holds nodeexec.io objects, as `nodeexec apply` would before sending
+// them: the worked examples stay examples of what the watcher accepts.
+func TestREADMEManifests(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	for _, part := range strings.Split(string(b), "```yaml\n")[1:] {
+		block, _, _ := strings.Cut(part, "```")
+		if !strings.Contains(block, "apiVersion: nodeexec.io/v1alpha1") {
+			continue
+		}
+		blocks++
+		scripts, budgets, err := ParseManifests(strings.NewReader(block))
+		if err != nil {
+			t.Errorf("README block %d: %v\n%s", blocks, err, block)
+			continue
+		}
+		for _, ns := range scripts {
+			if errs := v1alpha1.Validate(ns); len(errs) > 0 {
+				t.Errorf("README block %d: nodescript %s: %v", blocks, ns.Name, errs.ToAggregate())
+			}
+		}
+		if len(scripts)+len(budgets) == 0 {
+			t.Errorf("README block %d: no NodeScript or MaintenanceBudget parsed", blocks)
+		}
+	}
+	if blocks < 3 {
+		t.Errorf("found %d README blocks of nodeexec.io objects, want at least 3", blocks)
+	}
+}

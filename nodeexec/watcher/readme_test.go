@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,5 +40,30 @@ func TestREADMEManifests(t *testing.T) {
 	}
 	if blocks < 3 {
 		t.Errorf("found %d README blocks of nodeexec.io objects, want at least 3", blocks)
+	}
+}
+
+// TestExampleManifests does the same for examples/watcher's manifests.
+func TestExampleManifests(t *testing.T) {
+	files, err := filepath.Glob("../../examples/watcher/*.yaml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("examples/watcher/*.yaml: %v (%d files)", err, len(files))
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts, _, err := ParseManifests(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, ns := range scripts {
+			if errs := v1alpha1.Validate(ns); len(errs) > 0 {
+				t.Errorf("%s: nodescript %s: %v", name, ns.Name, errs.ToAggregate())
+			}
+		}
 	}
 }

@@ -26,7 +26,7 @@ func BenchmarkCountBudget1000(b *testing.B) {
 	for i := range nodes {
 		name := fmt.Sprintf("kwok-node-%d", i)
 		nodes[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"type": "kwok"}},
-			Spec: corev1.NodeSpec{Unschedulable: true},
+			Spec:   corev1.NodeSpec{Unschedulable: true},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 		holders[name] = []Holder{{Name: "bench", Disrupts: true}}
 	}

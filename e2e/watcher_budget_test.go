@@ -31,7 +31,7 @@ import (
 
 // installBudgetCRD applies deploy/crd's MaintenanceBudget CRD, waits until
 // it is served, and deletes it when the test ends.
-func installBudgetCRD(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
+func installBudgetCRD(ctx context.Context, t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
 	b, err := os.ReadFile("../deploy/crd/nodeexec.io_maintenancebudgets.yaml")
 	if err != nil {

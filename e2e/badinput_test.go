@@ -240,7 +240,11 @@ func clusterObjects(ctx context.Context, t *testing.T, dyn dynamic.Interface) []
 	pods, err := env.client.CoreV1().Pods("").List(ctx, managed)
 	must(err)
 	for _, p := range pods.Items {
-		out = append(out, "pod/"+p.Namespace+"/"+p.Name)
+		// A pod already being deleted (an earlier test's run pod in its
+		// grace period) goes whatever the input: it is not counted.
+		if p.DeletionTimestamp == nil {
+			out = append(out, "pod/"+p.Namespace+"/"+p.Name)
+		}
 	}
 	pods, err = env.client.CoreV1().Pods(testcluster.BaselineNamespace).List(ctx, metav1.ListOptions{})
 	must(err)

@@ -202,7 +202,7 @@ spec:
 }
 
 // startSafetyWatcher is startScaleWatcher with the watcher's metrics
-// registered in reg.
+// registered in reg (none when nil).
 func startSafetyWatcher(t testing.TB, dyn dynamic.Interface, reg prometheus.Registerer) *writeCounter {
 	t.Helper()
 	wc := &writeCounter{by: map[string]int{}}

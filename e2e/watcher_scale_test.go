@@ -86,21 +86,7 @@ func fastClient(t testing.TB) kubernetes.Interface {
 // Events, ConfigMaps) are counted in the writeCounter returned.
 func startScaleWatcher(t testing.TB, dyn dynamic.Interface) *writeCounter {
 	t.Helper()
-	wc := &writeCounter{by: map[string]int{}}
-	cfg := *env.config
-	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			wc.note(r)
-			return rt.RoundTrip(r)
-		})
-	})
-	cs, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	startWatcherWith(t, watcher.Options{Client: cs, Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
-	return wc
+	return startSafetyWatcher(t, dyn, nil)
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

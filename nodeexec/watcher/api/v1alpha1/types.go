@@ -255,6 +255,9 @@ type NodeScriptSpec struct {
 	// MaintenanceBudget, Exclusive, Priority: see types_budget.go's
 	// BudgetFields (docs/maintenancebudget.md).
 	BudgetFields `json:",inline"`
+	// WindowRefs: see types_calendar.go's CalendarFields
+	// (docs/maintenancecalendar.md).
+	CalendarFields `json:",inline"`
 }
 
 // ScriptSource is where spec.scriptFrom reads the script: exactly one of
@@ -625,6 +628,11 @@ type NodeScriptStatus struct {
 	// Analysis is the last check of spec.rollout.analysis, when set.
 	// +optional
 	Analysis *AnalysisStatus `json:"analysis,omitempty"`
+	// Calendars is what the watcher last saw of each of spec.windowRefs.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Calendars []CalendarStatus `json:"calendars,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

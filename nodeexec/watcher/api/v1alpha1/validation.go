@@ -167,6 +167,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if w := s.Window; w != nil {
 		errs = append(errs, validateWindow(w, spec.Child("window"))...)
 	}
+	errs = append(errs, validateCalendarFields(spec, s)...)
 	if b := s.BlockingPodSelector; b != nil {
 		p := spec.Child("blockingPodSelector")
 		if _, err := metav1.LabelSelectorAsSelector(b); err != nil {

@@ -80,6 +80,8 @@ type controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// budgets and plans: MaintenanceBudgets and SUC Plans, nil when not served.
 	budgets, plans cache.Store
+	// calendars: MaintenanceCalendars, nil when not served (calendar_watch.go).
+	calendars cache.Store
 }
 
 func (c *controller) processNext(ctx context.Context) bool {
@@ -159,6 +161,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !recheck.IsZero() && (retryAt.IsZero() || recheck.Before(retryAt)) {
 		retryAt = recheck
 	}
+	d = c.calendarWindow(ctx, ns, d, now)
 	d, gatesAt := c.gate(ctx, ns, d, nodes, now)
 	if !gatesAt.IsZero() && (retryAt.IsZero() || gatesAt.Before(retryAt)) {
 		retryAt = gatesAt
@@ -224,6 +227,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.w.metrics.drainBlocked.DeleteLabelValues(name)
 		c.w.metrics.gateOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.calendarOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)
@@ -521,7 +525,7 @@ func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
 	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
 		after = 2 * time.Second
 	}
-	for _, t := range []time.Time{d.NextWindow, d.RunNow, d.NextStart} {
+	for _, t := range []time.Time{d.NextWindow, d.RunNow, d.NextStart, d.WindowCloses} {
 		if t.IsZero() {
 			continue
 		}

@@ -72,6 +72,17 @@ type Decision struct {
 	// closed; NextWindow is when it opens). Start and Verify are then empty.
 	Hold       string
 	NextWindow time.Time
+	// WindowCloses is when the window open now closes (spec.window, set
+	// by Decide; with spec.windowRefs, the calendars and spec.window
+	// combined, set by the watcher's calendar step); zero when no window
+	// applies, it is closed, or it does not close within OpeningsHorizon.
+	WindowCloses time.Time
+	// WindowReason, with Hold HoldOutsideWindow from spec.windowRefs, says
+	// why: each calendar's state, or the one missing or unreadable.
+	WindowReason string
+	// Calendars is what each calendar of spec.windowRefs says now (set by
+	// the watcher's calendar step; status.calendars).
+	Calendars []v1alpha1.CalendarStatus
 	// RunNow, when set, is when the run-now override (AnnotationRunNow)
 	// that lets runs start while spec.window is closed ends.
 	RunNow time.Time
@@ -132,7 +143,9 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 		d.Hold = HoldPaused
 	} else if open, opens, err := InWindow(ns.Spec.Window, now); err != nil {
 		return Decision{}, err
-	} else if !open {
+	} else if open {
+		d.WindowCloses = opens
+	} else {
 		if until, set, err := RunNowUntil(ns); err == nil && set && now.Before(until) {
 			d.RunNow = until
 		} else {

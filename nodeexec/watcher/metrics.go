@@ -24,6 +24,8 @@ type metrics struct {
 	silences    *prometheus.CounterVec
 	gateOpen    *prometheus.GaugeVec
 	gateQueries *prometheus.CounterVec
+	// calendarOpen: nodeexec_watcher_calendar_open (calendar_watch.go).
+	calendarOpen *prometheus.GaugeVec
 	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
 	analysisChecks *prometheus.CounterVec
 	collectable    []prometheus.Collector
@@ -89,6 +91,8 @@ func newMetrics() *metrics {
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
+	m.calendarOpen = newCalendarOpen()
+	m.collectable = append(m.collectable, m.calendarOpen)
 	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nodeexec_watcher_budget_unavailable", Help: "Nodes a MaintenanceBudget selects that are out of service, by budget.",
 	}, []string{"budget"})

@@ -28,6 +28,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.NotNeeded = int32(d.Counts.NotNeeded)
 	st.Blocked, st.DrainBlocked = d.Blocked, d.DrainBlocked
 	st.Analysis = d.Analysis
+	st.Calendars = d.Calendars
 	gen := ns.Generation
 	switch d.Stage {
 	case StageHalted:
@@ -79,9 +80,10 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		setCondition(st, v1alpha1.ConditionProgressing, false, HoldPaused,
 			fmt.Sprintf("paused: nothing new starts (%d running); resume with: nodeexec resume %s", d.Counts.Running, ns.Name), gen, now)
 	case HoldOutsideWindow:
-		st.NextWindow = &metav1.Time{Time: d.NextWindow}
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldOutsideWindow,
-			fmt.Sprintf("outside the maintenance window: nothing new starts (%d running) until it opens at %s", d.Counts.Running, d.NextWindow.UTC().Format(time.RFC3339)), gen, now)
+		if !d.NextWindow.IsZero() {
+			st.NextWindow = &metav1.Time{Time: d.NextWindow}
+		}
+		setCondition(st, v1alpha1.ConditionProgressing, false, HoldOutsideWindow, windowHoldMessage(d), gen, now)
 	}
 	c.budgetStatus(ns, st, d, now)
 	gateStatus(st, ns, d, now)
@@ -119,7 +121,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis", "calendars"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

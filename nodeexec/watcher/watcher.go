@@ -462,6 +462,7 @@ func (w *Watcher) run(ctx context.Context) error {
 	pods := podFactory.Core().V1().Pods()
 	scripts := nsFactory.ForResource(v1alpha1.Resource)
 	budgets, plans := w.budgetInformers(ctx, nsFactory)
+	calendars := w.calendarInformer(ctx, nsFactory)
 	if err := pods.Informer().AddIndexers(podIndexers()); err != nil {
 		return err
 	}
@@ -494,6 +495,11 @@ func (w *Watcher) run(ctx context.Context) error {
 			},
 			DeleteFunc: func(any) { enqueueAll() },
 		}); err != nil {
+			return err
+		}
+	}
+	if calendars != nil {
+		if _, err := calendars.AddEventHandler(calendarHandler(scripts.Informer().GetStore(), queue.Add)); err != nil {
 			return err
 		}
 	}
@@ -571,6 +577,10 @@ func (w *Watcher) run(ctx context.Context) error {
 	if plans != nil {
 		c.plans = plans.GetStore()
 		synced = append(synced, plans.HasSynced)
+	}
+	if calendars != nil {
+		c.calendars = calendars.GetStore()
+		synced = append(synced, calendars.HasSynced)
 	}
 
 	// Each informer's failed list or watch is logged (client-go would log

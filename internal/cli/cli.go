@@ -104,7 +104,7 @@ func newApp(streams Streams) *ucli.App {
 		Flags:                append(clientFlags(), versionFlag()),
 		Action:               rootAction(streams),
 		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
-			applyCommand(streams), statusCommand(streams), promoteCommand(streams), pauseCommand(streams, true), pauseCommand(streams, false),
+			applyCommand(streams), statusCommand(streams), windowsCommand(streams), promoteCommand(streams), pauseCommand(streams, true), pauseCommand(streams, false),
 			rerunCommand(streams), ignoreCommand(streams, true), ignoreCommand(streams, false), runNowCommand(streams), watchCommand(streams),
 			imageCommand(streams), agentCommand(streams),
 			versionCommand(streams), completionCommand(streams)},

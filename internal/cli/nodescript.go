@@ -48,7 +48,7 @@ func watcherClients(c *ucli.Context) (kubernetes.Interface, dynamic.Interface, e
 func applyCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "apply",
-		Usage:     "create or update NodeScripts (and MaintenanceBudgets) from a YAML file (the watcher applies them to nodes)",
+		Usage:     "create or update NodeScripts (and MaintenanceBudgets, MaintenanceCalendars) from a YAML file (the watcher applies them to nodes)",
 		ArgsUsage: " ",
 		Description: "Every document is validated first (fields named in each error), then accepted by the API\n" +
 			"server in a dry-run; only then is any applied (server-side apply), so nothing is half-applied.",
@@ -68,7 +68,7 @@ func applyCommand(streams Streams) *ucli.Command {
 				defer file.Close()
 				in = file
 			}
-			scripts, budgets, err := watcher.ParseManifests(in)
+			m, err := watcher.ParseAllManifests(in)
 			if err != nil {
 				return err
 			}
@@ -76,7 +76,7 @@ func applyCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			return applyManifests(c.Context, streams.Out, dyn, scripts, budgets)
+			return applyAll(c.Context, streams.Out, dyn, m)
 		},
 	}
 }
@@ -148,6 +148,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	}
 	printBudget(w, rep)
 	printGates(w, st.Gates, now)
+	printCalendars(w, ns)
 	printAnalysis(w, ns, now)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string

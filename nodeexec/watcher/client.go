@@ -37,12 +37,13 @@ var ErrCRDNotInstalled = errors.New("the NodeScript CRD (nodescripts.nodeexec.io
 // all errors of all documents are returned together, so that nothing is
 // applied when any is wrong.
 func ParseNodeScripts(r io.Reader) ([]*v1alpha1.NodeScript, error) {
-	return parseDocuments(r, nil)
+	return parseDocuments(r, nil, nil)
 }
 
 // parseDocuments is ParseNodeScripts; with budgets set, MaintenanceBudget
 // documents are accepted too and added to it (parseBudget).
-func parseDocuments(r io.Reader, budgets *[]*v1alpha1.MaintenanceBudget) ([]*v1alpha1.NodeScript, error) {
+// With calendars set, MaintenanceCalendar documents go there (parseCalendar).
+func parseDocuments(r io.Reader, budgets *[]*v1alpha1.MaintenanceBudget, calendars *[]*v1alpha1.MaintenanceCalendar) ([]*v1alpha1.NodeScript, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var (
 		out   []*v1alpha1.NodeScript
@@ -69,6 +70,10 @@ func parseDocuments(r io.Reader, budgets *[]*v1alpha1.MaintenanceBudget) ([]*v1a
 		}
 		if budgets != nil && tm.APIVersion == v1alpha1.GroupVersion.String() && tm.Kind == "MaintenanceBudget" {
 			errs = append(errs, parseBudget(i, doc, budgets)...)
+			continue
+		}
+		if calendars != nil && tm.APIVersion == v1alpha1.GroupVersion.String() && tm.Kind == "MaintenanceCalendar" {
+			errs = append(errs, parseCalendar(i, doc, calendars)...)
 			continue
 		}
 		if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != "NodeScript" {
@@ -102,7 +107,7 @@ func parseDocuments(r io.Reader, budgets *[]*v1alpha1.MaintenanceBudget) ([]*v1a
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	if len(out) == 0 && (budgets == nil || len(*budgets) == 0) {
+	if len(out) == 0 && (budgets == nil || len(*budgets) == 0) && (calendars == nil || len(*calendars) == 0) {
 		return nil, errors.New("no NodeScript found in the input")
 	}
 	return out, nil

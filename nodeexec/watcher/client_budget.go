@@ -21,7 +21,7 @@ import (
 // all documents are returned together.
 func ParseManifests(r io.Reader) ([]*v1alpha1.NodeScript, []*v1alpha1.MaintenanceBudget, error) {
 	budgets := []*v1alpha1.MaintenanceBudget{}
-	scripts, err := parseDocuments(r, &budgets)
+	scripts, err := parseDocuments(r, &budgets, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
 )
 
 // cronParser reads a CronWindow's schedule: the standard 5 fields or a
@@ -224,6 +225,65 @@ func validateCalendarFields(spec *field.Path, s *NodeScriptSpec) field.ErrorList
 			errs = append(errs, field.Duplicate(p.Index(i), r))
 		}
 		seen[r] = true
+	}
+	return errs
+}
+
+// ValidateCalendarDurationSyntax checks a MaintenanceCalendar document's
+// durations (spec.windows[*].cron.duration, .monthly.duration) and times
+// (spec.windows[*].once.start/end, spec.blackouts[*].start/end, RFC 3339)
+// before it is decoded, so that an error names the field (the decoder's
+// would not). A document that is not YAML is left to the decoder.
+func ValidateCalendarDurationSyntax(doc []byte) field.ErrorList {
+	var m struct {
+		Spec struct {
+			Windows []struct {
+				Cron, Monthly map[string]any
+				Once          map[string]any
+			} `json:"windows"`
+			Blackouts []map[string]any `json:"blackouts"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(doc, &m); err != nil {
+		return nil
+	}
+	var errs field.ErrorList
+	dur := func(p *field.Path, v any) {
+		if v == nil {
+			return
+		}
+		s, ok := v.(string)
+		if _, err := time.ParseDuration(s); !ok || err != nil {
+			errs = append(errs, field.Invalid(p, v, "want a duration such as 30m, 4h or 6h30m"))
+		}
+	}
+	stamp := func(p *field.Path, v any) {
+		if v == nil {
+			return
+		}
+		s, ok := v.(string)
+		if _, err := time.Parse(time.RFC3339, s); !ok || err != nil {
+			errs = append(errs, field.Invalid(p, v, "want an RFC 3339 time such as 2026-12-15T00:00:00+01:00"))
+		}
+	}
+	spec := field.NewPath("spec")
+	for i, w := range m.Spec.Windows {
+		p := spec.Child("windows").Index(i)
+		if w.Cron != nil {
+			dur(p.Child("cron", "duration"), w.Cron["duration"])
+		}
+		if w.Monthly != nil {
+			dur(p.Child("monthly", "duration"), w.Monthly["duration"])
+		}
+		if w.Once != nil {
+			stamp(p.Child("once", "start"), w.Once["start"])
+			stamp(p.Child("once", "end"), w.Once["end"])
+		}
+	}
+	for i, b := range m.Spec.Blackouts {
+		p := spec.Child("blackouts").Index(i)
+		stamp(p.Child("start"), b["start"])
+		stamp(p.Child("end"), b["end"])
 	}
 	return errs
 }

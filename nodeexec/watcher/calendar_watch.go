@@ -135,7 +135,7 @@ func toCalendar(obj any) (*v1alpha1.MaintenanceCalendar, error) {
 
 // calendarWindow is the step after Decide for spec.windowRefs: it sets
 // d.Calendars (what each named calendar says now), and, unless the rollout
-// is over or paused, holds d (HoldOutsideWindow, d.NextWindow the next
+// is over (then d.Calendars is all, without Events) or paused, holds d (HoldOutsideWindow, d.NextWindow the next
 // opening, d.WindowReason why) when no opening (openings: calendars and
 // spec.window combined) holds now, or sets d.WindowCloses when one does.
 // A calendar missing, unreadable or invalid is closed: nothing starts
@@ -148,9 +148,7 @@ func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript
 		c.w.metrics.calendarOpen.DeletePartialMatch(prometheus.Labels{"nodescript": ns.Name})
 		return d
 	}
-	if d.Stage == StageComplete || d.Stage == StageHalted {
-		return d
-	}
+	over := d.Stage == StageComplete || d.Stage == StageHalted
 	cals, readErr := c.calendarsFor(ns)
 	byName := map[string]*v1alpha1.MaintenanceCalendar{}
 	for _, cal := range cals {
@@ -177,7 +175,9 @@ func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript
 		} else {
 			st.Open, st.Message = open, msg
 		}
-		c.calendarEvent(ns, st)
+		if !over {
+			c.calendarEvent(ns, st)
+		}
 		v := 0.0
 		if st.Open {
 			v = 1
@@ -185,7 +185,7 @@ func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript
 		c.w.metrics.calendarOpen.WithLabelValues(ns.Name, name).Set(v)
 		d.Calendars = append(d.Calendars, st)
 	}
-	if d.Hold == HoldPaused {
+	if over || d.Hold == HoldPaused {
 		return d
 	}
 	var next []Opening

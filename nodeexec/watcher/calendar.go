@@ -162,8 +162,9 @@ func windowSpans(w *v1alpha1.CalendarWindow, loc *time.Location, from, to time.T
 // on days (every day when empty) from start to end, wall-clock times in
 // loc; an end at or before start closes the next day. A time skipped by a
 // DST change is the one time.Date normalises it to (an interval emptied
-// that way does not open that day); a time that happens twice is its
-// first occurrence.
+// that way does not open that day); a start that happens twice is its
+// first occurrence, an end its last (a window across the repeated hour
+// lasts an hour longer).
 func weeklySpans(days []string, start, end string, loc *time.Location, from, to time.Time) ([]Opening, error) {
 	sh, sm, err := v1alpha1.CalendarHHMM(start)
 	if err != nil {
@@ -181,12 +182,12 @@ func weeklySpans(days []string, start, end string, loc *time.Location, from, to 
 		if len(days) > 0 && !slices.Contains(days, v1alpha1.Weekdays[day.Weekday()]) {
 			continue
 		}
-		opens := time.Date(day.Year(), day.Month(), day.Day(), sh, sm, 0, 0, loc)
+		opens := wallClock(day.Year(), day.Month(), day.Day(), sh, sm, loc, true)
 		endDay := day.Day()
 		if overnight {
 			endDay++
 		}
-		closes := time.Date(day.Year(), day.Month(), endDay, eh, em, 0, 0, loc)
+		closes := wallClock(day.Year(), day.Month(), endDay, eh, em, loc, false)
 		if closes.After(opens) && closes.After(from) && opens.Before(to) {
 			out = append(out, Opening{Start: opens, End: closes})
 		}
@@ -255,12 +256,33 @@ func monthlySpans(m *v1alpha1.MonthlyWindow, loc *time.Location, from, to time.T
 				continue
 			}
 		}
-		opens := time.Date(month.Year(), month.Month(), day, h, mi, 0, 0, loc)
+		opens := wallClock(month.Year(), month.Month(), day, h, mi, loc, true)
 		if closes := opens.Add(d); closes.After(from) && opens.Before(to) {
 			out = append(out, Opening{Start: opens, End: closes})
 		}
 	}
 	return out, nil
+}
+
+// wallClock is time.Date(y, m, d, h, mi, 0, 0, loc) made definite where
+// the wall-clock time happens twice (a DST change turning the clock back):
+// its first occurrence when first, else its last. A time skipped by a
+// change is what time.Date normalises it to.
+func wallClock(y int, m time.Month, d, h, mi int, loc *time.Location, first bool) time.Time {
+	t := time.Date(y, m, d, h, mi, 0, 0, loc)
+	same := func(c time.Time) bool {
+		return c.Hour() == t.Hour() && c.Minute() == t.Minute() && c.Day() == t.Day()
+	}
+	for _, step := range []time.Duration{time.Hour, 30 * time.Minute, 2 * time.Hour} {
+		if first {
+			if c := t.Add(-step).In(loc); same(c) {
+				return c
+			}
+		} else if c := t.Add(step).In(loc); same(c) {
+			return c
+		}
+	}
+	return t
 }
 
 // mergeSpans sorts spans by start and merges those overlapping or touching.

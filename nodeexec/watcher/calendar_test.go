@@ -29,7 +29,7 @@ func refs(names ...string) *v1alpha1.NodeScript {
 }
 
 func calDur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
-func mt(t time.Time) metav1.Time          { return metav1.Time{Time: t} }
+func mt(t time.Time) metav1.Time             { return metav1.Time{Time: t} }
 
 // span formats an opening in loc, "Mon 01-02 15:04 MST - Mon 01-02 15:04 MST".
 func span(o Opening, loc *time.Location) string {
@@ -46,7 +46,9 @@ func span(o Opening, loc *time.Location) string {
 // Nov 1), month ends, the leap day, blackouts and overlapping windows.
 func TestOpenings(t *testing.T) {
 	berlin, ny := mustLoc(t, "Europe/Berlin"), mustLoc(t, "America/New_York")
-	at := func(loc *time.Location, y int, m time.Month, d, h, mi int) time.Time { return time.Date(y, m, d, h, mi, 0, 0, loc) }
+	at := func(loc *time.Location, y int, m time.Month, d, h, mi int) time.Time {
+		return time.Date(y, m, d, h, mi, 0, 0, loc)
+	}
 	weekly := func(days []string, s, e string) v1alpha1.CalendarWindow {
 		return v1alpha1.CalendarWindow{Name: "w", Weekly: &v1alpha1.WeeklyWindow{Days: days, Start: s, End: e}}
 	}

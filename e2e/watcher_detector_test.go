@@ -105,6 +105,9 @@ func TestWatcherUnprivilegedCheck(t *testing.T) {
 	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, needs, watcher.ActionRun); !strings.Contains(out, "rebooting "+needs) {
 		t.Errorf("run output on %s: %q", needs, out)
 	}
+	if out, errOut, code := cli(ctx, "", "status", name); code != 0 || !strings.Contains(out, "check: unprivileged") || !strings.Contains(out, dir+" at /sentinel read-only") {
+		t.Errorf("nodeexec status: exit %d\n%s%s", code, out, errOut)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "written")); err == nil {
 		t.Error("the check wrote to the host directory")
 	}

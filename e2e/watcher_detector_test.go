@@ -158,7 +158,9 @@ func podSecurityLevels(ctx context.Context, t *testing.T, p *corev1.Pod) {
 	if _, err := env.client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.client.CoreV1().Namespaces().Delete(context.Background(), restricted, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.client.CoreV1().Namespaces().Delete(context.Background(), restricted, metav1.DeleteOptions{})
+	})
 	noHost := fresh(restricted)
 	noHost.Spec.Volumes = nil
 	for i := range noHost.Spec.Containers {

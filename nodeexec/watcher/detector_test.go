@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -235,4 +236,52 @@ func TestReconcileUnprivilegedCheck(t *testing.T) {
 
 func nodeexecRequest(node, script string) nodeexec.Request {
 	return nodeexec.Request{Node: node, Script: script, Timeout: time.Minute}
+}
+
+// FuzzUnprivilegedCheck: whatever spec.check.hostPaths Validate accepts,
+// the unprivileged check pod holds no privilege, mounts exactly those
+// directories read-only, and no two mount paths overlap (nor / or the
+// container's /proc, /sys, /dev); Validate's refusals name a field.
+func FuzzUnprivilegedCheck(f *testing.F) {
+	for _, s := range [][4]string{
+		{"/var/run", "/host/var/run", "/etc", ""},
+		{"/", "/host", "", ""},
+		{"/var/../etc", "/h", "/a", "/h/a"},
+		{"var/run", "", "/proc", ""},
+		{"/a//b", "/m/", "/x", "/m"},
+		{"/a\x00", "/dev/x", "/sys", "/sysx"},
+	} {
+		f.Add(s[0], s[1], s[2], s[3])
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, path1, mount1, path2, mount2 string) {
+		ns := kuredCheck(nil)
+		ns.Spec.Check.HostPaths = []v1alpha1.HostPathMount{{Path: path1, MountPath: mount1}}
+		if path2 != "" || mount2 != "" {
+			ns.Spec.Check.HostPaths = append(ns.Spec.Check.HostPaths, v1alpha1.HostPathMount{Path: path2, MountPath: mount2})
+		}
+		if errs := v1alpha1.Validate(ns); len(errs) > 0 {
+			checkNamesFields(t, errs)
+			return
+		}
+		pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionCheck, Attempt: 1, Now: now})
+		if err != nil {
+			t.Fatalf("accepted by Validate, refused by RunPod: %v", err)
+		}
+		noPrivilege(t, pod, ns.Spec.Check.HostPaths)
+		overlaps := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/") }
+		var mounts []string
+		for _, m := range pod.Spec.Containers[0].VolumeMounts {
+			p := m.MountPath
+			if p == "/" || !strings.HasPrefix(p, "/") || path.Clean(p) != p || slices.Contains(strings.Split(p, "/"), "..") {
+				t.Errorf("mount path %q: not absolute and clean, or /", p)
+			}
+			for _, other := range append(mounts, "/proc", "/sys", "/dev") {
+				if overlaps(p, other) {
+					t.Errorf("mount path %q overlaps %q", p, other)
+				}
+			}
+			mounts = append(mounts, p)
+		}
+	})
 }

@@ -146,6 +146,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	for _, b := range st.DrainBlocked {
 		fmt.Fprintf(w, "drain blocked: %s (not cordoned; checked again every %s)\n", b, watcher.DrainRecheck)
 	}
+	printCheck(w, ns)
 	printBudget(w, rep)
 	printGates(w, st.Gates, now)
 	printCalendars(w, ns)

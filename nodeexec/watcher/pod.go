@@ -270,11 +270,17 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	if s.Action == ActionRun && spec.Reboot == v1alpha1.RebootIfRequired {
 		env[EnvRebootSentinel] = RebootSentinel(spec)
 	}
-	pod, err := builder.CompletionPod(nodeexec.Request{
-		Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv, Env: env,
-	}, RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt), s.Now)
+	req := nodeexec.Request{Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv, Env: env}
+	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
+	var pod *corev1.Pod
+	var err error
+	if s.Action == ActionCheck && !spec.CheckPrivileged() {
+		pod, err = UnprivilegedCheckPod(spec, req, name, s.Now) // spec.check.privileged: false (detector.go)
+	} else if pod, err = builder.CompletionPod(req, name, s.Now); err != nil {
+		err = fmt.Errorf("spec.backend: %w", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("spec.backend: %w", err)
+		return nil, err
 	}
 	if ns.UID != "" {
 		// Deleting the NodeScript deletes its run pods (the garbage

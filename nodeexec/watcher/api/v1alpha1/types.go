@@ -115,6 +115,12 @@ type NodeScriptSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="contains a NUL byte, which would cut the script there"
 	// +optional
 	CheckScript string `json:"checkScript,omitempty"`
+	// Check says how CheckScript's pod runs: privileged (the default) or
+	// unprivileged with the node's directories it reads (CheckSpec,
+	// docs/nodescript-detector.md). Only with CheckScript. Part of the spec
+	// hash when set.
+	// +optional
+	Check *CheckSpec `json:"check,omitempty"`
 	// VerifyScript, when set, must exit 0 on a canary node after Script
 	// succeeded and the soak time passed, before automatic promotion.
 	// +kubebuilder:validation:MaxLength=131071

@@ -102,6 +102,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if s.CheckScript != "" && strings.TrimSpace(s.CheckScript) == "" {
 		errs = append(errs, field.Invalid(spec.Child("checkScript"), s.CheckScript, "only blanks: give a command that exits 0 when the node does not need spec.script and 1 when it does, or leave checkScript out"))
 	}
+	errs = append(errs, validateCheck(s, spec)...)
 	for i, n := range s.ExcludeNodes {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(spec.Child("excludeNodes").Index(i), n, "not a node name: "+strings.Join(msgs, "; ")))
@@ -372,7 +373,8 @@ func SpecHash(s *NodeScriptSpec) string {
 		ScriptFrom                           *ScriptSource        `json:",omitempty"`
 		ScriptDigest                         string               `json:",omitempty"`
 		ConfigMapEnv                         []ConfigMapEnvSource `json:",omitempty"`
-	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript, s.ScriptFrom, s.ScriptDigest, s.ConfigMapEnv})
+		Check                                *CheckSpec           `json:",omitempty"`
+	}{s.Script, s.VerifyScript, s.RollbackScript, backend, s.Timeout, s.SecretEnv, s.CheckScript, s.ScriptFrom, s.ScriptDigest, s.ConfigMapEnv, s.Check})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

@@ -159,6 +159,10 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !recheck.IsZero() && (retryAt.IsZero() || recheck.Before(retryAt)) {
 		retryAt = recheck
 	}
+	d, fitAt := c.fitWindow(ctx, ns, d, nodes, now) // spec.rollout.fitWindow, status.forecast
+	if !fitAt.IsZero() && (retryAt.IsZero() || fitAt.Before(retryAt)) {
+		retryAt = fitAt
+	}
 	d, gatesAt := c.gate(ctx, ns, d, nodes, now)
 	if !gatesAt.IsZero() && (retryAt.IsZero() || gatesAt.Before(retryAt)) {
 		retryAt = gatesAt

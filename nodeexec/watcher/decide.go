@@ -72,6 +72,11 @@ type Decision struct {
 	// closed; NextWindow is when it opens). Start and Verify are then empty.
 	Hold       string
 	NextWindow time.Time
+	// WindowCloses is when the window open now closes (spec.window, and
+	// the calendars of spec.windowRefs): zero when no window applies or it
+	// never closes. spec.rollout.fitWindow keeps back the nodes that would
+	// not end before it (forecast.go).
+	WindowCloses time.Time
 	// RunNow, when set, is when the run-now override (AnnotationRunNow)
 	// that lets runs start while spec.window is closed ends.
 	RunNow time.Time
@@ -138,6 +143,8 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 		} else {
 			d.Hold, d.NextWindow = HoldOutsideWindow, opens
 		}
+	} else {
+		d.WindowCloses = opens // open: when it closes
 	}
 	if d.Hold != "" {
 		d.Start, d.Verify = nil, nil

@@ -149,6 +149,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	printBudget(w, rep)
 	printGates(w, st.Gates, now)
 	printAnalysis(w, ns, now)
+	printForecast(w, ns)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {

@@ -271,8 +271,8 @@ func fits(ns *v1alpha1.NodeScript, d *Decision, nodes []Node, durs *v1alpha1.Dur
 		return dropped, ""
 	}
 	d.Hold = HoldWindowTooShort
-	msg = fmt.Sprintf("no node fits before the maintenance window closes at %s (in %s): a node is expected to take %s (p95 of the learned steps) plus spec.rollout.windowMargin %s; %d node(s) wait for the next opening",
-		d.WindowCloses.UTC().Format(time.RFC3339), d.WindowCloses.Sub(now).Round(time.Second), need, margin, len(dropped))
+	msg = fmt.Sprintf("no node fits before the maintenance window closes at %s: a node is expected to take %s (p95 of the learned steps) plus spec.rollout.windowMargin %s; %d node(s) wait for the next opening",
+		d.WindowCloses.UTC().Format(time.RFC3339), need, margin, len(dropped))
 	return dropped, msg
 }
 

@@ -362,11 +362,14 @@ func (c *controller) forecast(ns *v1alpha1.NodeScript, d Decision, nodes []Node,
 	if !p.known {
 		return &v1alpha1.Forecast{NodesLeft: int32(p.left), Message: fmt.Sprintf("%d node(s) left; no ETA until a run's duration is learned", p.left)}
 	}
-	ops, loc, err := c.forecastOpenings(ns, now, min(p.waves+1, forecastOpeningsN))
+	// From the minute: the forecast, and so the status, changes at most
+	// once a minute while nodes run, not on every reconcile.
+	from := now.Truncate(time.Minute)
+	ops, loc, err := c.forecastOpenings(ns, from, min(p.waves+1, forecastOpeningsN))
 	if err != nil {
 		return &v1alpha1.Forecast{NodesLeft: int32(p.left), Message: fmt.Sprintf("%d node(s) left; no ETA: reading the maintenance windows: %v", p.left, err)}
 	}
-	return schedule(ns, p, ops, loc, now)
+	return schedule(ns, p, ops, loc, from)
 }
 
 // rolloutPlan is what a forecast counts: the nodes left, how many run at

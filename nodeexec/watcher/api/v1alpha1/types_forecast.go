@@ -69,9 +69,10 @@ type StepDurations struct {
 type Forecast struct {
 	// NodesLeft are the selected nodes not done yet (pending or running).
 	NodesLeft int32 `json:"nodesLeft"`
-	// WindowsNeeded is how many openings, the one open now included, the
-	// nodes left need; 0 when unknown (no duration learned yet, or no
-	// opening fits a node).
+	// WindowsNeeded is how many openings of the maintenance window(s) the
+	// nodes left run in (the one open now counts when a node still fits
+	// in it); 0 when unknown (no duration learned yet, or no opening fits
+	// a node).
 	// +optional
 	WindowsNeeded int32 `json:"windowsNeeded,omitempty"`
 	// ETA is when the last node should be done; unset when unknown.

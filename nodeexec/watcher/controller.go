@@ -162,6 +162,10 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 		retryAt = recheck
 	}
 	d = c.calendarWindow(ctx, ns, d, now)
+	d, fitAt := c.fitWindow(ctx, ns, d, nodes, now) // spec.rollout.fitWindow, status.forecast
+	if !fitAt.IsZero() && (retryAt.IsZero() || fitAt.Before(retryAt)) {
+		retryAt = fitAt
+	}
 	d, gatesAt := c.gate(ctx, ns, d, nodes, now)
 	if !gatesAt.IsZero() && (retryAt.IsZero() || gatesAt.Before(retryAt)) {
 		retryAt = gatesAt

@@ -113,6 +113,7 @@ func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n
 		now := c.w.o.Clock.Now()
 		if err == nil {
 			s.Maintenance = MaintenanceDrained
+			c.w.learn(ns, v1alpha1.StepDrain, now.Sub(s.Since)) // status.durations (forecast.go)
 			c.events.Eventf(n, corev1.EventTypeNormal, ReasonDrained, "nodescript %s: drained for maintenance before the run", ns.Name)
 		} else if !c.skipDrain(ctx, ns, cur, &s, err, now) { // onTimeout: Skip
 			msg := tail("drain failed: "+err.Error(), 256)

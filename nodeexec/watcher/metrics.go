@@ -30,7 +30,8 @@ type metrics struct {
 	analysisChecks *prometheus.CounterVec
 	collectable    []prometheus.Collector
 
-	drainMetricSet // drains.go
+	drainMetricSet    // drains.go
+	forecastMetricSet // forecast.go
 	// postComplete: prepull.go, postcomplete.go.
 	postComplete postComplete
 	// budgetUnavailable and budgetMax: per MaintenanceBudget (budget.go).
@@ -90,6 +91,7 @@ func newMetrics() *metrics {
 	m.postComplete = newPostCompleteMetrics()
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
+	m.collectable = append(m.collectable, m.forecastMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	m.calendarOpen = newCalendarOpen()
 	m.collectable = append(m.collectable, m.calendarOpen)

@@ -81,6 +81,7 @@ func (c *controller) rebooting(ctx context.Context, ns *v1alpha1.NodeScript, has
 	boot := n.Status.NodeInfo.BootID
 	switch rebootStep(ns, s, boot, ready, now) {
 	case "back":
+		c.w.learn(ns, v1alpha1.StepReboot, now.Sub(s.Since)) // status.durations (forecast.go)
 		c.events.Eventf(n, corev1.EventTypeNormal, ReasonRebooted, "nodescript %s: the node is back after %s with boot ID %s (was %s)", ns.Name, now.Sub(s.Since).Round(time.Second), boot, s.BootID)
 		s.Phase, s.Maintenance, s.RebootIssued, s.BootID, s.Since = PhaseSucceeded, "", false, boot, now
 		return c.w.writeState(ctx, ns, n, s)

@@ -257,6 +257,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 	if recorded {
 		c.w.metrics.runs.WithLabelValues(ns.Name, action, result).Inc()
 		c.w.metrics.duration.WithLabelValues(action).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
+		c.learnPod(ns, action, pod, result, now) // status.durations (forecast.go)
 	}
 	err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &pod.UID}, PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),

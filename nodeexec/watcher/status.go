@@ -87,6 +87,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	}
 	c.budgetStatus(ns, st, d, now)
 	gateStatus(st, ns, d, now)
+	c.forecastStatus(st, ns, d, now)
 	if startErr != nil {
 		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}
@@ -121,7 +122,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis", "calendars"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis", "calendars", "durations", "forecast"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -224,6 +224,8 @@ type Watcher struct {
 	gates *gateCache
 	// analyses holds per NodeScript the last canary analysis check made.
 	analyses analysisMemo
+	// forecasts keeps the learned durations and forecasts (forecast.go).
+	forecasts forecastMemo
 }
 
 type decodedState struct {
@@ -922,4 +924,5 @@ func (w *Watcher) forget(name string) {
 	w.mu.Unlock()
 	w.gates.forget(name)
 	w.forgetAnalysis(name)
+	w.forgetForecast(name)
 }

@@ -405,6 +405,19 @@ type RolloutSpec struct {
 	// rollout and rolls the canaries back (CanaryAnalysis). Defaults to none.
 	// +optional
 	Analysis *CanaryAnalysis `json:"analysis,omitempty"`
+	// WindowMargin is the slack kept before the maintenance window closes:
+	// a node starts only if its expected duration (the p95 of the steps it
+	// has learned, status.durations) plus WindowMargin ends before the
+	// window closes (FitWindow). Defaults to 5m (DefaultWindowMargin).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 5m"
+	// +optional
+	WindowMargin *metav1.Duration `json:"windowMargin,omitempty"`
+	// FitWindow, when a window applies, keeps back the nodes whose
+	// expected run would not end before the window closes (hold
+	// WindowTooShort when none fits). Set false to start nodes until the
+	// window closes, as before. Defaults to true.
+	// +optional
+	FitWindow *bool `json:"fitWindow,omitempty"`
 }
 
 // FailurePolicy is what happens on a node where the script failed.
@@ -639,6 +652,14 @@ type NodeScriptStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Calendars []CalendarStatus `json:"calendars,omitempty"`
+	// Durations are the step durations learned from the runs (the newest
+	// samples per step, with their p50 and p95).
+	// +optional
+	Durations *Durations `json:"durations,omitempty"`
+	// Forecast is the rollout's expected course (nodes left, windows
+	// needed, ETA), while it is not over.
+	// +optional
+	Forecast *Forecast `json:"forecast,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -298,6 +298,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	}
 	errs = append(errs, validateBudgetFields(spec, s)...)
 	errs = append(errs, validateAnalysis(s, spec)...)
+	errs = append(errs, validateForecast(s, spec)...)
 	return errs
 }
 
@@ -391,6 +392,7 @@ var durationFields = [][]string{
 	{"spec", "maintenance", "drain", "timeout"},
 	{"spec", "rollout", "postCompleteDelay"},
 	{"spec", "rollout", "analysis", "interval"},
+	{"spec", "rollout", "windowMargin"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

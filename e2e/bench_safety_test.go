@@ -68,7 +68,7 @@ func BenchmarkWatcherSafety(b *testing.B) {
 	ctx := context.Background()
 	dyn := watcherSetup(b)
 	installBudgetCRD(ctx, b, dyn)
-	k, _ := simulatedNodes(ctx, b, n)
+	k, _ := simulatedNodes(ctx, b, n, 0)
 	b.Cleanup(func() {
 		if err := k.DeleteNodes(context.Background()); err != nil {
 			b.Errorf("deleting the simulated nodes: %v", err)

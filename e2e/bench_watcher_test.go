@@ -59,7 +59,7 @@ func BenchmarkWatcher(b *testing.B) {
 	}
 	ctx := context.Background()
 	dyn := watcherSetup(b)
-	k, names := simulatedNodes(ctx, b, n)
+	k, names := simulatedNodes(ctx, b, n, 0)
 	b.Cleanup(func() {
 		if err := k.DeleteNodes(context.Background()); err != nil {
 			b.Errorf("deleting the simulated nodes: %v", err)

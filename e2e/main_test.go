@@ -16,8 +16,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,6 +59,18 @@ func run(m *testing.M) int {
 		env.image = debugpod.DefaultImage
 	}
 	env.kubeconfig = os.Getenv("NODEEXEC_E2E_KUBECONFIG")
+	// The CLI, built once: static, as `make build` builds it, and also the
+	// binary of nodeexec's image below.
+	dir, err := os.MkdirTemp("", "nodeexec-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if env.cli, err = agentimage.BuildBinary(ctx, "..", dir); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building the CLI: %v\n", err)
+		return 1
+	}
 	if env.kubeconfig == "" {
 		c, err := testcluster.Start(ctx, testcluster.Options{Log: os.Stderr})
 		if err != nil {
@@ -76,7 +86,7 @@ func run(m *testing.M) int {
 		// imported into every node: on a reused cluster the nodes may hold
 		// an older build under the same tag, which imagePullPolicy
 		// IfNotPresent would run.
-		img, err := agentimage.Build(ctx, "..")
+		img, err := agentimage.ImageFromFile(env.cli)
 		if err == nil {
 			_, err = c.PushImage(ctx, agent.DefaultImage, img)
 		}
@@ -108,19 +118,6 @@ func run(m *testing.M) int {
 	}
 	if len(env.nodes) < 2 {
 		fmt.Fprintf(os.Stderr, "e2e: want at least 2 Ready real nodes, have %v\n", env.nodes)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "nodeexec-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	env.cli = filepath.Join(dir, "nodeexec")
-	build := exec.CommandContext(ctx, "go", "build", "-o", env.cli, "../cmd/nodeexec")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: building the CLI: %v\n", err)
 		return 1
 	}
 	code := m.Run()

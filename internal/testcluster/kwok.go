@@ -54,6 +54,13 @@ type KwokOptions struct {
 	// Default 1s.
 	PodCompleteAfter time.Duration
 
+	// PodStartDelay, when non-zero, replaces the delays of kwok's stock pod-create
+	// stage (the pod gets its IP) and pod-ready stage (it is Running): each waits
+	// between PodStartDelay and twice that instead of between 1 and 5 s, so a
+	// nodeexec pod ends PodCompleteAfter after 2-4 PodStartDelays rather than 2-10 s
+	// after it was created. Default 0: kwok's stock delays. At least 1ms when set.
+	PodStartDelay time.Duration
+
 	// FailNodes are names of simulated nodes on which nodeexec pods end Failed
 	// instead, every container terminated with exit code 1, reason Error.
 	FailNodes []string
@@ -130,6 +137,9 @@ func (o KwokOptions) resolve() (KwokOptions, error) {
 	}
 	if o.PodCompleteAfter < time.Millisecond {
 		return o, fmt.Errorf("testcluster: kwok PodCompleteAfter must be at least 1ms, got %s", o.PodCompleteAfter)
+	}
+	if o.PodStartDelay < 0 || (o.PodStartDelay > 0 && o.PodStartDelay < time.Millisecond) {
+		return o, fmt.Errorf("testcluster: kwok PodStartDelay must be 0 (kwok's delays) or at least 1ms, got %s", o.PodStartDelay)
 	}
 	fail := slices.Clone(o.FailNodes)
 	for _, n := range fail {

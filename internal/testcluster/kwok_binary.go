@@ -261,6 +261,11 @@ func kwokConfig(stock []kwokStage, o KwokOptions) ([]byte, error) {
 			// pod too, usually after it is gone: one failed DELETE per pod
 			expr = map[string]any{"key": ".status.phase", "operator": "NotIn", "values": []any{"Succeeded", "Failed"}}
 		}
+		if (name == "pod-create" || name == "pod-ready") && o.PodStartDelay > 0 {
+			if err := setStageDelay(st, o.PodStartDelay, 2*o.PodStartDelay); err != nil {
+				return nil, fmt.Errorf("%s: %w", s.file, err)
+			}
+		}
 		if expr != nil {
 			if err := appendMatchExpression(st, expr); err != nil {
 				return nil, fmt.Errorf("%s: %w", s.file, err)
@@ -286,6 +291,23 @@ func kwokConfig(stock []kwokStage, o KwokOptions) ([]byte, error) {
 		docs = append(docs, b)
 	}
 	return append([]byte("---\n"), bytes.Join(docs, []byte("---\n"))...), nil
+}
+
+// setStageDelay sets a stage's delay to between d and jitter (kwok's
+// durationMilliseconds and jitterDurationMilliseconds), keeping its per-pod
+// annotation overrides.
+func setStageDelay(st map[string]any, d, jitter time.Duration) error {
+	spec, ok := st["spec"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("spec is not an object")
+	}
+	delay, ok := spec["delay"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("spec.delay is not an object")
+	}
+	delay["durationMilliseconds"] = d.Milliseconds()
+	delay["jitterDurationMilliseconds"] = jitter.Milliseconds()
+	return nil
 }
 
 func unstructuredString(m map[string]any, path ...string) (string, bool, error) {

@@ -83,6 +83,9 @@ func kwokNamespace(t testing.TB, ctx context.Context, cs kubernetes.Interface) s
 	return ns
 }
 
+// kwokE2EPodStart is TestKwok's KwokOptions.PodStartDelay.
+const kwokE2EPodStart = 100 * time.Millisecond
+
 func TestKwok(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -90,7 +93,8 @@ func TestKwok(t *testing.T) {
 	t.Cleanup(func() { kwokDown(t, c) })
 	ns := kwokNamespace(t, ctx, cs)
 
-	opts := KwokOptions{FailNodes: []string{"kwok-node-2"}}
+	// PodStartDelay: pods Running within 0.2-0.4 s rather than kwok's 2-10 s
+	opts := KwokOptions{FailNodes: []string{"kwok-node-2"}, PodStartDelay: kwokE2EPodStart}
 	t0 := time.Now()
 	k, err := c.StartKwok(ctx, opts)
 	if err != nil {
@@ -181,7 +185,7 @@ func TestKwok(t *testing.T) {
 
 	t.Run("start-again", func(t *testing.T) {
 		old := mustRecord(t, c)
-		k2, err := c.StartKwok(ctx, KwokOptions{FailNodes: []string{"kwok-node-2", "kwok-node-2"}, PodCompleteAfter: time.Second})
+		k2, err := c.StartKwok(ctx, KwokOptions{FailNodes: []string{"kwok-node-2", "kwok-node-2"}, PodCompleteAfter: time.Second, PodStartDelay: kwokE2EPodStart})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +193,7 @@ func TestKwok(t *testing.T) {
 			t.Errorf("same options: kwok pid %d, want the running %d", k2.PID(), pid)
 		}
 		// other options: only kwok restarts; the nodes stay
-		k3, err := c.StartKwok(ctx, KwokOptions{FailNodes: []string{"kwok-node-2"}, Heartbeat: true, PodCompleteAfter: 10 * time.Minute})
+		k3, err := c.StartKwok(ctx, KwokOptions{FailNodes: []string{"kwok-node-2"}, Heartbeat: true, PodCompleteAfter: 10 * time.Minute, PodStartDelay: kwokE2EPodStart})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,6 +47,8 @@ func TestKwokOptionsResolve(t *testing.T) {
 		{Version: "latest"},
 		{PodCompleteAfter: -time.Second},
 		{PodCompleteAfter: time.Microsecond},
+		{PodStartDelay: -time.Second},
+		{PodStartDelay: time.Microsecond},
 		{FailNodes: []string{""}},
 		{FailNodes: []string{"a,b"}},
 	} {
@@ -131,6 +133,10 @@ spec:
     matchExpressions:
     - {key: '` + key + `', operator: ` + op + v + `}
   weight: 1
+  delay:
+    durationMilliseconds: 1000
+    durationFrom: {expressionFrom: '.metadata.annotations["` + name + `.stage.kwok.x-k8s.io/delay"]'}
+    jitterDurationMilliseconds: 5000
   next: {statusTemplate: "phase: Running"}
 `
 }
@@ -164,7 +170,8 @@ type testStage struct {
 		}
 		Weight int
 		Delay  struct {
-			DurationMilliseconds int64 `json:"durationMilliseconds"`
+			DurationMilliseconds       int64 `json:"durationMilliseconds"`
+			JitterDurationMilliseconds int64 `json:"jitterDurationMilliseconds"`
 		}
 		Next struct {
 			StatusTemplate string `json:"statusTemplate"`
@@ -251,12 +258,19 @@ func TestKwokConfig(t *testing.T) {
 	if ok.Spec.Delay.DurationMilliseconds != 2500 {
 		t.Errorf("delay %d ms, want 2500", ok.Spec.Delay.DurationMilliseconds)
 	}
+	// without PodStartDelay, kwok's own pod start delays (1-5 s per stage)
+	for _, name := range []string{"pod-create", "pod-ready"} {
+		if d := stageByName(stages, name).Spec.Delay; d.DurationMilliseconds != 1000 || d.JitterDurationMilliseconds != 5000 {
+			t.Errorf("%s delay %+v, want kwok's 1000-5000 ms", name, d)
+		}
+	}
 	if !strings.Contains(ok.Spec.Next.StatusTemplate, "phase: Succeeded") {
 		t.Errorf("template:\n%s", ok.Spec.Next.StatusTemplate)
 	}
 
 	o.FailNodes = []string{"kwok-node-2", "kwok-node-7"}
 	o.Heartbeat = true
+	o.PodStartDelay = 200 * time.Millisecond
 	b, err = kwokConfig(testStages(t, true), o)
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +278,11 @@ func TestKwokConfig(t *testing.T) {
 	stages = parseKwokConfig(t, b)
 	if stageByName(stages, "node-heartbeat-with-lease") == nil {
 		t.Error("Heartbeat: no node-heartbeat-with-lease stage")
+	}
+	for _, name := range []string{"pod-create", "pod-ready"} {
+		if d := stageByName(stages, name).Spec.Delay; d.DurationMilliseconds != 200 || d.JitterDurationMilliseconds != 400 {
+			t.Errorf("PodStartDelay 200ms: %s delay %+v, want 200-400 ms", name, d)
+		}
 	}
 	ok = stageByName(stages, "nodeexec-pod-complete")
 	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running", ".spec.nodeName NotIn kwok-node-2,kwok-node-7"}, exprString(ok)); diff != "" {

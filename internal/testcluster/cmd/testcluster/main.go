@@ -9,7 +9,7 @@
 //	testcluster kubeconfig         print the admin kubeconfig path
 //	testcluster registry           print the test registry's addresses, CA and credentials
 //	                               (shell variables; `eval` them to use DOCKER_CONFIG)
-//	testcluster kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--kwok-version V]
+//	testcluster kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--pod-start-delay D] [--kwok-version V]
 //	                               start (or reuse) kwok and N simulated nodes kwok-node-1..N
 //	                               (label type=kwok), wait until all are Ready
 //	testcluster kwok down          delete the simulated nodes (and pods bound to them), stop kwok
@@ -56,7 +56,7 @@ func main() {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig | registry
-       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] | kwok down
+       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--pod-start-delay D] | kwok down
 `+faultUsage)
 }
 
@@ -76,6 +76,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&ko.Heartbeat, "heartbeat", false, "kwok up: node lease heartbeats (heavy at thousands of nodes)")
 	fs.StringVar(&failNodes, "fail-nodes", "", "kwok up: comma-separated simulated nodes on which nodeexec pods fail (exit code 1)")
 	fs.DurationVar(&ko.PodCompleteAfter, "pod-complete-after", 0, "kwok up: how long a nodeexec pod runs on a simulated node (default 1s)")
+	fs.DurationVar(&ko.PodStartDelay, "pod-start-delay", 0, "kwok up: each of kwok's two pod start stages waits between D and 2D (default: kwok's 1-5 s)")
 	fs.StringVar(&ko.Version, "kwok-version", "", "kwok up: kwok version (default "+testcluster.DefaultKwokVersion+")")
 	// flags may come before and after the command and its arguments
 	// (testcluster up --nodes 1, testcluster kwok up 1000 --heartbeat)

@@ -148,6 +148,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	}
 	printBudget(w, rep)
 	printGates(w, st.Gates, now)
+	printHooks(w, rep, now)
 	printAnalysis(w, ns, now)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
@@ -216,6 +217,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		}
 		if s.Rollback != "" {
 			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
+		}
+		if s.Hook != "" {
+			reason = strings.TrimSpace(reason + " hook:" + s.Hook)
 		}
 		out := n.Output[watcher.ActionRun]
 		switch {

@@ -91,7 +91,9 @@ type Options struct {
 	// and pods/log get in the backends' namespaces; configmaps get/create/
 	// update in the backends' namespaces (output records); pods/eviction
 	// create and daemonsets get (drain), poddisruptionbudgets list (the
-	// drain checks), pods delete (drain.onTimeout: Force); events create/patch in namespace
+	// drain checks), pods delete (drain.onTimeout: Force); jobs get/list/watch
+	// in every namespace and create/delete in the backends' namespaces
+	// (spec.hooks); events create/patch in namespace
 	// default (client-go records the Events of cluster-scoped objects, Nodes
 	// and NodeScripts, there); leases when LeaderElection is set.
 	Client kubernetes.Interface

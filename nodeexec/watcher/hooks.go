@@ -108,7 +108,7 @@ func HookJobName(name, hook, node, hash string, attempt int) string {
 		return full
 	}
 	sum := sha256.Sum256([]byte(name + "/" + hook + "/" + node + "/" + hash + "/" + strconv.Itoa(attempt)))
-	prefix := strings.TrimRight(strings.ReplaceAll(full[:52], ".", "-"), "-")
+	prefix := strings.TrimRight(strings.ReplaceAll(full[:min(52, len(full))], ".", "-"), "-")
 	return prefix + "-" + hex.EncodeToString(sum[:])[:10]
 }
 

@@ -228,6 +228,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.w.metrics.drainBlocked.DeleteLabelValues(name)
 		c.w.metrics.gateOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.hooks.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -373,4 +374,25 @@ func (e *env) hreconcile() time.Duration {
 	}
 	_ = e.c.jobs.Replace(objs, "")
 	return e.reconcile()
+}
+
+// The example of docs/nodescript-hooks.md parses and validates.
+func TestHooksDocExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/nodescript-hooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Example\n\n```yaml\n")
+	doc, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("no example in docs/nodescript-hooks.md")
+	}
+	scripts, err := ParseNodeScripts(strings.NewReader(doc))
+	if err != nil || len(scripts) != 1 {
+		t.Fatalf("%v (%d scripts)", err, len(scripts))
+	}
+	h := scripts[0].Spec.Hooks
+	if h == nil || h.PreRollout == nil || h.PreNode == nil || h.PostRollout == nil || h.PreNode.Template.Spec.Template.Spec.Containers[0].Name != "stepdown" {
+		t.Errorf("hooks %+v", h)
+	}
 }

@@ -150,6 +150,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	printBudget(w, rep)
 	printGates(w, st.Gates, now)
 	printCalendars(w, ns)
+	printHooks(w, rep, now)
 	printAnalysis(w, ns, now)
 	printForecast(w, ns)
 	if r := ns.Spec.Reapply; r != nil {
@@ -219,6 +220,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		}
 		if s.Rollback != "" {
 			reason = strings.TrimSpace(reason + " rollback:" + s.Rollback)
+		}
+		if s.Hook != "" {
+			reason = strings.TrimSpace(reason + " hook:" + s.Hook)
 		}
 		out := n.Output[watcher.ActionRun]
 		switch {

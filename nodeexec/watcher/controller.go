@@ -82,6 +82,8 @@ type controller struct {
 	budgets, plans cache.Store
 	// calendars: MaintenanceCalendars, nil when not served (calendar_watch.go).
 	calendars cache.Store
+	// jobs: the hook Jobs of spec.hooks (hooks.go); nil reads them from the API.
+	jobs cache.Store
 }
 
 func (c *controller) processNext(ctx context.Context) bool {
@@ -172,6 +174,8 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	d, release := c.budgetGate(ctx, ns, d, nodes, cached, now)
 	defer release()
+	d, hooksAt := c.rolloutHooks(ctx, ns, d, cached, now) // spec.hooks.preRollout, postRollout
+	retryAt = earliest(retryAt, hooksAt)
 	if len(d.Blocked) > 0 || d.Waiting != "" {
 		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
 			retryAt = t
@@ -232,6 +236,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.w.metrics.gateOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.calendarOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.hooks.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)
@@ -451,6 +456,9 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 		case s.Phase == PhaseRunning && s.Maintenance == MaintenancePulling:
 			retryAt = earliest(retryAt, now.Add(PrePullRecheck))
 			work = append(work, func() error { return c.pulling(ctx, ns, hash, n, s, now) })
+		case s.Phase == PhaseRunning && s.Hook == hookState(HookPreNode, HookRunning) && s.Maintenance == "" && !going.busy[n.Name]:
+			retryAt = earliest(retryAt, now.Add(HookRecheck)) // spec.hooks.preNode (hooks.go)
+			work = append(work, func() error { return c.preNodeWaiting(ctx, ns, hash, n, s, now) })
 		case s.Phase == PhaseRunning && !going.busy[n.Name] && !c.w.expected(s.Pod):
 			work = append(work, func() error { return c.lost(ctx, ns, n, s, now) })
 		case s.Phase == PhaseFailed && s.Infrastructure && s.NextRetry != nil:
@@ -474,6 +482,10 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			} else if wantsLabels(ns, hash, n, s) {
 				work = append(work, func() error { return c.labelNode(ctx, ns, n) })
 			}
+		}
+		if !going.busy[n.Name] && postNodeDue(ns, hash, n, s) { // spec.hooks.postNode (hooks.go)
+			retryAt = earliest(retryAt, now.Add(HookRecheck))
+			work = append(work, func() error { return c.postNode(ctx, ns, hash, n, s, now) })
 		}
 	}
 	if err := c.parallel(work); err != nil {

@@ -100,6 +100,10 @@ type Decision struct {
 	// Waiting, when set, says why nodes wait for the MaintenanceBudget
 	// (set by the watcher's budgetGate, with Hold HoldBudget when nothing starts).
 	Waiting string
+	// Hooks, when spec.hooks is set, is status.hooks to write (set by the
+	// watcher's rolloutHooks; the hold HookRunning or HookFailed while
+	// spec.hooks.preRollout has not succeeded).
+	Hooks *v1alpha1.HooksStatus
 	// Gates is what the watcher saw of each of spec.gates (set by the
 	// watcher, like Blocked; nil when it read none).
 	Gates []v1alpha1.GateStatus

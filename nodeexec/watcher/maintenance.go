@@ -44,6 +44,9 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	if pulling, err := c.prePull(ctx, ns, hash, n, s, now); pulling || err != nil {
 		return err // spec.maintenance.prePull: the cordon waits for the image (prepull.go)
 	}
+	if held, err := c.preNodeHook(ctx, ns, hash, n, s, now); held || err != nil {
+		return err // spec.hooks.preNode: the cordon waits for it (hooks.go)
+	}
 	next := NodeState{
 		Hash: hash, Phase: PhaseRunning, Since: now, Maintenance: MaintenanceDraining, BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: true,

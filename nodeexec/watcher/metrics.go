@@ -29,6 +29,8 @@ type metrics struct {
 	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
 	analysisChecks *prometheus.CounterVec
 	collectable    []prometheus.Collector
+	// hooks: spec.hooks Jobs (hooks.go).
+	hooks *prometheus.CounterVec
 
 	drainMetricSet    // drains.go
 	forecastMetricSet // forecast.go
@@ -89,12 +91,14 @@ func newMetrics() *metrics {
 	}
 	m.analysisChecks = newAnalysisChecks()
 	m.postComplete = newPostCompleteMetrics()
+	m.hooks = newHookMetrics()
 	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.forecastMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	m.calendarOpen = newCalendarOpen()
 	m.collectable = append(m.collectable, m.calendarOpen)
+	m.collectable = append(m.collectable, m.hooks)
 	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nodeexec_watcher_budget_unavailable", Help: "Nodes a MaintenanceBudget selects that are out of service, by budget.",
 	}, []string{"budget"})

@@ -85,6 +85,11 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	if action == ActionRun && needsPreparation(ns, hash, s) {
 		return c.prepare(ctx, ns, hash, n, s, now)
 	}
+	if action == ActionRun {
+		if held, err := c.preNodeHook(ctx, ns, hash, n, s, now); held || err != nil {
+			return err // spec.hooks.preNode: the run pod waits for it (hooks.go)
+		}
+	}
 	attempt := 1
 	if runsScript(action) && s.Hash == hash {
 		attempt = s.Attempts + 1

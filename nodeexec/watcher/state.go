@@ -147,6 +147,14 @@ type NodeState struct {
 	// while the node is in maintenance, expired once it is back in service
 	// (silences.go).
 	Silences []HeldSilence `json:"silences,omitempty"`
+	// Hook is the progress of a node hook of spec.hooks (hooks.go),
+	// "HOOK:PHASE": "preNode:Running" while the preNode Job goes (Phase
+	// Running, before the cordon; the Job is found again by its name after
+	// a restart), "preNode:Failed" after it failed (with Reason
+	// PreHookFailed); "postNode:Running", then "postNode:Succeeded" or
+	// "postNode:Failed" once the outcome of the attempt is recorded. A new
+	// attempt's state starts without it.
+	Hook string `json:"hook,omitempty"`
 }
 
 // DecodeState reads a node's state for NodeScript name from its

@@ -88,6 +88,7 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	c.budgetStatus(ns, st, d, now)
 	gateStatus(st, ns, d, now)
 	c.forecastStatus(st, ns, d, now)
+	hookStatus(st, ns, d, now)
 	if startErr != nil {
 		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}

@@ -91,7 +91,9 @@ type Options struct {
 	// and pods/log get in the backends' namespaces; configmaps get/create/
 	// update in the backends' namespaces (output records); pods/eviction
 	// create and daemonsets get (drain), poddisruptionbudgets list (the
-	// drain checks), pods delete (drain.onTimeout: Force); events create/patch in namespace
+	// drain checks), pods delete (drain.onTimeout: Force); jobs get/list/watch
+	// in every namespace and create/delete in the backends' namespaces
+	// (spec.hooks); events create/patch in namespace
 	// default (client-go records the Events of cluster-scoped objects, Nodes
 	// and NodeScripts, there); leases when LeaderElection is set.
 	Client kubernetes.Interface
@@ -459,6 +461,12 @@ func (w *Watcher) run(ctx context.Context) error {
 		}),
 		informers.WithTransform(trimPod))
 	nsFactory := dynamicinformer.NewDynamicSharedInformerFactory(w.o.Dynamic, 0)
+	jobFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript + "," + LabelHook
+		}),
+		informers.WithTransform(trimJob))
+	jobs := jobFactory.Batch().V1().Jobs() // spec.hooks (hooks.go)
 
 	nodes := nodeFactory.Core().V1().Nodes()
 	pods := podFactory.Core().V1().Pods()
@@ -565,13 +573,20 @@ func (w *Watcher) run(ctx context.Context) error {
 		return err
 	}
 
+	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { enqueueJob(queue, obj) },
+		UpdateFunc: func(_, obj any) { enqueueJob(queue, obj) },
+		DeleteFunc: func(obj any) { enqueueJob(queue, obj) },
+	}); err != nil {
+		return err
+	}
 	recorder, stopEvents := w.recorder(ctx)
 	defer stopEvents()
 	c := &controller{
 		w: w, nodes: nodes.Lister(), pods: pods.Informer().GetIndexer(), scripts: scripts.Informer().GetStore(),
-		events: recorder, queue: queue,
+		events: recorder, queue: queue, jobs: jobs.Informer().GetStore(),
 	}
-	synced := []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced}
+	synced := []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced, jobs.Informer().HasSynced}
 	if budgets != nil {
 		c.budgets = budgets.GetStore()
 		synced = append(synced, budgets.HasSynced)
@@ -592,7 +607,7 @@ func (w *Watcher) run(ctx context.Context) error {
 		sync.Mutex
 		err error
 	}
-	for what, inf := range map[string]cache.SharedIndexInformer{"nodes": nodes.Informer(), "pods": pods.Informer(), "nodescripts": scripts.Informer()} {
+	for what, inf := range map[string]cache.SharedIndexInformer{"nodes": nodes.Informer(), "pods": pods.Informer(), "nodescripts": scripts.Informer(), "jobs": jobs.Informer()} {
 		if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 			switch {
 			case errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
@@ -613,7 +628,8 @@ func (w *Watcher) run(ctx context.Context) error {
 	nodeFactory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	nsFactory.Start(ctx.Done())
-	defer shutdownWithin(log, StopGrace, nodeFactory.Shutdown, podFactory.Shutdown, nsFactory.Shutdown)
+	jobFactory.Start(ctx.Done())
+	defer shutdownWithin(log, StopGrace, nodeFactory.Shutdown, podFactory.Shutdown, nsFactory.Shutdown, jobFactory.Shutdown)
 	t0 := w.o.Clock.Now()
 	syncCtx, syncCancel := context.WithDeadline(ctx, syncBy)
 	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)

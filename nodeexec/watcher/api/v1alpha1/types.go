@@ -258,6 +258,10 @@ type NodeScriptSpec struct {
 	// spec hash; see docs/nodescript-prepull.md.
 	// +optional
 	PostCompleteLabels map[string]string `json:"postCompleteLabels,omitempty"`
+	// Hooks are Jobs run around each node and the rollout (see Hooks and
+	// docs/nodescript-hooks.md). Not part of the spec hash. Defaults to none.
+	// +optional
+	Hooks *Hooks `json:"hooks,omitempty"`
 	// MaintenanceBudget, Exclusive, Priority: see types_budget.go's
 	// BudgetFields (docs/maintenancebudget.md).
 	BudgetFields `json:",inline"`
@@ -660,6 +664,9 @@ type NodeScriptStatus struct {
 	// needed, ETA), while it is not over.
 	// +optional
 	Forecast *Forecast `json:"forecast,omitempty"`
+	// Hooks is the progress of spec.hooks.preRollout and postRollout.
+	// +optional
+	Hooks *HooksStatus `json:"hooks,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

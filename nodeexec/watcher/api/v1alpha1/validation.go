@@ -299,6 +299,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	errs = append(errs, validateBudgetFields(spec, s)...)
 	errs = append(errs, validateAnalysis(s, spec)...)
 	errs = append(errs, validateForecast(s, spec)...)
+	errs = append(errs, validateHooks(spec, s)...)
 	return errs
 }
 
@@ -393,6 +394,10 @@ var durationFields = [][]string{
 	{"spec", "rollout", "postCompleteDelay"},
 	{"spec", "rollout", "analysis", "interval"},
 	{"spec", "rollout", "windowMargin"},
+	{"spec", "hooks", "preNode", "timeout"},
+	{"spec", "hooks", "postNode", "timeout"},
+	{"spec", "hooks", "preRollout", "timeout"},
+	{"spec", "hooks", "postRollout", "timeout"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

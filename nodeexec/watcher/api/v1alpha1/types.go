@@ -241,6 +241,11 @@ type NodeScriptSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
 	Gates []Gate `json:"gates,omitempty"`
+	// Hooks are steps around each node's run: external gates by annotation
+	// (beforeRun, afterRun; see Hooks and docs/nodescript-annotations.md).
+	// Not part of the spec hash. Defaults to none.
+	// +optional
+	Hooks *Hooks `json:"hooks,omitempty"`
 	// StartupTaint, when set, names a taint that new nodes register with; the
 	// watcher removes it from a node only after the script succeeded there,
 	// so workloads land only on fixed nodes.

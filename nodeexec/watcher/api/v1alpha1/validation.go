@@ -198,6 +198,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		errs = append(errs, validateDrains(m, mp)...)
 	}
 	errs = append(errs, validatePostComplete(spec, s)...)
+	errs = append(errs, validateAnnotationGates(spec.Child("hooks"), s.Hooks)...)
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:
@@ -388,6 +389,8 @@ var durationFields = [][]string{
 	{"spec", "maintenance", "drain", "timeout"},
 	{"spec", "rollout", "postCompleteDelay"},
 	{"spec", "rollout", "analysis", "interval"},
+	{"spec", "hooks", "beforeRun", "timeout"},
+	{"spec", "hooks", "afterRun", "timeout"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

@@ -22,6 +22,8 @@ type metrics struct {
 	retries     prometheus.Counter
 	reconciles  *prometheus.CounterVec
 	silences    *prometheus.CounterVec
+	// annotationGates: spec.hooks.beforeRun, afterRun (annotations.go).
+	annotationGates *prometheus.CounterVec
 	gateOpen    *prometheus.GaugeVec
 	gateQueries *prometheus.CounterVec
 	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
@@ -86,7 +88,11 @@ func newMetrics() *metrics {
 	}
 	m.analysisChecks = newAnalysisChecks()
 	m.postComplete = newPostCompleteMetrics()
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
+	m.annotationGates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeexec_watcher_annotation_gates_total",
+		Help: "Waits of spec.hooks.beforeRun and afterRun that ended, by NodeScript, gate (beforeRun, afterRun) and result (ready, timeout).",
+	}, []string{"nodescript", "gate", "result"})
+	m.collectable = []prometheus.Collector{m.annotationGates, m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)
 	m.budgetUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{

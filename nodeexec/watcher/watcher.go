@@ -224,6 +224,9 @@ type Watcher struct {
 	gates *gateCache
 	// analyses holds per NodeScript the last canary analysis check made.
 	analyses analysisMemo
+	// places holds per NodeScript the rollout order of its last decision
+	// (NODESCRIPT_ORDINAL, NODESCRIPT_CANARY; annotations_env.go).
+	places placeMemo
 }
 
 type decodedState struct {
@@ -912,4 +915,5 @@ func (w *Watcher) forget(name string) {
 	w.mu.Unlock()
 	w.gates.forget(name)
 	w.forgetAnalysis(name)
+	w.places.forget(name)
 }

@@ -10,22 +10,22 @@ import (
 // metrics are the watcher's Prometheus metrics. It is also the workqueue's
 // MetricsProvider (one queue, named "nodescripts").
 type metrics struct {
-	runs        *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	nodes       *prometheus.GaugeVec
-	depth       prometheus.Gauge
-	adds        prometheus.Counter
-	latency     prometheus.Histogram
-	work        prometheus.Histogram
-	unfinished  prometheus.Gauge
-	longest     prometheus.Gauge
-	retries     prometheus.Counter
-	reconciles  *prometheus.CounterVec
-	silences    *prometheus.CounterVec
+	runs       *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	nodes      *prometheus.GaugeVec
+	depth      prometheus.Gauge
+	adds       prometheus.Counter
+	latency    prometheus.Histogram
+	work       prometheus.Histogram
+	unfinished prometheus.Gauge
+	longest    prometheus.Gauge
+	retries    prometheus.Counter
+	reconciles *prometheus.CounterVec
+	silences   *prometheus.CounterVec
 	// annotationGates: spec.hooks.beforeRun, afterRun (annotations.go).
 	annotationGates *prometheus.CounterVec
-	gateOpen    *prometheus.GaugeVec
-	gateQueries *prometheus.CounterVec
+	gateOpen        *prometheus.GaugeVec
+	gateQueries     *prometheus.CounterVec
 	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
 	analysisChecks *prometheus.CounterVec
 	collectable    []prometheus.Collector

@@ -241,14 +241,16 @@ func TestAfterRunTimeout(t *testing.T) {
 
 func TestStrayGateLabelRemoved(t *testing.T) {
 	ns := gated(true, false, false)
+	// n1 left the selection while it waited (its label is ours), and
+	// carries another NodeScript's after-run label.
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) {
+		n.Labels["pool"] = "b"
 		n.Labels[LabelBeforeRun] = "fix"
 		n.Labels[LabelAfterRun] = "other"
-	}), testNode("n2", func(n *corev1.Node) { n.Labels["pool"] = "b" }))
-	e.updateNode("n1", withState(NodeState{Hash: "old", Phase: PhaseSucceeded}))
+	}, withState(NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Awaiting: AwaitingBeforeRun, Since: t0})))
 	e.reconcile()
 	n := e.node("n1")
-	if n.Labels[LabelBeforeRun] == "fix" && n.Labels[LabelAfterRun] != "other" {
+	if _, ok := n.Labels[LabelBeforeRun]; ok || n.Labels[LabelAfterRun] != "other" {
 		t.Errorf("labels %v: want ours gone, another NodeScript's kept", n.Labels)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -318,5 +319,26 @@ func TestRunPodPlaceEnv(t *testing.T) {
 		if env[k] != v {
 			t.Errorf("%s=%q, want %q", k, env[k], v)
 		}
+	}
+}
+
+func TestFinalizeRemovesGateLabels(t *testing.T) {
+	ns := gated(true, false, false)
+	hash := v1alpha1.SpecHash(&ns.Spec)
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) {
+		n.Labels[LabelBeforeRun] = "fix"
+	}, withState(NodeState{Hash: hash, Phase: PhaseRunning, Awaiting: AwaitingBeforeRun, Since: t0})),
+		testNode("n2", func(n *corev1.Node) { n.Labels[LabelBeforeRun] = "other" }))
+	e.sync()
+	ns.Finalizers = []string{Finalizer}
+	all, _ := e.c.nodes.List(labels.Everything())
+	if err := e.c.finalize(e.ctx, ns, all); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.node("n1").Labels[LabelBeforeRun]; ok {
+		t.Error("the deleted NodeScript's label is left on n1")
+	}
+	if e.node("n2").Labels[LabelBeforeRun] != "other" {
+		t.Error("another NodeScript's label was removed")
 	}
 }

@@ -245,6 +245,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	}
 	tw.Flush()
 	printSilences(w, rep, now)
+	printAwaiting(w, rep, now)
 }
 
 func orDash(s string) string {

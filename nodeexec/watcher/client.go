@@ -273,6 +273,10 @@ type NodeReport struct {
 	// (run, verify, rollback), the redacted end of its last output. Nil
 	// without a record.
 	Output map[string]string `json:"output,omitempty"`
+	// Awaiting says what the node waits for under spec.hooks.beforeRun or
+	// afterRun (AwaitingAnnotations), e.g. `before-run: example.com/ok
+	// not yet "true"`; empty when it waits for nothing.
+	Awaiting string `json:"awaiting,omitempty"`
 }
 
 // Report is a NodeScript with the state of each node that is selected,
@@ -350,6 +354,7 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 			rep.Nodes = append(rep.Nodes, NodeReport{
 				Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: outputOf(records, n.Name),
 				Ignored: isIgnored, IgnoredBy: by, Rerun: n.Annotations[RerunAnnotation(name)], Condition: findCondition(n, ConditionType(name)),
+				Awaiting: AwaitingAnnotations(ns, s, n.Annotations, n.Labels),
 			})
 		}
 		if cont = list.Continue; cont == "" {

@@ -176,6 +176,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	defer release()
 	d, hooksAt := c.rolloutHooks(ctx, ns, d, cached, now) // spec.hooks.preRollout, postRollout
 	retryAt = earliest(retryAt, hooksAt)
+	c.w.places.put(ns.Name, d) // NODESCRIPT_ORDINAL, NODESCRIPT_CANARY (annotations_env.go)
 	if len(d.Blocked) > 0 || d.Waiting != "" {
 		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
 			retryAt = t
@@ -234,6 +235,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.w.metrics.nodes.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.drainBlocked.DeleteLabelValues(name)
 		c.w.metrics.gateOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.annotationGates.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.calendarOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.hooks.DeletePartialMatch(prometheus.Labels{"nodescript": name})
@@ -438,6 +440,13 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			s = NodeState{Hash: hash, Phase: PhaseRunning}
 		}
 		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ign, State: s})
+		if w, at := c.annotationWork(ctx, ns, hash, n, s, selected, going.busy[n.Name], now); w != nil || !at.IsZero() {
+			retryAt = earliest(retryAt, at) // spec.hooks.beforeRun, afterRun (annotations.go)
+			if w != nil {
+				work = append(work, w)
+				continue
+			}
+		}
 		if !selected || s.Hash != hash {
 			continue
 		}
@@ -471,7 +480,7 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 					return c.uncordon(ctx, ns, n, s, "its run failed for the infrastructure ("+s.Reason+") and waits to be retried")
 				})
 			}
-		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed && s.Reason != ReasonRebootTimeout:
+		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed && s.Reason != ReasonRebootTimeout && s.Reason != ReasonAfterRunTimeout:
 			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
 		case s.Phase == PhaseSucceeded || s.Phase == PhaseNotNeeded:
 			if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
@@ -479,6 +488,8 @@ func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, 
 			}
 			if s.CordonedByUs && n.Spec.Unschedulable {
 				work = append(work, func() error { return c.uncordon(ctx, ns, n, s, "it succeeded here") })
+			} else if awaitingAfterRun(s) {
+				work = append(work, func() error { return c.awaitAfter(ctx, ns, n, s, now) }) // spec.hooks.afterRun
 			} else if wantsLabels(ns, hash, n, s) {
 				work = append(work, func() error { return c.labelNode(ctx, ns, n) })
 			}

@@ -110,6 +110,9 @@ type Decision struct {
 	// Canaries are the canary nodes, in order (set unless the rollout is
 	// Complete before they are chosen).
 	Canaries []string
+	// Order is the selected nodes in the rollout's deterministic order
+	// (NODESCRIPT_ORDINAL is a node's index in it).
+	Order []string
 	// Analysis is the last check of spec.rollout.analysis (status.analysis),
 	// set by the watcher (analysis.go), not by Decide, which reads it from
 	// the NodeScript's status.
@@ -187,11 +190,18 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		phase := PhasePending
 		if n.State.Hash == d.Hash {
 			phase = n.State.Phase
+			if awaitingAfterRun(n.State) {
+				phase = PhaseRunning // spec.hooks.afterRun not passed yet (annotations.go)
+			}
 		}
 		buf = append(append(buf[:0], n.UID...), suffix...)
 		all = append(all, entry{Node: n, key: sha256.Sum256(buf), phase: phase})
 	}
 	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key[:], b.key[:]) })
+	d.Order = make([]string, len(all))
+	for i, e := range all {
+		d.Order[i] = e.Name
+	}
 
 	retryLimit := DefaultRetryLimit
 	if s.Retry.Limit != nil {

@@ -118,6 +118,9 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 				return removeAnnotations(ctx, c.w.o.Client, n.Name, keys...)
 			})
 		}
+		if n.Labels[LabelBeforeRun] == ns.Name || n.Labels[LabelAfterRun] == ns.Name {
+			work = append(work, func() error { return c.unlabel(ctx, ns, n, LabelBeforeRun, LabelAfterRun) }) // spec.hooks (annotations.go)
+		}
 		if condWritten[n.Name] || findCondition(n, ConditionType(ns.Name)) != nil {
 			work = append(work, func() error { return removeCondition(ctx, c.w.o.Client, n.Name, ns.Name) })
 		}

@@ -288,7 +288,9 @@ func (c *controller) deleteJob(ctx context.Context, namespace, name string) {
 // not cordoned; preNodeWaiting follows it.
 func (c *controller) preNodeHook(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) (bool, error) {
 	h := ns.Spec.Hooks.HookByName(HookPreNode)
-	if h == nil || (s.Hash == hash && s.Phase == PhaseRunning && (s.Hook == hookPreNodeDone || s.Maintenance == MaintenanceDrained)) {
+	// Done, or past it: the before-run gate (which follows it) started.
+	if h == nil || (s.Hash == hash && s.Phase == PhaseRunning && (s.Hook == hookPreNodeDone || s.Maintenance == MaintenanceDrained ||
+		s.Awaiting == AwaitingBeforeRun || s.Awaiting == AwaitingBeforeRunDone)) {
 		return false, nil
 	}
 	next := NodeState{Hash: hash, Phase: PhaseRunning, Since: now, Hook: hookState(HookPreNode, HookRunning), BootID: n.Status.NodeInfo.BootID,
@@ -390,7 +392,7 @@ func postNodeDue(ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeSta
 	ours := s.CordonedByUs && n.Spec.Unschedulable
 	switch s.Phase {
 	case PhaseSucceeded:
-		return !ours
+		return !ours && s.Awaiting == "" // after spec.hooks.afterRun too
 	case PhaseRolledBack:
 		return true
 	case PhaseFailed:

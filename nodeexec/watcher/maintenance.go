@@ -41,11 +41,16 @@ func needsPreparation(ns *v1alpha1.NodeScript, hash string, s NodeState) bool {
 // node is Drained at once and the run pod is created. Attempts are kept:
 // the run pod's attempt is counted when it is created.
 func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
-	if pulling, err := c.prePull(ctx, ns, hash, n, s, now); pulling || err != nil {
-		return err // spec.maintenance.prePull: the cordon waits for the image (prepull.go)
-	}
-	if held, err := c.preNodeHook(ctx, ns, hash, n, s, now); held || err != nil {
-		return err // spec.hooks.preNode: the cordon waits for it (hooks.go)
+	if !beforeRunPassed(s, hash) {
+		if pulling, err := c.prePull(ctx, ns, hash, n, s, now); pulling || err != nil {
+			return err // spec.maintenance.prePull: the cordon waits for the image (prepull.go)
+		}
+		if held, err := c.preNodeHook(ctx, ns, hash, n, s, now); held || err != nil {
+			return err // spec.hooks.preNode: the cordon waits for it (hooks.go)
+		}
+		if waiting, err := c.beforeRun(ctx, ns, hash, n, s, now); waiting || err != nil {
+			return err // spec.hooks.beforeRun: the cordon waits for the annotations (annotations.go)
+		}
 	}
 	next := NodeState{
 		Hash: hash, Phase: PhaseRunning, Since: now, Maintenance: MaintenanceDraining, BootID: n.Status.NodeInfo.BootID,

@@ -26,6 +26,8 @@ type metrics struct {
 	gateQueries *prometheus.CounterVec
 	// calendarOpen: nodeexec_watcher_calendar_open (calendar_watch.go).
 	calendarOpen *prometheus.GaugeVec
+	// annotationGates: spec.hooks.beforeRun, afterRun (annotations.go).
+	annotationGates *prometheus.CounterVec
 	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
 	analysisChecks *prometheus.CounterVec
 	collectable    []prometheus.Collector
@@ -91,8 +93,12 @@ func newMetrics() *metrics {
 	}
 	m.analysisChecks = newAnalysisChecks()
 	m.postComplete = newPostCompleteMetrics()
+	m.annotationGates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeexec_watcher_annotation_gates_total",
+		Help: "Waits of spec.hooks.beforeRun and afterRun that ended, by NodeScript, gate (beforeRun, afterRun) and result (ready, timeout).",
+	}, []string{"nodescript", "gate", "result"})
 	m.hooks = newHookMetrics()
-	m.collectable = []prometheus.Collector{m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
+	m.collectable = []prometheus.Collector{m.annotationGates, m.runs, m.duration, m.nodes, m.depth, m.adds, m.latency, m.work, m.unfinished, m.longest, m.retries, m.reconciles, m.silences, m.gateOpen, m.gateQueries, m.analysisChecks}
 	m.collectable = append(m.collectable, m.drainMetrics()...)
 	m.collectable = append(m.collectable, m.forecastMetrics()...)
 	m.collectable = append(m.collectable, m.postComplete.collectors()...)

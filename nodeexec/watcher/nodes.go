@@ -41,11 +41,13 @@ func trimNode(obj any) (any, error) {
 }
 
 // ourAnnotations keeps the NodeScripts' per-node annotations (state,
-// rerun, ignore); nil when there are none.
+// rerun, ignore), and every annotation whose value is "true", the only
+// value spec.hooks' annotation gates read (annotations.go: any other value
+// is "not yet", as an absent one); nil when there are none.
 func ourAnnotations(a map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range a {
-		if _, ok := nodeAnnotation(k); ok || k == KuredRebootAnnotation {
+		if _, ok := nodeAnnotation(k); ok || k == KuredRebootAnnotation || v == "true" {
 			if out == nil {
 				out = map[string]string{}
 			}

@@ -122,6 +122,11 @@ type RunPodSpec struct {
 	BootID string
 	// Now is the creation time (deadline annotation, activeDeadlineSeconds).
 	Now time.Time
+	// Place is the node's place in the rollout, in the environment of
+	// check, run and verify pods (placeEnv: NODESCRIPT_ORDINAL,
+	// NODESCRIPT_CANARY, NODESCRIPT_ATTEMPT, NODESCRIPT_BOOT_ID); nil
+	// leaves them out.
+	Place *RolloutPlace
 }
 
 // RunImage is the image a NodeScript's run pods run: spec.backend.image,
@@ -270,6 +275,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	if s.Action == ActionRun && spec.Reboot == v1alpha1.RebootIfRequired {
 		env[EnvRebootSentinel] = RebootSentinel(spec)
 	}
+	placeEnv(env, s) // annotations_env.go
 	req := nodeexec.Request{Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv, Env: env}
 	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
 	var pod *corev1.Pod

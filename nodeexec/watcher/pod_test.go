@@ -54,7 +54,12 @@ func TestRunPodGolden(t *testing.T) {
 		{"debugpod-reboot", base(func(s *v1alpha1.NodeScriptSpec) { s.Reboot = v1alpha1.RebootAlways }), ActionReboot},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pod, err := RunPod(RunPodSpec{NodeScript: c.ns, Backend: testBackend(t, c.ns), Node: "node-a.example", Action: c.action, Attempt: 2, Now: now})
+			rs := RunPodSpec{NodeScript: c.ns, Backend: testBackend(t, c.ns), Node: "node-a.example", Action: c.action, Attempt: 2, Now: now}
+			if c.action == ActionRun || c.action == ActionVerify {
+				// What the watcher's start gives them (annotations_env.go).
+				rs.Place, rs.BootID = &RolloutPlace{Ordinal: 3, Canary: c.action == ActionVerify}, "0f7c1d2e-boot"
+			}
+			pod, err := RunPod(rs)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -89,12 +89,16 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 		if held, err := c.preNodeHook(ctx, ns, hash, n, s, now); held || err != nil {
 			return err // spec.hooks.preNode: the run pod waits for it (hooks.go)
 		}
+		if waiting, err := c.beforeRun(ctx, ns, hash, n, s, now); waiting || err != nil {
+			return err // spec.hooks.beforeRun (annotations.go)
+		}
 	}
 	attempt := 1
 	if runsScript(action) && s.Hash == hash {
 		attempt = s.Attempts + 1
 	}
-	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, BootID: n.Status.NodeInfo.BootID, Now: now})
+	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, BootID: n.Status.NodeInfo.BootID, Now: now,
+		Place: c.place(ctx, ns, hash, n.Name, now)})
 	if err != nil {
 		return err
 	}
@@ -178,6 +182,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
 		case "succeeded":
 			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
+			next.Awaiting = afterRunArmed(ns) // spec.hooks.afterRun (annotations.go)
 			// The boot the fix was made in (spec.reapply.onReboot): the
 			// run's own start boot, which a success cannot outlive.
 			next.BootID = cmpOr(startBootID(pod, s), n.Status.NodeInfo.BootID)

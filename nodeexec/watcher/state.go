@@ -155,6 +155,15 @@ type NodeState struct {
 	// "postNode:Failed" once the outcome of the attempt is recorded. A new
 	// attempt's state starts without it.
 	Hook string `json:"hook,omitempty"`
+	// Awaiting is the node's place in an external gate by annotation
+	// (spec.hooks; annotations.go): BeforeRun (Running, labelled
+	// nodeexec.io/before-run, not cordoned), BeforeRunDone (Running, the run
+	// starts next), AfterRun (Succeeded, the after-run gate not passed
+	// yet; the node counts as running). Empty otherwise.
+	Awaiting string `json:"awaiting,omitempty"`
+	// AwaitingSince is when the node was labelled for the gate Awaiting
+	// names (its timeout counts from it); nil before.
+	AwaitingSince *time.Time `json:"awaitingSince,omitempty"`
 }
 
 // DecodeState reads a node's state for NodeScript name from its

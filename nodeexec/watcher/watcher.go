@@ -228,6 +228,9 @@ type Watcher struct {
 	analyses analysisMemo
 	// forecasts keeps the learned durations and forecasts (forecast.go).
 	forecasts forecastMemo
+	// places holds per NodeScript the rollout order of its last decision
+	// (NODESCRIPT_ORDINAL, NODESCRIPT_CANARY; annotations_env.go).
+	places placeMemo
 }
 
 type decodedState struct {
@@ -941,4 +944,5 @@ func (w *Watcher) forget(name string) {
 	w.gates.forget(name)
 	w.forgetAnalysis(name)
 	w.forgetForecast(name)
+	w.places.forget(name)
 }

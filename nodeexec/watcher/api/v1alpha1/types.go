@@ -258,8 +258,10 @@ type NodeScriptSpec struct {
 	// spec hash; see docs/nodescript-prepull.md.
 	// +optional
 	PostCompleteLabels map[string]string `json:"postCompleteLabels,omitempty"`
-	// Hooks are Jobs run around each node and the rollout (see Hooks and
-	// docs/nodescript-hooks.md). Not part of the spec hash. Defaults to none.
+	// Hooks are Jobs run around each node and the rollout
+	// (docs/nodescript-hooks.md) and external gates by annotation before
+	// and after each node's run (docs/nodescript-annotations.md). Not part
+	// of the spec hash. Defaults to none.
 	// +optional
 	Hooks *Hooks `json:"hooks,omitempty"`
 	// MaintenanceBudget, Exclusive, Priority: see types_budget.go's

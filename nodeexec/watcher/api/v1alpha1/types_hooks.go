@@ -13,8 +13,10 @@ const DefaultHookTimeout = 10 * time.Minute
 
 // Hooks are steps run in the cluster around the rollout (spec.hooks; see
 // docs/nodescript-hooks.md): Kubernetes Jobs the watcher creates in
-// spec.backend.namespace from the templates given, owned by the NodeScript.
-// None is part of the spec hash. Defaults to none.
+// spec.backend.namespace from the templates given, owned by the NodeScript,
+// and external gates by annotation before and after each node's run
+// (BeforeRun, AfterRun; docs/nodescript-annotations.md). None is part of
+// the spec hash. Defaults to none.
 type Hooks struct {
 	// PreNode runs before each node's run: after the image pre-pull
 	// (spec.maintenance.prePull) and before the silences, cordon and drain.
@@ -41,6 +43,23 @@ type Hooks struct {
 	// Halted; status.hooks.postRollout records that it ran.
 	// +optional
 	PostRollout *HookJob `json:"postRollout,omitempty"`
+	// BeforeRun, when set, holds each node's run until other controllers
+	// set every one of its annotations to "true" on the node: after the
+	// image pre-pull (and the preNode hook), before the silences, the
+	// cordon and the drain. While it waits the watcher labels the node
+	// nodeexec.io/before-run=<NodeScript name>; once all are "true" it
+	// removes them and the label, and the run starts. Defaults to none: no
+	// wait.
+	// +optional
+	BeforeRun *AnnotationGate `json:"beforeRun,omitempty"`
+	// AfterRun, when set, holds a node whose run succeeded (after the
+	// reboot and the uncordon) until every one of its annotations is "true"
+	// on the node, labelled nodeexec.io/after-run=<NodeScript name>
+	// meanwhile; the annotations and the label are then removed. Until then
+	// the node counts as running for the rollout's pace (maxConcurrency,
+	// batches, canaries). Not after a failure. Defaults to none: no wait.
+	// +optional
+	AfterRun *AnnotationGate `json:"afterRun,omitempty"`
 }
 
 // HookJob is a hook: the Job to run and its timeout.

@@ -200,6 +200,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		errs = append(errs, validateDrains(m, mp)...)
 	}
 	errs = append(errs, validatePostComplete(spec, s)...)
+	errs = append(errs, validateAnnotationGates(spec.Child("hooks"), s.Hooks)...)
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:
@@ -398,6 +399,8 @@ var durationFields = [][]string{
 	{"spec", "hooks", "postNode", "timeout"},
 	{"spec", "hooks", "preRollout", "timeout"},
 	{"spec", "hooks", "postRollout", "timeout"},
+	{"spec", "hooks", "beforeRun", "timeout"},
+	{"spec", "hooks", "afterRun", "timeout"},
 }
 
 // ValidateDurationSyntax checks the duration fields of a NodeScript

@@ -1,0 +1,150 @@
+package watcher
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// The run's place in the rollout, in the environment of the check, run and
+// verify pods (docs/nodescript-annotations.md). A script may act on it,
+// e.g. `kubeadm upgrade apply` on the first canary and `kubeadm upgrade
+// node` on the others.
+const (
+	// EnvOrdinal is the node's 0-based index in the rollout's
+	// deterministic order (Decision.Order: every selected node, sorted by
+	// sha256 of node UID, NodeScript UID and spec hash; nodes that need no
+	// run included), as a decimal; -1 when the node is not in it (no
+	// longer selected).
+	EnvOrdinal = "NODESCRIPT_ORDINAL"
+	// EnvCanary is "true" on the rollout's canary nodes
+	// (spec.rollout.canary, the first in order that need the script),
+	// "false" elsewhere.
+	EnvCanary = "NODESCRIPT_CANARY"
+	// EnvAttempt is the pod's attempt for the spec (1-based;
+	// NodeState.Attempts + 1 for a check or run: infrastructure retries
+	// and reruns counted).
+	EnvAttempt = "NODESCRIPT_ATTEMPT"
+	// EnvBootID is the node's status.nodeInfo.bootID when the pod was
+	// created (empty when unknown).
+	EnvBootID = "NODESCRIPT_BOOT_ID"
+)
+
+// RolloutPlace is a node's place in a rollout (RunPodSpec.Place).
+type RolloutPlace struct {
+	// Ordinal is the node's index in Decision.Order, -1 when not in it.
+	Ordinal int
+	// Canary is set on a node of Decision.Canaries.
+	Canary bool
+}
+
+// placeEnv adds s's place to env (RunPod): nothing when s.Place is nil.
+func placeEnv(env map[string]string, s RunPodSpec) {
+	if s.Place == nil {
+		return
+	}
+	env[EnvOrdinal] = strconv.Itoa(s.Place.Ordinal)
+	env[EnvCanary] = strconv.FormatBool(s.Place.Canary)
+	env[EnvAttempt] = strconv.Itoa(s.Attempt)
+	env[EnvBootID] = s.BootID
+}
+
+// placeMemo keeps, per NodeScript, the order and canaries of its last
+// decision (put by each reconcile, before it starts pods), and the index
+// of that order built on the first lookup: a pod's place is a map lookup,
+// the order sorted once per reconcile by Decide. Safe for concurrent use.
+// It is a cache of what Decide computes from the API's state: a restarted
+// watcher computes it again (place).
+type placeMemo struct {
+	mu sync.Mutex
+	m  map[string]*places
+}
+
+type places struct {
+	hash     string
+	order    []string
+	canaries []string
+	index    map[string]int // built on first use
+	canary   map[string]bool
+}
+
+// put records d's order and canaries for NodeScript name (when Decide set
+// an order: a decision that holds or halts keeps its order too).
+func (m *placeMemo) put(name string, d Decision) {
+	if d.Order == nil && d.Hash == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[string]*places{}
+	}
+	m.m[name] = &places{hash: d.Hash, order: d.Order, canaries: d.Canaries}
+}
+
+// get is node's place for NodeScript name at hash, and whether the memo
+// holds that hash's order.
+func (m *placeMemo) get(name, hash, node string) (RolloutPlace, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.m[name]
+	if p == nil || p.hash != hash {
+		return RolloutPlace{}, false
+	}
+	if p.index == nil {
+		p.index = make(map[string]int, len(p.order))
+		for i, n := range p.order {
+			p.index[n] = i
+		}
+		p.canary = make(map[string]bool, len(p.canaries))
+		for _, n := range p.canaries {
+			p.canary[n] = true
+		}
+	}
+	i, ok := p.index[node]
+	if !ok {
+		i = -1
+	}
+	return RolloutPlace{Ordinal: i, Canary: p.canary[node]}, true
+}
+
+func (m *placeMemo) forget(name string) {
+	m.mu.Lock()
+	delete(m.m, name)
+	m.mu.Unlock()
+}
+
+// place is node's place in ns's rollout at hash: from the memo of the last
+// decision, or, when it holds none for hash (a restarted watcher resuming a
+// node before its first decision, a spec just changed), computed by
+// Decide over the cached nodes and their states, and memoized.
+func (c *controller) place(ctx context.Context, ns *v1alpha1.NodeScript, hash, node string, now time.Time) *RolloutPlace {
+	if p, ok := c.w.places.get(ns.Name, hash, node); ok {
+		return &p
+	}
+	all, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return &RolloutPlace{Ordinal: -1}
+	}
+	nodes := make([]Node, 0, len(all))
+	for _, n := range all {
+		s, ok := c.w.state(ctx, ns.Name, n)
+		if !ok {
+			continue
+		}
+		ready, _ := nodeReady(n)
+		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ignored(n, ns.Name), State: s})
+	}
+	d, err := decideRollout(ns, nodes, now)
+	if err != nil || d.Hash != hash {
+		return &RolloutPlace{Ordinal: -1}
+	}
+	c.w.places.put(ns.Name, d)
+	p, _ := c.w.places.get(ns.Name, hash, node)
+	return &p
+}

@@ -198,6 +198,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 		errs = append(errs, validateDrains(m, mp)...)
 	}
 	errs = append(errs, validatePostComplete(spec, s)...)
+	errs = append(errs, validateNotify(spec.Child("notify"), s.Notify)...)
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:

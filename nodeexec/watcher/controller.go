@@ -80,6 +80,8 @@ type controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// budgets and plans: MaintenanceBudgets and SUC Plans, nil when not served.
 	budgets, plans cache.Store
+	// notify delivers spec.notify's notifications (notify.go); nil sends none.
+	notify *notifier
 }
 
 func (c *controller) processNext(ctx context.Context) bool {

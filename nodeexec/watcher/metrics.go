@@ -26,7 +26,9 @@ type metrics struct {
 	gateQueries *prometheus.CounterVec
 	// analysisChecks: spec.rollout.analysis checks by verdict (analysis.go).
 	analysisChecks *prometheus.CounterVec
-	collectable    []prometheus.Collector
+	// notifications: spec.notify deliveries by result (notify.go).
+	notifications *prometheus.CounterVec
+	collectable   []prometheus.Collector
 
 	drainMetricSet // drains.go
 	// postComplete: prepull.go, postcomplete.go.
@@ -96,6 +98,8 @@ func newMetrics() *metrics {
 		Name: "nodeexec_watcher_budget_max_unavailable", Help: "A MaintenanceBudget's maxUnavailable as a count of the nodes it selects, by budget.",
 	}, []string{"budget"})
 	m.collectable = append(m.collectable, m.budgetUnavailable, m.budgetMax)
+	m.notifications = newNotifyMetric()
+	m.collectable = append(m.collectable, m.notifications)
 	return m
 }
 

@@ -99,7 +99,14 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonComplete, "%d nodes succeeded", d.Counts.Succeeded)
 		}
 	}
-	return c.writeStatus(ctx, ns, st)
+	notes := c.notifyStatus(ns, st, d, hash, now)
+	if err := c.writeStatus(ctx, ns, st); err != nil {
+		return err
+	}
+	if c.notify != nil {
+		c.notify.enqueue(notes)
+	}
+	return nil
 }
 
 // writeStatus updates the status subresource when st differs from ns.Status.
@@ -119,7 +126,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis", "notifications"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -159,6 +159,19 @@ type notifier struct {
 
 	mu       sync.Mutex
 	outcomes map[string]map[string]*outcome // NodeScript, URL
+	// failed are the NodeFailed payloads finish recorded, per NodeScript,
+	// waiting for status to give them the rollout's stage and counts.
+	failed map[string][]NotificationPayload
+}
+
+// notes are the deliveries a status write hands to the worker.
+type notes struct {
+	// rollout: Started, Halted, Completed, marked sent in the status:
+	// queued only once the status is written.
+	rollout []*delivery
+	// failed: NodeFailed, recorded in the node's state: queued whatever
+	// the status write's outcome.
+	failed []*delivery
 }
 
 // newNotifier returns a notifier recording Events with events and
@@ -172,6 +185,7 @@ func newNotifier(w *Watcher, events record.EventRecorder, requeue func(string)) 
 			workqueue.NewTypedItemExponentialFailureRateLimiter[*delivery](w.o.NotifyBackoff, MaxNotifyBackoff),
 			workqueue.TypedRateLimitingQueueConfig[*delivery]{Name: "notifications", Clock: w.o.Clock}),
 		outcomes: map[string]map[string]*outcome{},
+		failed:   map[string][]NotificationPayload{},
 	}
 }
 
@@ -366,10 +380,21 @@ func countsOf(c Counts) NotificationCounts {
 // to enqueue once st is written (so that an event whose status write
 // failed is detected again, and one written is never sent again: at most
 // once).
-func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d Decision, hash string, now time.Time) []*delivery {
+func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d Decision, hash string, now time.Time) notes {
+	var out notes
+	if c.notify != nil {
+		c.notify.mu.Lock()
+		failed := c.notify.failed[ns.Name]
+		delete(c.notify.failed, ns.Name)
+		c.notify.mu.Unlock()
+		for _, p := range failed {
+			p.Stage, p.Counts = d.Stage, countsOf(d.Counts)
+			out.failed = append(out.failed, deliveries(ns, p, nil)...)
+		}
+	}
 	if len(ns.Spec.Notify) == 0 {
 		st.Notifications = nil
-		return nil
+		return out
 	}
 	var events []NotificationPayload
 	base := NotificationPayload{APIVersion: NotificationAPIVersion, Kind: NotificationKind, NodeScript: ns.Name, SpecHash: hash,
@@ -396,9 +421,8 @@ func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScri
 		}
 	}
 	c.mergeOutcomes(ns, st)
-	var out []*delivery
 	for _, p := range events {
-		out = append(out, deliveries(ns, p, func(url string) bool {
+		out.rollout = append(out.rollout, deliveries(ns, p, func(url string) bool {
 			for i := range st.Notifications {
 				e := &st.Notifications[i]
 				if e.URL != url {
@@ -414,6 +438,19 @@ func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScri
 		})...)
 	}
 	return out
+}
+
+// notifyWritten queues ns's notes after its status write, whose error is
+// err: NodeFailed always, the rollout events only when the status (which
+// marks them sent) was written.
+func (c *controller) notifyWritten(n notes, err error) {
+	if c.notify == nil {
+		return
+	}
+	c.notify.enqueue(n.failed)
+	if err == nil {
+		c.notify.enqueue(n.rollout)
+	}
 }
 
 // mergeOutcomes rebuilds st.Notifications: one entry per target of
@@ -460,7 +497,8 @@ func (c *controller) mergeOutcomes(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScr
 // run, verify or check pod is recorded, a node whose state is now Failed
 // (not an infrastructure failure, which is retried) is sent NodeFailed.
 // finish records a pod's outcome once (its state names the pod), so the
-// event is detected once; it is queued after the state is written.
+// event is detected once; it is queued by the status write that follows,
+// with the rollout's stage and counts then (which count this failure).
 func (c *controller) notifyNodeFailed(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, action, msg string, now time.Time) {
 	if c.notify == nil || len(ns.Spec.Notify) == 0 || (action != ActionRun && action != ActionVerify && action != ActionCheck) {
 		return
@@ -469,15 +507,14 @@ func (c *controller) notifyNodeFailed(ctx context.Context, ns *v1alpha1.NodeScri
 	if !ok || s.Phase != PhaseFailed || s.Infrastructure {
 		return
 	}
-	st := ns.Status
 	p := NotificationPayload{APIVersion: NotificationAPIVersion, Kind: NotificationKind, Event: v1alpha1.NotifyNodeFailed,
-		NodeScript: ns.Name, SpecHash: s.Hash, Node: n.Name, Stage: st.Stage, Message: msg, Time: now.UTC(),
-		Counts: NotificationCounts{Nodes: int(st.Nodes), Pending: int(st.Pending), Running: int(st.Running), Succeeded: int(st.Succeeded),
-			Failed: int(st.Failed), RolledBack: int(st.RolledBack), NotNeeded: int(st.NotNeeded)}}
+		NodeScript: ns.Name, SpecHash: s.Hash, Node: n.Name, Message: msg, Time: now.UTC()}
 	if s.Message != "" && !strings.Contains(msg, s.Message) {
 		p.Message += ": " + s.Message
 	}
-	c.notify.enqueue(deliveries(ns, p, nil))
+	c.notify.mu.Lock()
+	c.notify.failed[ns.Name] = append(c.notify.failed[ns.Name], p)
+	c.notify.mu.Unlock()
 }
 
 func findCond(cs []metav1.Condition, t string) *metav1.Condition {

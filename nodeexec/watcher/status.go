@@ -100,13 +100,9 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		}
 	}
 	notes := c.notifyStatus(ns, st, d, hash, now)
-	if err := c.writeStatus(ctx, ns, st); err != nil {
-		return err
-	}
-	if c.notify != nil {
-		c.notify.enqueue(notes)
-	}
-	return nil
+	err := c.writeStatus(ctx, ns, st)
+	c.notifyWritten(notes, err)
+	return err
 }
 
 // writeStatus updates the status subresource when st differs from ns.Status.

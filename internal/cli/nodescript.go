@@ -148,6 +148,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	}
 	printBudget(w, rep)
 	printGates(w, st.Gates, now)
+	printNotifications(w, st.Notifications, now)
 	printAnalysis(w, ns, now)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string

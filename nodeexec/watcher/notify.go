@@ -495,7 +495,9 @@ func (c *controller) mergeOutcomes(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScr
 
 // notifyNodeFailed is finish's part for spec.notify: once the outcome of a
 // run, verify or check pod is recorded, a node whose state is now Failed
-// (not an infrastructure failure, which is retried) is sent NodeFailed.
+// is sent NodeFailed: the script's (or verify's, or check's) failure, or
+// an infrastructure failure past spec.retry.limit (one with retries left
+// is retried, and sent only when its last retry fails).
 // finish records a pod's outcome once (its state names the pod), so the
 // event is detected once; it is queued by the status write that follows,
 // with the rollout's stage and counts then (which count this failure).
@@ -504,8 +506,12 @@ func (c *controller) notifyNodeFailed(ctx context.Context, ns *v1alpha1.NodeScri
 		return
 	}
 	s, ok := c.w.state(ctx, ns.Name, n)
-	if !ok || s.Phase != PhaseFailed || s.Infrastructure {
-		return
+	limit := DefaultRetryLimit
+	if ns.Spec.Retry.Limit != nil {
+		limit = int(*ns.Spec.Retry.Limit)
+	}
+	if !ok || s.Phase != PhaseFailed || (s.Infrastructure && s.Attempts-s.AttemptsBefore <= limit) {
+		return // not failed, or an infrastructure failure Decide retries
 	}
 	p := NotificationPayload{APIVersion: NotificationAPIVersion, Kind: NotificationKind, Event: v1alpha1.NotifyNodeFailed,
 		NodeScript: ns.Name, SpecHash: s.Hash, Node: n.Name, Message: msg, Time: now.UTC()}

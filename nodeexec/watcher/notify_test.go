@@ -403,3 +403,31 @@ func TestNotifySecretMissingKey(t *testing.T) {
 		t.Errorf("status.notifications %+v", st)
 	}
 }
+
+// An infrastructure failure with retries left is not NodeFailed; the one
+// past spec.retry.limit is.
+func TestNotifyInfrastructurePastRetries(t *testing.T) {
+	rec := newReceiver(t)
+	ns := notifyScript(rec.srv.URL, func(s *v1alpha1.NodeScriptSpec) {
+		one := int32(1)
+		s.Retry.Limit = &one
+		s.Notify[0].Webhook.Events = []string{v1alpha1.NotifyNodeFailed}
+	})
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), hmacSecret())
+	e.withNotifier()
+	e.reconcile()
+	for attempt := 1; attempt <= 2; attempt++ {
+		e.setPod(podName(ns, "n1", ActionRun, attempt), waiting("ErrImagePull"))
+		e.reconcile()
+		e.deliver()
+		want := 0
+		if attempt == 2 {
+			want = 1
+		}
+		if got := len(rec.events()); got != want {
+			t.Fatalf("attempt %d: %d NodeFailed sent, want %d", attempt, got, want)
+		}
+		e.clock.Step(time.Hour)
+		e.reconcile()
+	}
+}

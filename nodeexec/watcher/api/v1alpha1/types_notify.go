@@ -10,9 +10,11 @@ const (
 	NotifyStarted = "Started"
 	// NotifyNodeFailed: a node's run failed for good: spec.script exited
 	// non-zero or timed out, spec.verifyScript failed, or spec.checkScript
-	// failed (exit other than 0 and 1, or timed out). Sent when the failure is
-	// recorded, before any rollback runs. Infrastructure failures (pod
-	// lost, node not Ready) are retried without limit and are not sent.
+	// failed (exit other than 0 and 1, or timed out), or an infrastructure
+	// failure (pod lost, node not Ready) past spec.retry.limit. Sent when
+	// the failure is recorded, before any rollback runs (its outcome is
+	// in status and Events); an infrastructure failure with retries left
+	// is not sent.
 	NotifyNodeFailed = "NodeFailed"
 	// NotifyHalted: the rollout became Halted (error budget, canary,
 	// drain blocked, analysis).

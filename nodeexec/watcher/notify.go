@@ -162,6 +162,15 @@ type notifier struct {
 	// failed are the NodeFailed payloads finish recorded, per NodeScript,
 	// waiting for status to give them the rollout's stage and counts.
 	failed map[string][]NotificationPayload
+	// sent is, per NodeScript, the Sent lists of the last status written
+	// (the cache may not show that write yet when the next reconcile
+	// reads it): its spec hash and, per URL, the events.
+	sent map[string]sentRecord
+}
+
+type sentRecord struct {
+	hash  string
+	byURL map[string][]string
 }
 
 // notes are the deliveries a status write hands to the worker.
@@ -172,6 +181,10 @@ type notes struct {
 	// failed: NodeFailed, recorded in the node's state: queued whatever
 	// the status write's outcome.
 	failed []*delivery
+	// name and sent: the NodeScript and its status.notifications' Sent
+	// lists, remembered once written.
+	name string
+	sent sentRecord
 }
 
 // newNotifier returns a notifier recording Events with events and
@@ -186,6 +199,7 @@ func newNotifier(w *Watcher, events record.EventRecorder, requeue func(string)) 
 			workqueue.TypedRateLimitingQueueConfig[*delivery]{Name: "notifications", Clock: w.o.Clock}),
 		outcomes: map[string]map[string]*outcome{},
 		failed:   map[string][]NotificationPayload{},
+		sent:     map[string]sentRecord{},
 	}
 }
 
@@ -380,8 +394,8 @@ func countsOf(c Counts) NotificationCounts {
 // to enqueue once st is written (so that an event whose status write
 // failed is detected again, and one written is never sent again: at most
 // once).
-func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d Decision, hash string, now time.Time) notes {
-	var out notes
+func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d Decision, hash string, now time.Time) (out notes) {
+	out = notes{name: ns.Name}
 	if c.notify != nil {
 		c.notify.mu.Lock()
 		failed := c.notify.failed[ns.Name]
@@ -421,6 +435,12 @@ func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScri
 		}
 	}
 	c.mergeOutcomes(ns, st)
+	defer func() {
+		out.sent = sentRecord{hash: st.SpecHash, byURL: map[string][]string{}}
+		for _, e := range st.Notifications {
+			out.sent.byURL[e.URL] = slices.Clone(e.Sent)
+		}
+	}()
 	for _, p := range events {
 		out.rollout = append(out.rollout, deliveries(ns, p, func(url string) bool {
 			for i := range st.Notifications {
@@ -449,6 +469,11 @@ func (c *controller) notifyWritten(n notes, err error) {
 	}
 	c.notify.enqueue(n.failed)
 	if err == nil {
+		if n.sent.byURL != nil {
+			c.notify.mu.Lock()
+			c.notify.sent[n.name] = n.sent
+			c.notify.mu.Unlock()
+		}
 		c.notify.enqueue(n.rollout)
 	}
 }
@@ -457,13 +482,17 @@ func (c *controller) notifyWritten(n notes, err error) {
 // spec.notify (in its order), Sent reset when the spec hash changed, and
 // the worker's outcomes applied.
 func (c *controller) mergeOutcomes(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus) {
-	var byURL map[string]outcome
+	var (
+		byURL map[string]outcome
+		sent  sentRecord
+	)
 	if c.notify != nil {
 		c.notify.mu.Lock()
 		byURL = map[string]outcome{}
 		for u, o := range c.notify.outcomes[ns.Name] {
 			byURL[u] = *o
 		}
+		sent = c.notify.sent[ns.Name]
 		c.notify.mu.Unlock()
 	}
 	prev := st.Notifications
@@ -480,6 +509,13 @@ func (c *controller) mergeOutcomes(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScr
 		}
 		if e.SpecHash != st.SpecHash {
 			e.SpecHash, e.Sent = st.SpecHash, nil
+		}
+		if sent.hash == e.SpecHash {
+			for _, ev := range sent.byURL[e.URL] {
+				if !slices.Contains(e.Sent, ev) {
+					e.Sent = append(e.Sent, ev)
+				}
+			}
 		}
 		if o, ok := byURL[e.URL]; ok {
 			if o.delivered {

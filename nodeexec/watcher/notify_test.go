@@ -431,3 +431,30 @@ func TestNotifyInfrastructurePastRetries(t *testing.T) {
 		e.reconcile()
 	}
 }
+
+// A reconcile that reads a status older than the last write (the informer
+// lags) keeps what was sent: the watcher remembers its last write.
+func TestNotifySentSurvivesStaleCache(t *testing.T) {
+	rec := newReceiver(t)
+	e := newEnv(t, []*v1alpha1.NodeScript{notifyScript(rec.srv.URL)}, testNode("n1"), hmacSecret())
+	e.withNotifier()
+	e.sync()
+	stale, _, _ := e.scriptCache.GetByKey("fix")
+	e.reconcile()
+	e.deliver()
+	e.sync()
+	if err := e.scriptCache.Update(stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.nodeScript().Status.Notifications; len(st) != 1 || !slices.Equal(st[0].Sent, []string{v1alpha1.NotifyStarted}) {
+		t.Errorf("after a stale read, status.notifications %+v", st)
+	}
+	e.reconcile()
+	e.deliver()
+	if diff := cmp.Diff([]string{v1alpha1.NotifyStarted}, rec.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}

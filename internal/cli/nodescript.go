@@ -151,6 +151,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	printGates(w, st.Gates, now)
 	printCalendars(w, ns)
 	printHooks(w, rep, now)
+	printNotifications(w, st.Notifications, now)
 	printAnalysis(w, ns, now)
 	printForecast(w, ns)
 	if r := ns.Spec.Reapply; r != nil {

@@ -84,6 +84,8 @@ type controller struct {
 	calendars cache.Store
 	// jobs: the hook Jobs of spec.hooks (hooks.go); nil reads them from the API.
 	jobs cache.Store
+	// notify delivers spec.notify's notifications (notify.go); nil sends none.
+	notify *notifier
 }
 
 func (c *controller) processNext(ctx context.Context) bool {

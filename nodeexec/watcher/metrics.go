@@ -33,6 +33,8 @@ type metrics struct {
 	collectable    []prometheus.Collector
 	// hooks: spec.hooks Jobs (hooks.go).
 	hooks *prometheus.CounterVec
+	// notifications: spec.notify deliveries by result (notify.go).
+	notifications *prometheus.CounterVec
 
 	drainMetricSet    // drains.go
 	forecastMetricSet // forecast.go
@@ -112,6 +114,8 @@ func newMetrics() *metrics {
 		Name: "nodeexec_watcher_budget_max_unavailable", Help: "A MaintenanceBudget's maxUnavailable as a count of the nodes it selects, by budget.",
 	}, []string{"budget"})
 	m.collectable = append(m.collectable, m.budgetUnavailable, m.budgetMax)
+	m.notifications = newNotifyMetric()
+	m.collectable = append(m.collectable, m.notifications)
 	return m
 }
 

@@ -265,6 +265,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 		recorded = true
 	}
 	if recorded {
+		c.notifyNodeFailed(ctx, ns, n, action, msg(), now)
 		c.w.metrics.runs.WithLabelValues(ns.Name, action, result).Inc()
 		c.w.metrics.duration.WithLabelValues(action).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
 		c.learnPod(ns, action, pod, result, now) // status.durations (forecast.go)

@@ -103,7 +103,10 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonComplete, "%d nodes succeeded", d.Counts.Succeeded)
 		}
 	}
-	return c.writeStatus(ctx, ns, st)
+	notes := c.notifyStatus(ns, st, d, hash, now)
+	err := c.writeStatus(ctx, ns, st)
+	c.notifyWritten(notes, err)
+	return err
 }
 
 // writeStatus updates the status subresource when st differs from ns.Status.
@@ -123,7 +126,7 @@ func (c *controller) writeStatus(ctx context.Context, ns *v1alpha1.NodeScript, s
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis", "calendars", "durations", "forecast"} {
+	for _, optional := range []string{"nextWindow", "blocked", "notNeeded", "drainBlocked", "nextStart", "gates", "analysis", "calendars", "durations", "forecast", "notifications"} {
 		if _, set := fields[optional]; !set {
 			fields[optional] = nil
 		}

@@ -183,6 +183,15 @@ type Options struct {
 	// scope. Defaults to a mapper over Client's discovery (cached; reset
 	// when a kind is not found).
 	RESTMapper meta.RESTMapper
+	// NotifyAttempts is how many times a notification of spec.notify is
+	// POSTed before it is given up (NotificationFailed). HTTPClient makes
+	// the POSTs (redirects followed only to the same host). Defaults to
+	// DefaultNotifyAttempts (8).
+	NotifyAttempts int
+	// NotifyBackoff is the wait before a notification's second attempt,
+	// doubled for each next one up to MaxNotifyBackoff (5m). Defaults to
+	// DefaultNotifyBackoff (1s).
+	NotifyBackoff time.Duration
 }
 
 // Watcher applies every NodeScript in the cluster to the nodes its
@@ -328,6 +337,9 @@ func New(o Options) (*Watcher, error) {
 		}
 	}
 	if err := gateOptions(&o); err != nil {
+		return nil, err
+	}
+	if err := notifyOptions(&o); err != nil {
 		return nil, err
 	}
 	m := newMetrics()
@@ -589,6 +601,7 @@ func (w *Watcher) run(ctx context.Context) error {
 		w: w, nodes: nodes.Lister(), pods: pods.Informer().GetIndexer(), scripts: scripts.Informer().GetStore(),
 		events: recorder, queue: queue, jobs: jobs.Informer().GetStore(),
 	}
+	c.notify = newNotifier(w, recorder, queue.Add)
 	synced := []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced, jobs.Informer().HasSynced}
 	if budgets != nil {
 		c.budgets = budgets.GetStore()
@@ -664,6 +677,11 @@ func (w *Watcher) run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		wait.Until(enqueueAll, w.o.Resync, ctx.Done())
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.notify.run(ctx)
 	}()
 	if w.o.CollectInterval > 0 {
 		wg.Add(1)

@@ -247,6 +247,14 @@ type NodeScriptSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
 	Gates []Gate `json:"gates,omitempty"`
+	// Notify are webhooks told of the rollout's Started, NodeFailed,
+	// Halted and Completed events (see Notification and
+	// docs/nodescript-notify.md). Not part of the spec hash. Defaults to
+	// none.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Notify []Notification `json:"notify,omitempty"`
 	// StartupTaint, when set, names a taint that new nodes register with; the
 	// watcher removes it from a node only after the script succeeded there,
 	// so workloads land only on fixed nodes.
@@ -669,6 +677,12 @@ type NodeScriptStatus struct {
 	// Hooks is the progress of spec.hooks.preRollout and postRollout.
 	// +optional
 	Hooks *HooksStatus `json:"hooks,omitempty"`
+	// Notifications is, per target of spec.notify, what was sent and the
+	// last delivery or error.
+	// +optional
+	// +listType=map
+	// +listMapKey=url
+	Notifications []NotificationStatus `json:"notifications,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -201,6 +201,7 @@ func Validate(ns *NodeScript) field.ErrorList {
 	}
 	errs = append(errs, validatePostComplete(spec, s)...)
 	errs = append(errs, validateAnnotationGates(spec.Child("hooks"), s.Hooks)...)
+	errs = append(errs, validateNotify(spec.Child("notify"), s.Notify)...)
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:

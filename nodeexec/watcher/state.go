@@ -147,6 +147,10 @@ type NodeState struct {
 	// while the node is in maintenance, expired once it is back in service
 	// (silences.go).
 	Silences []HeldSilence `json:"silences,omitempty"`
+	// Uninstall is the progress of spec.uninstallScript on the node while
+	// the NodeScript is deleted (uninstall.go); kept on the node after the
+	// NodeScript is gone when it failed.
+	Uninstall *UninstallRecord `json:"uninstall,omitempty"`
 }
 
 // DecodeState reads a node's state for NodeScript name from its

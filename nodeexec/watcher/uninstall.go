@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -71,14 +73,9 @@ type UninstallRecord struct {
 }
 
 // uninstallHash is the spec hash whose successes spec.uninstallScript
-// undoes: status.specHash, the last the watcher rolled out (the spec's
-// own hash when the status has none).
-func uninstallHash(ns *v1alpha1.NodeScript) string {
-	if h := ns.Status.SpecHash; h != "" {
-		return h
-	}
-	return v1alpha1.SpecHash(&ns.Spec)
-}
+// undoes: the current one (CurrentHash: the spec's, or under
+// spec.scriptFrom the one last written in the status).
+func uninstallHash(ns *v1alpha1.NodeScript) string { return CurrentHash(ns) }
 
 // uninstallTarget reports whether a node with state s (not ignored) is
 // one spec.uninstallScript runs on: one whose uninstall began, or that
@@ -144,6 +141,7 @@ func (c *controller) uninstall(ctx context.Context, ns *v1alpha1.NodeScript, nod
 			targets = append(targets, uninstallStep{node: n, state: s})
 		}
 	}
+	slices.SortFunc(targets, func(a, b uninstallStep) int { return strings.Compare(a.node.Name, b.node.Name) })
 	slots := uninstallSlots(ns, len(targets))
 	for _, t := range targets {
 		if u := t.state.Uninstall; u != nil && u.Phase == UninstallRunning {
@@ -366,15 +364,31 @@ func (c *controller) deleteUninstallPod(ctx context.Context, pod *corev1.Pod) er
 	return nil
 }
 
-// writeUninstallStatus writes st as ns's status.uninstall (a merge patch
-// of that field only). RBAC: patch on nodescripts/status.
+// writeUninstallStatus writes st as ns's status.uninstall: a merge patch
+// of that field only, every key of it given (an empty list as null, which
+// removes it). RBAC: patch on nodescripts/status.
 func (c *controller) writeUninstallStatus(ctx context.Context, ns *v1alpha1.NodeScript, st *v1alpha1.UninstallStatus) error {
 	if ns.Status.Uninstall != nil && apiEqualUninstall(ns.Status.Uninstall, st) {
 		return nil
 	}
-	full := ns.Status.DeepCopy()
-	full.Uninstall = st
-	return c.writeStatus(ctx, ns, full)
+	list := func(l []string) any {
+		if len(l) == 0 {
+			return nil
+		}
+		return l
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"uninstall": map[string]any{
+		"pending": list(st.Pending), "succeeded": list(st.Succeeded), "failed": list(st.Failed),
+		"pendingCount": st.PendingCount, "succeededCount": st.SucceededCount, "failedCount": st.FailedCount,
+	}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.w.o.Dynamic.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("updating status.uninstall of nodescript %s: %w", ns.Name, err)
+	}
+	return nil
 }
 
 // apiEqualUninstall reports whether a and b say the same.

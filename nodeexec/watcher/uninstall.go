@@ -384,9 +384,14 @@ func (c *controller) writeUninstallStatus(ctx context.Context, ns *v1alpha1.Node
 	if err != nil {
 		return err
 	}
-	_, err = c.w.o.Dynamic.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	u, err := c.w.o.Dynamic.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("updating status.uninstall of nodescript %s: %w", ns.Name, err)
+	}
+	if u != nil && u.GetResourceVersion() != "" {
+		// The finalizer's patch, next, carries the resourceVersion: this
+		// write's, not the cache's (a conflict, and a retry, otherwise).
+		ns.ResourceVersion = u.GetResourceVersion()
 	}
 	return nil
 }

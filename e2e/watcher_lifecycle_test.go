@@ -20,8 +20,9 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// nodeEvents are the messages of the Events with reason on node.
-func nodeEvents(ctx context.Context, t *testing.T, node, reason string) []string {
+// nodeEvents are the messages of the Events with reason on node that
+// name NodeScript name (Events of earlier runs stay for an hour).
+func nodeEvents(ctx context.Context, t *testing.T, node, reason, name string) []string {
 	t.Helper()
 	evs, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
 	if err != nil {
@@ -29,7 +30,9 @@ func nodeEvents(ctx context.Context, t *testing.T, node, reason string) []string
 	}
 	var out []string
 	for _, e := range evs.Items {
-		out = append(out, e.Message)
+		if strings.Contains(e.Message, "nodescript "+name+":") {
+			out = append(out, e.Message)
+		}
 	}
 	return out
 }
@@ -86,7 +89,7 @@ spec:
 		if runs := pods.runs(node, watcher.ActionRun); len(runs) != 1 {
 			t.Errorf("node %s: run pods %v, want one", node, runs)
 		}
-		if evs := nodeEvents(ctx, t, node, watcher.ReasonReapplySchedule); len(evs) == 0 || !strings.Contains(evs[0], "spec.reapply.schedule") {
+		if evs := nodeEvents(ctx, t, node, watcher.ReasonReapplySchedule, name); len(evs) == 0 || !strings.Contains(evs[0], "spec.reapply.schedule") {
 			t.Errorf("node %s: Events %s: %q", node, watcher.ReasonReapplySchedule, evs)
 		}
 	}
@@ -170,7 +173,7 @@ spec:
 	if s, n := nodeState(ctx, t, a, name); s.Hash != "" || n.Annotations[watcher.StateAnnotation(name)] != "" {
 		t.Errorf("node %s keeps a state after a successful uninstall: %+v", a, s)
 	}
-	if evs := nodeEvents(ctx, t, a, watcher.ReasonUninstallSucceeded); len(evs) != 1 {
+	if evs := nodeEvents(ctx, t, a, watcher.ReasonUninstallSucceeded, name); len(evs) != 1 {
 		t.Errorf("node %s: Events %s: %q", a, watcher.ReasonUninstallSucceeded, evs)
 	}
 	// Node b: failed, reported, its record kept.
@@ -181,7 +184,7 @@ spec:
 	if u := s.Uninstall; u == nil || u.Phase != watcher.UninstallFailed || u.ExitCode == nil || *u.ExitCode != 3 {
 		t.Errorf("node %s: uninstall record %+v, want Failed with exit code 3", b, u)
 	}
-	if evs := nodeEvents(ctx, t, b, watcher.ReasonUninstallFailed); len(evs) != 1 || !strings.Contains(evs[0], "exit code 3") {
+	if evs := nodeEvents(ctx, t, b, watcher.ReasonUninstallFailed, name); len(evs) != 1 || !strings.Contains(evs[0], "exit code 3") {
 		t.Errorf("node %s: Events %s: %q", b, watcher.ReasonUninstallFailed, evs)
 	}
 	out, errOut, code := cli(ctx, "", "status", name)

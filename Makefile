@@ -47,7 +47,7 @@ FUZZMINIMIZETIME ?= 10s
 FUZZ_TARGETS = \
 	./nodeexec:FuzzParseCountOrPercent ./nodeexec:FuzzTargetsValidate \
 	./internal/cli:FuzzParseEnv ./internal/cli:FuzzParseNamespaces ./internal/cli:FuzzParseQuantity ./internal/cli:FuzzCheckImage \
-	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts ./nodeexec/watcher:FuzzCRDImageRule ./nodeexec/watcher:FuzzRedact ./nodeexec/watcher:FuzzKuredHolders ./nodeexec/watcher:FuzzSilenceMatchers ./nodeexec/watcher:FuzzGateCondition ./nodeexec/watcher:FuzzParseAnalysis ./nodeexec/watcher:FuzzCalendarWindow ./nodeexec/watcher:FuzzUnprivilegedCheck ./nodeexec/watcher:FuzzWebhookURL \
+	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts ./nodeexec/watcher:FuzzCRDImageRule ./nodeexec/watcher:FuzzRedact ./nodeexec/watcher:FuzzKuredHolders ./nodeexec/watcher:FuzzSilenceMatchers ./nodeexec/watcher:FuzzGateCondition ./nodeexec/watcher:FuzzParseAnalysis ./nodeexec/watcher:FuzzCalendarWindow ./nodeexec/watcher:FuzzUnprivilegedCheck ./nodeexec/watcher:FuzzWebhookURL ./nodeexec/watcher:FuzzReapplySchedule \
 	./nodeexec/agent:FuzzDecodeRequest ./internal/agentcmd:FuzzAgentArgv
 fuzz: ## run each fuzz test for $(FUZZTIME) executions
 	@set -eo pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; cache=$$($(GO) env GOCACHE)/fuzz; \

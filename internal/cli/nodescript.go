@@ -104,7 +104,7 @@ func statusCommand(streams Streams) *ucli.Command {
 			}
 			rep, err := watcher.Status(c.Context, cs, dyn, nsName)
 			if err != nil {
-				return err
+				return printLeftStates(c.Context, streams.Out, cs, nsName, err)
 			}
 			if c.String("output") == "json" {
 				enc := json.NewEncoder(streams.Out)
@@ -154,6 +154,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	printNotifications(w, st.Notifications, now)
 	printAnalysis(w, ns, now)
 	printForecast(w, ns)
+	printUninstall(w, ns)
 	if r := ns.Spec.Reapply; r != nil {
 		var when []string
 		if r.OnReboot {
@@ -161,6 +162,9 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		}
 		if r.Interval != nil {
 			when = append(when, "every "+r.Interval.Duration.String()+" after a success")
+		}
+		if s := reapplySchedule(r, now); s != "" {
+			when = append(when, s)
 		}
 		fmt.Fprintf(w, "reapply: runs again %s\n", strings.Join(when, ", and "))
 	}
@@ -225,6 +229,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		if s.Hook != "" {
 			reason = strings.TrimSpace(reason + " hook:" + s.Hook)
 		}
+		reason = strings.TrimSpace(reason + " " + uninstallReason(s))
 		out := n.Output[watcher.ActionRun]
 		switch {
 		case s.Reason == "VerifyFailed":

@@ -17,7 +17,8 @@ import (
 )
 
 // Finalizer is on every NodeScript the watcher has reconciled. Deleting the
-// NodeScript first removes its annotations (state, rerun, ignore) and its
+// NodeScript first runs spec.uninstallScript where it applies (uninstall.go;
+// a node where it failed keeps its state annotation), then removes its annotations (state, rerun, ignore) and its
 // condition from every node, then the finalizer; the garbage collector then deletes its run pods and output
 // records (both owned by it). A node the NodeScript cordoned after a
 // failure stays cordoned (a Warning Event, ReasonLeftCordoned, on the node
@@ -91,6 +92,12 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 	if !hasFinalizer(ns) {
 		return nil
 	}
+	// spec.uninstallScript first (uninstall.go); the nodes where it failed
+	// keep their state annotation.
+	done, uninstallFailed, err := c.uninstall(ctx, ns, nodes)
+	if !done || err != nil {
+		return err
+	}
 	written, condWritten := map[string]bool{}, map[string]bool{}
 	c.w.mu.Lock()
 	for node := range c.w.overlay[ns.Name] {
@@ -108,7 +115,10 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 			_, h := n.Annotations[k]
 			has = has || h
 		}
-		if has {
+		if keys := keys; has {
+			if uninstallFailed[n.Name] {
+				keys = keys[1:] // the state annotation stays: it records the failed uninstall
+			}
 			work = append(work, func() error {
 				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.CordonedByUs && n.Spec.Unschedulable {
 					c.events.Eventf(n, corev1.EventTypeWarning, ReasonLeftCordoned,

@@ -48,6 +48,9 @@ const (
 	ActionReboot   = "reboot"
 	ActionVerify   = "verify"
 	ActionRollback = "rollback"
+	// ActionUninstall runs spec.uninstallScript while the NodeScript is
+	// deleted (uninstall.go); its pod has no owner reference.
+	ActionUninstall = "uninstall"
 )
 
 // Defaults of a NodeScript's backend and timeout.
@@ -247,6 +250,8 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		script = spec.VerifyScript
 	case ActionRollback:
 		script = spec.RollbackScript
+	case ActionUninstall:
+		script = spec.UninstallScript
 	default:
 		return nil, fmt.Errorf("unknown action %q: want %s, %s, %s, %s or %s", s.Action, ActionCheck, ActionRun, ActionVerify, ActionRollback, ActionReboot)
 	}
@@ -288,7 +293,10 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ns.UID != "" {
+	if ns.UID != "" && s.Action != ActionUninstall {
+		// (An uninstall pod is not owned: a foreground deletion of the
+		// NodeScript would have the garbage collector delete it at once;
+		// the watcher deletes it once recorded.)
 		// Deleting the NodeScript deletes its run pods (the garbage
 		// collector); a cluster-scoped owner may own namespaced pods.
 		pod.OwnerReferences = []metav1.OwnerReference{{

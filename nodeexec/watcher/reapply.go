@@ -18,15 +18,24 @@ const (
 	// ReasonReapplyInterval: the node's last success is older than
 	// spec.reapply.interval.
 	ReasonReapplyInterval = "ReapplyInterval"
+	// ReasonReapplySchedule: the node's last success is older than the
+	// latest activation of spec.reapply.schedule.
+	ReasonReapplySchedule = "ReapplySchedule"
 )
 
 // reapplyDue says whether node n, whose state s is a success of the
 // current spec hash (or NotNeeded: its spec.checkScript runs again), is to
-// run it again under ns's spec.reapply at now: the
-// reason (ReasonReapplyOnReboot, ReasonReapplyInterval; "" for not yet) and,
-// when not yet, when the interval makes it due (zero: never). A record
-// without a boot ID (written before boot IDs were recorded at success) is
-// not rerun for a reboot. Pure.
+// run it again under ns's spec.reapply at now: the reason
+// (ReasonReapplyOnReboot, ReasonReapplyInterval, ReasonReapplySchedule; ""
+// for not yet) and, when not yet, when the interval or the schedule makes
+// it due, the earlier of the two (zero: never). The three combine by OR:
+// the first that makes the node due gives the reason (onReboot, then
+// interval, then schedule). Under spec.reapply.schedule the node is due
+// once the schedule's first activation after its success (s.Since) is at
+// or before now: its success is older than the latest activation. A
+// record without a boot ID (written before boot IDs were recorded at
+// success) is not rerun for a reboot. A schedule that does not parse
+// (Validate refuses it first) makes nothing due. Pure.
 func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) (reason string, at time.Time) {
 	r := ns.Spec.Reapply
 	if r == nil || (s.Phase != PhaseSucceeded && s.Phase != PhaseNotNeeded) {
@@ -40,9 +49,15 @@ func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.T
 		if !now.Before(due) {
 			return ReasonReapplyInterval, time.Time{}
 		}
-		return "", due
+		at = due
 	}
-	return "", time.Time{}
+	if due := scheduleDue(r.Schedule, s.Since); !due.IsZero() {
+		if !now.Before(due) {
+			return ReasonReapplySchedule, time.Time{}
+		}
+		at = earliest(at, due)
+	}
+	return "", at
 }
 
 // reapply is phase 2's handling of spec.reapply for node n selected by ns
@@ -66,9 +81,12 @@ func (c *controller) reapply(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 			return err
 		}
 		var why string
-		if reason == ReasonReapplyOnReboot {
+		switch reason {
+		case ReasonReapplyOnReboot:
 			why = "the node rebooted since its last success (boot ID " + s.BootID + " -> " + n.Status.NodeInfo.BootID + ") and spec.reapply.onReboot is set"
-		} else {
+		case ReasonReapplySchedule:
+			why = scheduleWhy(ns.Spec.Reapply.Schedule, s.Since)
+		default:
 			why = "its last success (" + s.Since.UTC().Format(time.RFC3339) + ") is older than spec.reapply.interval (" + ns.Spec.Reapply.Interval.Duration.String() + ")"
 		}
 		c.events.Eventf(n, corev1.EventTypeNormal, reason, "nodescript %s: spec %s is to run here again: %s", ns.Name, hash, why)

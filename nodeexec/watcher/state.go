@@ -164,6 +164,10 @@ type NodeState struct {
 	// AwaitingSince is when the node was labelled for the gate Awaiting
 	// names (its timeout counts from it); nil before.
 	AwaitingSince *time.Time `json:"awaitingSince,omitempty"`
+	// Uninstall is the progress of spec.uninstallScript on the node while
+	// the NodeScript is deleted (uninstall.go); kept on the node after the
+	// NodeScript is gone when it failed.
+	Uninstall *UninstallRecord `json:"uninstall,omitempty"`
 }
 
 // DecodeState reads a node's state for NodeScript name from its

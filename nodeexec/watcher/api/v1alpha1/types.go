@@ -272,6 +272,8 @@ type NodeScriptSpec struct {
 	// of the spec hash. Defaults to none.
 	// +optional
 	Hooks *Hooks `json:"hooks,omitempty"`
+	// UninstallScript: see LifecycleFields (types_lifecycle.go).
+	LifecycleFields `json:",inline"`
 	// MaintenanceBudget, Exclusive, Priority: see types_budget.go's
 	// BudgetFields (docs/maintenancebudget.md).
 	BudgetFields `json:",inline"`
@@ -563,9 +565,23 @@ type DrainSpec struct {
 }
 
 // ReapplyPolicy says when a node that ran the current spec successfully
-// runs it again. At least one of OnReboot and Interval is set.
-// +kubebuilder:validation:XValidation:rule="(has(self.onReboot) && self.onReboot) || has(self.interval)",message="set onReboot: true, interval (e.g. 24h), or both"
+// runs it again. At least one of OnReboot, Interval and Schedule is set;
+// any may be combined (a node runs again when any of them makes it due).
+// +kubebuilder:validation:XValidation:rule="(has(self.onReboot) && self.onReboot) || has(self.interval) || (has(self.schedule) && size(self.schedule) > 0)",message="set onReboot: true, interval (e.g. 24h), schedule (e.g. '0 3 * * *'), or several"
 type ReapplyPolicy struct {
+	// Schedule, when set, runs the script again on a node whose last
+	// success (of the current spec, or NotNeeded) is older than the
+	// schedule's latest activation before now, e.g. "0 3 * * 0" (Sundays
+	// at 03:00). A standard 5-field cron expression (minute hour
+	// day-of-month month day-of-week, or a descriptor such as @daily; not
+	// @every: that is interval), parsed by github.com/robfig/cron/v3's
+	// standard parser, in UTC unless it starts with CRON_TZ=ZONE (an IANA
+	// zone, e.g. "CRON_TZ=Europe/Berlin 0 3 * * 0"). It must fire at
+	// least once in the next 5 years. Defaults to none. See
+	// docs/nodescript-lifecycle.md.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Schedule string `json:"schedule,omitempty"`
 	// OnReboot, when true, runs the script again on a node whose
 	// status.nodeInfo.bootID differs from the boot ID recorded when its
 	// last run succeeded: for changes that do not survive a reboot (a
@@ -683,6 +699,10 @@ type NodeScriptStatus struct {
 	// +listType=map
 	// +listMapKey=url
 	Notifications []NotificationStatus `json:"notifications,omitempty"`
+	// Uninstall is the progress of spec.uninstallScript once the
+	// NodeScript is being deleted (types_lifecycle.go).
+	// +optional
+	Uninstall *UninstallStatus `json:"uninstall,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

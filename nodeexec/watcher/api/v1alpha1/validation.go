@@ -222,10 +222,11 @@ func Validate(ns *NodeScript) field.ErrorList {
 		case r.Interval != nil && r.Interval.Duration < MinReapplyInterval:
 			errs = append(errs, field.Invalid(spec.Child("reapply", "interval"), r.Interval.Duration.String(),
 				fmt.Sprintf("must be at least %s, e.g. 24h (or leave it out)", MinReapplyInterval)))
-		case !r.OnReboot && r.Interval == nil:
-			errs = append(errs, field.Required(spec.Child("reapply"), "set onReboot: true, interval (e.g. 24h), or both; or leave reapply out"))
+		case !r.OnReboot && r.Interval == nil && r.Schedule == "":
+			errs = append(errs, field.Required(spec.Child("reapply"), "set onReboot: true, interval (e.g. 24h), schedule (e.g. '0 3 * * *'), or several; or leave reapply out"))
 		}
 	}
+	errs = append(errs, validateLifecycle(spec, s)...)
 	if s.Timeout != nil && s.Timeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m"))
 	} else if s.Timeout != nil && s.Timeout.Duration > MaxTimeout {

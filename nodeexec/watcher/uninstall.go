@@ -1,0 +1,403 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
+// Event reasons of spec.uninstallScript, on the node and on the NodeScript.
+const (
+	// ReasonUninstallStarted: the uninstall script's pod was created on
+	// the node (on the node); the uninstall began (on the NodeScript).
+	ReasonUninstallStarted = "UninstallStarted"
+	// ReasonUninstallSucceeded: it exited 0 on the node (on the node);
+	// on every node it was to run on (on the NodeScript).
+	ReasonUninstallSucceeded = "UninstallSucceeded"
+	// ReasonUninstallFailed: it failed on the node, or the node was not
+	// Ready within UninstallNodeWait (a Warning, on the node); on some
+	// nodes, named (a Warning, on the NodeScript, when the finalizer is
+	// released).
+	ReasonUninstallFailed = "UninstallFailed"
+)
+
+// Bounds of the uninstall.
+const (
+	// UninstallNodeWait is how long a node that is to be uninstalled may
+	// stay not Ready before the uninstall counts as failed there (reason
+	// NodeNotReady), counted from when the watcher first found it not
+	// Ready (recorded in its state). A node that is gone (deleted) has
+	// nothing left to uninstall and no record to keep.
+	UninstallNodeWait = 5 * time.Minute
+	// UninstallRecheck is how often a NodeScript whose uninstall goes is
+	// reconciled again, besides its pods' and nodes' events.
+	UninstallRecheck = 5 * time.Second
+)
+
+// Phases of UninstallRecord.
+const (
+	UninstallPending   = "Pending"
+	UninstallRunning   = "Running"
+	UninstallSucceeded = "Succeeded"
+	UninstallFailed    = "Failed"
+)
+
+// UninstallRecord is a node's progress of spec.uninstallScript, in its
+// state annotation (NodeState.Uninstall).
+type UninstallRecord struct {
+	// Phase is Pending (waiting for the node to be Ready), Running (Pod
+	// goes), Succeeded or Failed.
+	Phase string `json:"phase"`
+	// Pod is the uninstall pod (Running, and after).
+	Pod string `json:"pod,omitempty"`
+	// ExitCode of the uninstall script, when it ran to an exit.
+	ExitCode *int `json:"exitCode,omitempty"`
+	// Reason says why it failed when not by its exit code (Timeout,
+	// NodeNotReady, PodDisappeared, PodCreateFailed, an infrastructure
+	// reason), at most 256 bytes.
+	Reason string `json:"reason,omitempty"`
+	// Since is when Phase began.
+	Since time.Time `json:"since"`
+}
+
+// uninstallHash is the spec hash whose successes spec.uninstallScript
+// undoes: the current one (CurrentHash: the spec's, or under
+// spec.scriptFrom the one last written in the status).
+func uninstallHash(ns *v1alpha1.NodeScript) string { return CurrentHash(ns) }
+
+// uninstallTarget reports whether a node with state s (not ignored) is
+// one spec.uninstallScript runs on: one whose uninstall began, or that
+// is Succeeded for hash. NotNeeded nodes are not: their check found the
+// fix in place, maybe not made by this NodeScript.
+func uninstallTarget(s NodeState, hash string) bool {
+	return s.Uninstall != nil || (s.Hash == hash && s.Phase == PhaseSucceeded)
+}
+
+// uninstallSlots is how many uninstall pods may go at once among targets
+// nodes: spec.rollout.maxConcurrency (a count, or a percentage of the
+// targets), at least 1.
+func uninstallSlots(ns *v1alpha1.NodeScript, targets int) int {
+	slots := 1
+	if m := ns.Spec.Rollout.MaxConcurrency; m != nil {
+		slots, _ = intstr.GetScaledValueFromIntOrPercent(m, targets, true)
+	}
+	return max(slots, 1)
+}
+
+// uninstallStep is what uninstall decided for one node.
+type uninstallStep struct {
+	node  *corev1.Node
+	state NodeState
+}
+
+// uninstall is finalize's first step for a NodeScript with
+// spec.uninstallScript: it runs the script on every node uninstallTarget
+// selects among nodes (not ignored), spec.rollout.maxConcurrency at once,
+// whatever the window, pause, gates or budgets say. Each node's progress
+// is written to its state annotation (UninstallRecord) so that a
+// restarted watcher takes it up; a finished pod is recorded (Events
+// UninstallSucceeded or UninstallFailed on the node) and deleted. A node
+// not Ready waits (Pending) at most UninstallNodeWait. It writes
+// status.uninstall and returns done once no node is pending (the
+// remaining uninstall pods deleted), with failed: the nodes where it
+// failed, whose state annotation finalize keeps. While not done it asks
+// to be reconciled again after UninstallRecheck. RBAC: create, get,
+// delete on pods in spec.backend.namespace; patch nodes/status; patch
+// nodescripts/status.
+func (c *controller) uninstall(ctx context.Context, ns *v1alpha1.NodeScript, nodes []*corev1.Node) (done bool, failed map[string]bool, err error) {
+	if ns.Spec.UninstallScript == "" {
+		return true, nil, nil
+	}
+	now := c.w.o.Clock.Now()
+	hash := uninstallHash(ns)
+	pods := map[string]*corev1.Pod{} // node: its uninstall pod
+	objs, err := c.pods.ByIndex(byNodeScript, ns.Name)
+	if err != nil {
+		return false, nil, err
+	}
+	for _, o := range objs {
+		if p := o.(*corev1.Pod); p.Labels[LabelAction] == ActionUninstall {
+			pods[p.Spec.NodeName] = p
+		}
+	}
+	var targets []uninstallStep
+	for _, n := range nodes {
+		if ignored(n, ns.Name) {
+			continue
+		}
+		if s, ok := c.w.state(ctx, ns.Name, n); ok && uninstallTarget(s, hash) {
+			targets = append(targets, uninstallStep{node: n, state: s})
+		}
+	}
+	slices.SortFunc(targets, func(a, b uninstallStep) int { return strings.Compare(a.node.Name, b.node.Name) })
+	slots := uninstallSlots(ns, len(targets))
+	for _, t := range targets {
+		if u := t.state.Uninstall; u != nil && u.Phase == UninstallRunning {
+			slots--
+		}
+	}
+	var (
+		work   []func() error
+		result = make([]*UninstallRecord, len(targets))
+	)
+	for i, t := range targets {
+		n, s := t.node, t.state
+		u := s.Uninstall
+		ready, notReadySince := nodeReady(n)
+		switch {
+		case u != nil && (u.Phase == UninstallSucceeded || u.Phase == UninstallFailed):
+			result[i] = u
+		case u != nil && u.Phase == UninstallRunning:
+			result[i] = u
+			pod := pods[n.Name]
+			if pod == nil || pod.Name != u.Pod {
+				work = append(work, func() error { return c.uninstallLost(ctx, ns, n, s, now) })
+				continue
+			}
+			out := PodOutcome(pod, ready, notReadySince, now, c.w.o.NotReadyGrace)
+			if !out.Done {
+				continue
+			}
+			work = append(work, func() error { return c.uninstallFinished(ctx, ns, n, s, pod, out, now) })
+		case !ready:
+			next := &UninstallRecord{Phase: UninstallPending, Since: now}
+			if u != nil {
+				next = u
+			}
+			result[i] = next
+			if now.Sub(next.Since) >= UninstallNodeWait {
+				failed := &UninstallRecord{Phase: UninstallFailed, Reason: fmt.Sprintf("NodeNotReady: the node was not Ready for %s", UninstallNodeWait), Since: now}
+				result[i] = failed
+				work = append(work, func() error {
+					c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall script not run: %s", ns.Name, failed.Reason)
+					return c.writeUninstall(ctx, ns, n, s, failed)
+				})
+			} else if u == nil {
+				work = append(work, func() error { return c.writeUninstall(ctx, ns, n, s, next) })
+			}
+		case slots > 0:
+			slots--
+			result[i] = &UninstallRecord{Phase: UninstallRunning, Since: now}
+			work = append(work, func() error { return c.uninstallStart(ctx, ns, n, s, now) })
+		default:
+			result[i] = &UninstallRecord{Phase: UninstallPending, Since: now}
+		}
+	}
+	first := ns.Status.Uninstall == nil
+	if first && len(targets) > 0 {
+		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallStarted,
+			"nodescript deleted: running spec.uninstallScript on %d node(s) where spec %s succeeded, %d at once", len(targets), hash, uninstallSlots(ns, len(targets)))
+	}
+	err = c.parallel(work)
+	// Re-read what the work wrote (this process's overlay) for the status.
+	st := &v1alpha1.UninstallStatus{}
+	var pending, succeeded, failedNames []string
+	failed = map[string]bool{}
+	for i, t := range targets {
+		u := result[i]
+		if s, ok := c.w.state(ctx, ns.Name, t.node); ok && s.Uninstall != nil {
+			u = s.Uninstall
+		}
+		switch u.Phase {
+		case UninstallSucceeded:
+			succeeded = append(succeeded, t.node.Name)
+		case UninstallFailed:
+			failed[t.node.Name] = true
+			failedNames = append(failedNames, t.node.Name+": "+uninstallWhy(u))
+		default:
+			pending = append(pending, t.node.Name)
+		}
+	}
+	st.Pending, st.PendingCount = firstNames(pending)
+	st.Succeeded, st.SucceededCount = firstNames(succeeded)
+	st.Failed, st.FailedCount = firstNames(failedNames)
+	done = err == nil && len(pending) == 0
+	if done {
+		for _, p := range pods {
+			if derr := c.deleteUninstallPod(ctx, p); derr != nil {
+				err, done = derr, false
+			}
+		}
+	}
+	if len(targets) > 0 || ns.Status.Uninstall != nil {
+		if serr := c.writeUninstallStatus(ctx, ns, st); serr != nil && err == nil {
+			err, done = serr, false
+		}
+	}
+	if done && len(targets) > 0 {
+		if len(failedNames) > 0 {
+			c.events.Eventf(ns, corev1.EventTypeWarning, ReasonUninstallFailed,
+				"spec.uninstallScript failed on %d of %d node(s): %s; their state annotations (%s) stay on them: kubectl annotate node NODE %s-",
+				len(failedNames), len(targets), strings.Join(st.Failed, "; "), StateAnnotation(ns.Name), StateAnnotation(ns.Name))
+		} else {
+			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallSucceeded, "spec.uninstallScript succeeded on %d node(s)", len(succeeded))
+		}
+	}
+	if !done && c.queue != nil {
+		c.queue.AddAfter(ns.Name, UninstallRecheck)
+	}
+	return done, failed, err
+}
+
+// firstNames is names sorted, cut to v1alpha1.MaxUninstallNames, and
+// their count.
+func firstNames(names []string) ([]string, int32) {
+	slices.Sort(names)
+	return names[:min(len(names), v1alpha1.MaxUninstallNames)], int32(len(names))
+}
+
+// uninstallWhy is a failed uninstall's cause, for status and Events.
+func uninstallWhy(u *UninstallRecord) string {
+	switch {
+	case u.Reason != "":
+		return u.Reason
+	case u.ExitCode != nil:
+		return fmt.Sprintf("exit code %d", *u.ExitCode)
+	}
+	return "failed"
+}
+
+// writeUninstall records u as node n's uninstall progress (state s).
+func (c *controller) writeUninstall(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, u *UninstallRecord) error {
+	u.Since = u.Since.UTC().Truncate(time.Second)
+	if len(u.Reason) > 256 {
+		u.Reason = truncate(u.Reason, 256)
+	}
+	s.Uninstall = u
+	return c.w.writeState(ctx, ns, n, s)
+}
+
+// uninstallStart creates node n's uninstall pod and records it Running;
+// a pod the API refuses (forbidden, invalid) fails the node's uninstall
+// (reason PodCreateFailed), any other error is returned (retried).
+func (c *controller) uninstallStart(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+	fail := func(why string) error {
+		u := &UninstallRecord{Phase: UninstallFailed, Reason: "PodCreateFailed: " + why, Since: now}
+		c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall pod not created: %s", ns.Name, why)
+		return c.writeUninstall(ctx, ns, n, s, u)
+	}
+	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionUninstall, Attempt: 1, BootID: n.Status.NodeInfo.BootID, Now: now})
+	if err != nil {
+		return fail(err.Error())
+	}
+	c.w.expect(pod.Name, now)
+	_, err = c.w.o.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "nodeexec-watcher"})
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		c.w.unexpect(pod.Name)
+		return fail(err.Error())
+	default:
+		c.w.unexpect(pod.Name)
+		return fmt.Errorf("node %s: creating uninstall pod: %w", n.Name, err)
+	}
+	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUninstallStarted, "nodescript %s was deleted: running its uninstall script (pod %s/%s)", ns.Name, pod.Namespace, pod.Name)
+	return c.writeUninstall(ctx, ns, n, s, &UninstallRecord{Phase: UninstallRunning, Pod: pod.Name, Since: now})
+}
+
+// uninstallFinished records node n's finished uninstall pod (outcome out):
+// Succeeded on exit 0, Failed otherwise (no retry), with an Event, the
+// runs metric (action uninstall), and the pod deleted.
+func (c *controller) uninstallFinished(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, pod *corev1.Pod, out Outcome, now time.Time) error {
+	u := &UninstallRecord{Phase: UninstallSucceeded, Pod: pod.Name, Since: now}
+	result := "succeeded"
+	switch {
+	case out.Infrastructure || out.Reason != "":
+		u.Phase, u.Reason, result = UninstallFailed, strings.TrimSpace(out.Reason+": "+out.Message), "infrastructure"
+		if out.Reason == "Timeout" {
+			result = "timeout"
+		}
+	case out.ExitCode != 0:
+		u.Phase, u.ExitCode, result = UninstallFailed, ptr.To(out.ExitCode), "failed"
+	default:
+		u.ExitCode = ptr.To(0)
+	}
+	if u.Phase == UninstallSucceeded {
+		c.events.Eventf(n, corev1.EventTypeNormal, ReasonUninstallSucceeded, "nodescript %s: uninstall script succeeded (pod %s/%s, exit code 0)", ns.Name, pod.Namespace, pod.Name)
+	} else {
+		c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall script failed (pod %s/%s): %s; the node keeps annotation %s",
+			ns.Name, pod.Namespace, pod.Name, uninstallWhy(u), StateAnnotation(ns.Name))
+	}
+	if err := c.writeUninstall(ctx, ns, n, s, u); err != nil {
+		return err
+	}
+	c.w.metrics.runs.WithLabelValues(ns.Name, ActionUninstall, result).Inc()
+	c.w.metrics.duration.WithLabelValues(ActionUninstall).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
+	return c.deleteUninstallPod(ctx, pod)
+}
+
+// uninstallLost handles a node recorded Running whose uninstall pod the
+// cache does not show: one created moments ago is waited for; one gone
+// fails the node's uninstall (reason PodDisappeared).
+func (c *controller) uninstallLost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+	if c.w.expected(s.Uninstall.Pod) {
+		return nil
+	}
+	gone, err := c.gone(ctx, ns, s.Uninstall.Pod, now)
+	if !gone || err != nil {
+		return err
+	}
+	u := &UninstallRecord{Phase: UninstallFailed, Pod: s.Uninstall.Pod, Reason: "PodDisappeared: the uninstall pod disappeared before its outcome was recorded", Since: now}
+	c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: %s", ns.Name, u.Reason)
+	return c.writeUninstall(ctx, ns, n, s, u)
+}
+
+// deleteUninstallPod deletes pod (gone already is fine).
+func (c *controller) deleteUninstallPod(ctx context.Context, pod *corev1.Pod) error {
+	err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting uninstall pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	c.w.recorded(pod.UID, c.w.o.Clock.Now())
+	return nil
+}
+
+// writeUninstallStatus writes st as ns's status.uninstall: a merge patch
+// of that field only, every key of it given (an empty list as null, which
+// removes it). RBAC: patch on nodescripts/status.
+func (c *controller) writeUninstallStatus(ctx context.Context, ns *v1alpha1.NodeScript, st *v1alpha1.UninstallStatus) error {
+	if ns.Status.Uninstall != nil && apiEqualUninstall(ns.Status.Uninstall, st) {
+		return nil
+	}
+	list := func(l []string) any {
+		if len(l) == 0 {
+			return nil
+		}
+		return l
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"uninstall": map[string]any{
+		"pending": list(st.Pending), "succeeded": list(st.Succeeded), "failed": list(st.Failed),
+		"pendingCount": st.PendingCount, "succeededCount": st.SucceededCount, "failedCount": st.FailedCount,
+	}}})
+	if err != nil {
+		return err
+	}
+	u, err := c.w.o.Dynamic.Resource(v1alpha1.Resource).Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("updating status.uninstall of nodescript %s: %w", ns.Name, err)
+	}
+	if u != nil && u.GetResourceVersion() != "" {
+		// The finalizer's patch, next, carries the resourceVersion: this
+		// write's, not the cache's (a conflict, and a retry, otherwise).
+		ns.ResourceVersion = u.GetResourceVersion()
+	}
+	return nil
+}
+
+// apiEqualUninstall reports whether a and b say the same.
+func apiEqualUninstall(a, b *v1alpha1.UninstallStatus) bool {
+	return slices.Equal(a.Pending, b.Pending) && slices.Equal(a.Succeeded, b.Succeeded) && slices.Equal(a.Failed, b.Failed) &&
+		a.PendingCount == b.PendingCount && a.SucceededCount == b.SucceededCount && a.FailedCount == b.FailedCount
+}

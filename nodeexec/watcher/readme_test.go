@@ -24,7 +24,8 @@ func TestREADMEManifests(t *testing.T) {
 			continue
 		}
 		blocks++
-		scripts, budgets, err := ParseManifests(strings.NewReader(block))
+		m, err := ParseAllManifests(strings.NewReader(block))
+		scripts := m.Scripts
 		if err != nil {
 			t.Errorf("README block %d: %v\n%s", blocks, err, block)
 			continue
@@ -34,8 +35,8 @@ func TestREADMEManifests(t *testing.T) {
 				t.Errorf("README block %d: nodescript %s: %v", blocks, ns.Name, errs.ToAggregate())
 			}
 		}
-		if len(scripts)+len(budgets) == 0 {
-			t.Errorf("README block %d: no NodeScript or MaintenanceBudget parsed", blocks)
+		if len(scripts)+len(m.Budgets)+len(m.Calendars) == 0 {
+			t.Errorf("README block %d: no NodeScript, MaintenanceBudget or MaintenanceCalendar parsed", blocks)
 		}
 	}
 	if blocks < 3 {
@@ -54,7 +55,8 @@ func TestExampleManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		scripts, _, err := ParseManifests(f)
+		m, err := ParseAllManifests(f)
+		scripts := m.Scripts
 		f.Close()
 		if err != nil {
 			t.Errorf("%s: %v", name, err)

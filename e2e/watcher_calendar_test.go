@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -240,7 +239,7 @@ func TestApplyRejectsBadCalendar(t *testing.T) {
 	dyn := watcherSetup(t)
 	cal := "apiVersion: nodeexec.io/v1alpha1\nkind: MaintenanceCalendar\nmetadata: {name: %s}\nspec:\n  timeZone: Europe/Berlin\n"
 	good := "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n  script: 'true'\n"
-	cases := []struct{ name, doc, want string }{
+	cases := []badApply{
 		{"cron", cal + "  windows: [{name: w, cron: {schedule: '0 25 * * *', duration: 1h}}]\n", "spec.windows[0].cron.schedule"},
 		{"cron-tz", cal + "  windows: [{name: w, cron: {schedule: 'CRON_TZ=UTC 0 22 * * 2', duration: 1h}}]\n", "spec.windows[0].cron.schedule"},
 		{"cron-duration", cal + "  windows: [{name: w, cron: {schedule: '0 22 * * 2', duration: soon}}]\n", "spec.windows[0].cron.duration"},
@@ -256,25 +255,5 @@ func TestApplyRejectsBadCalendar(t *testing.T) {
 		{"windowrefs-dup", good + "  windowRefs: [a, a]\n", "spec.windowRefs[1]"},
 		{"windowrefs-name", good + "  windowRefs: [Not_A_Name]\n", "spec.windowRefs[0]"},
 	}
-	dir := t.TempDir()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			name := uniqueName("e2e-badcal-")
-			file := dir + "/" + c.name + ".yaml"
-			body := fmt.Sprintf(good, name+"-ok") + "---\n" + fmt.Sprintf(c.doc, name)
-			if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, code := cli(ctx, "", "apply", "-f", file)
-			if code == 0 || !strings.Contains(errOut, c.want) {
-				t.Errorf("apply: exit %d, stderr %q; want a failure naming %s", code, errOut, c.want)
-			}
-			for _, n := range []string{name, name + "-ok"} {
-				if _, err := dyn.Resource(v1alpha1.Resource).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					t.Errorf("nodescript %s exists after a refused apply (stdout %q)", n, out)
-					_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, n, metav1.DeleteOptions{})
-				}
-			}
-		})
-	}
+	expectApplyRefused(ctx, t, dyn, "e2e-badcal-", good, cases)
 }

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -233,7 +231,7 @@ func TestApplyRejectsBadHooks(t *testing.T) {
 	job := func(pod string) string {
 		return "  hooks:\n    preNode: {template: {spec: {template: {spec: " + pod + "}}}}\n"
 	}
-	cases := []struct{ name, doc, want string }{
+	cases := []badApply{
 		{"no-containers", good + job("{restartPolicy: Never}"), "spec.hooks.preNode.template.spec.template.spec.containers: Required value"},
 		{"empty-containers", good + job("{containers: []}"), "spec.hooks.preNode.template.spec.template.spec.containers"},
 		{"unknown-field", good + job("{containers: [{name: h, image: busybox, comand: [x]}]}"), "comand"},
@@ -243,25 +241,5 @@ func TestApplyRejectsBadHooks(t *testing.T) {
 		{"timeout", good + "  hooks:\n    postRollout: {timeout: soon, template: {spec: {template: {spec: {containers: [{name: h, image: busybox}]}}}}}\n", "spec.hooks.postRollout.timeout"},
 		{"no-template", good + "  hooks:\n    preRollout: {timeout: 1m}\n", "spec.hooks.preRollout.template.spec.template.spec.containers"},
 	}
-	dir := t.TempDir()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			name := uniqueName("e2e-badhook-")
-			file := dir + "/" + c.name + ".yaml"
-			body := fmt.Sprintf(good, name+"-ok") + "---\n" + fmt.Sprintf(c.doc, name)
-			if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, code := cli(ctx, "", "apply", "-f", file)
-			if code == 0 || !strings.Contains(errOut, c.want) {
-				t.Errorf("apply: exit %d, stderr %q; want a failure naming %s", code, errOut, c.want)
-			}
-			for _, n := range []string{name, name + "-ok"} {
-				if _, err := dyn.Resource(v1alpha1.Resource).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					t.Errorf("nodescript %s exists after a refused apply (stdout %q)", n, out)
-					_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, n, metav1.DeleteOptions{})
-				}
-			}
-		})
-	}
+	expectApplyRefused(ctx, t, dyn, "e2e-badhook-", good, cases)
 }

@@ -685,7 +685,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
 	good := "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n  script: 'true'\n"
-	cases := []struct{ name, doc, want string }{
+	cases := []badApply{
 		{"selector", "apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {matchExpressions: [{key: a, operator: Bogus}]}\n  script: 'true'\n", "spec.nodeSelector"},
 		{"concurrency-0", good + "  rollout: {maxConcurrency: 0}\n", "spec.rollout.maxConcurrency"},
 		{"concurrency-150", good + "  rollout: {maxConcurrency: \"150%%\"}\n", "spec.rollout.maxConcurrency"},
@@ -713,69 +713,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		{"reapply-interval-short", good + "  reapply: {interval: 30s}\n", "spec.reapply.interval"},
 		{"reapply-interval-syntax", good + "  reapply: {onReboot: true, interval: daily}\n", "spec.reapply.interval"},
 	}
-	dir := t.TempDir()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			name := uniqueName("e2e-bad-")
-			file := dir + "/" + c.name + ".yaml"
-			// The bad document follows a good one: neither may be applied.
-			body := fmt.Sprintf(good, name+"-ok") + "---\n" + fmt.Sprintf(c.doc, name)
-			if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, code := cli(ctx, "", "apply", "-f", file)
-			if code == 0 || !strings.Contains(errOut, c.want) {
-				t.Errorf("apply: exit %d, stderr %q; want a failure naming %s", code, errOut, c.want)
-			}
-			for _, n := range []string{name, name + "-ok"} {
-				if _, err := dyn.Resource(v1alpha1.Resource).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					t.Errorf("nodescript %s exists after a refused apply (stdout %q)", n, out)
-					_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, n, metav1.DeleteOptions{})
-				}
-			}
-		})
-	}
-	// The CRD's own schema refuses what Go validation would (a client that
-	// bypasses nodeexec apply): an unknown backend.
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "nodeexec.io/v1alpha1", "kind": "NodeScript", "metadata": map[string]any{"name": uniqueName("e2e-bad-")},
-		"spec": map[string]any{"nodeSelector": map[string]any{}, "script": "true", "backend": map[string]any{"name": "ssh"}},
-	}}
-	if _, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
-		t.Errorf("API server accepted backend ssh: %v", err)
-	}
-	// ... and an empty spec.reapply, and one with too short an interval (CEL rules).
-	for _, r := range []struct {
-		reapply map[string]any
-		want    string
-	}{
-		{map[string]any{}, "set onReboot: true, interval"},
-		{map[string]any{"interval": "30s"}, "must be at least 1m"},
-	} {
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "nodeexec.io/v1alpha1", "kind": "NodeScript", "metadata": map[string]any{"name": uniqueName("e2e-bad-")},
-			"spec": map[string]any{"nodeSelector": map[string]any{}, "script": "true", "reapply": r.reapply},
-		}}
-		if _, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.reapply") || !strings.Contains(err.Error(), r.want) {
-			t.Errorf("API server on reapply %v: %v; want a refusal naming spec.reapply: %s", r.reapply, err, r.want)
-			if err == nil {
-				_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, u.GetName(), metav1.DeleteOptions{})
-			}
-		}
-	}
-
-	// Promotion of a halted rollout is refused.
-	name := uniqueName("e2e-halted-")
-	cleanupNodeScript(t, dyn, name)
-	applyNodeScript(ctx, t, dyn, fmt.Sprintf(good+"  rollout: {promotion: Manual}\n", name))
-	patch := []byte(`{"status":{"stage":"Halted","nodes":1,"pending":1,"running":0,"succeeded":0,"failed":0,"rolledBack":0,"conditions":[{"type":"Halted","status":"True","reason":"CanaryFailed","message":"canary x failed","lastTransitionTime":"2026-11-21T00:00:00Z"}]}}`)
-	if _, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	_, errOut, code := cli(ctx, "", "promote", name, "--to", "all")
-	if code == 0 || !strings.Contains(errOut, "halted") {
-		t.Errorf("promote of a halted rollout: exit %d, %q", code, errOut)
-	}
+	expectApplyRefused(ctx, t, dyn, "e2e-bad-", good, cases)
 }
 
 // TestWatcherNodeScriptDeletionDeletesPods: run pods are owned by their

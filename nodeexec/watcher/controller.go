@@ -241,6 +241,8 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.w.metrics.gateQueries.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.calendarOpen.DeletePartialMatch(prometheus.Labels{"nodescript": name})
 		c.w.metrics.hooks.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.w.metrics.notifications.DeletePartialMatch(prometheus.Labels{"nodescript": name})
+		c.notify.forget(name)
 		return nil, nil
 	}
 	ns, err := toNodeScript(obj)

@@ -203,6 +203,20 @@ func newNotifier(w *Watcher, events record.EventRecorder, requeue func(string)) 
 	}
 }
 
+// forget drops what n remembers of NodeScript name (gone from the API):
+// its delivery outcomes, the NodeFailed payloads waiting for a status and
+// its Sent lists. Deliveries already queued still go out.
+func (n *notifier) forget(name string) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.outcomes, name)
+	delete(n.failed, name)
+	delete(n.sent, name)
+}
+
 // sameHostRedirects follows at most 5 redirects, and none to another host
 // or scheme: a webhook's signed body goes only where spec.notify says.
 func sameHostRedirects(req *http.Request, via []*http.Request) error {

@@ -458,3 +458,35 @@ func TestNotifySentSurvivesStaleCache(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
+
+// A NodeScript gone from the API leaves nothing behind in the notifier
+// (outcomes, Sent lists) nor in nodeexec_watcher_notifications_total.
+func TestNotifyForgetsDeletedNodeScript(t *testing.T) {
+	rec := newReceiver(t)
+	e := newEnv(t, []*v1alpha1.NodeScript{notifyScript(rec.srv.URL)}, testNode("n1"), hmacSecret())
+	n := e.withNotifier()
+	e.sync()
+	e.reconcile()
+	e.deliver()
+	n.mu.Lock()
+	before := len(n.sent) + len(n.outcomes)
+	n.mu.Unlock()
+	if before == 0 || testutil.CollectAndCount(e.c.w.metrics.notifications) == 0 {
+		t.Fatalf("nothing recorded after a delivery (sent+outcomes %d): the test proves nothing", before)
+	}
+	obj, _, _ := e.scriptCache.GetByKey("fix")
+	if err := e.scriptCache.Delete(obj); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.sent)+len(n.outcomes)+len(n.failed) != 0 {
+		t.Errorf("after deletion the notifier keeps sent %v outcomes %v failed %v", n.sent, n.outcomes, n.failed)
+	}
+	if c := testutil.CollectAndCount(e.c.w.metrics.notifications); c != 0 {
+		t.Errorf("after deletion nodeexec_watcher_notifications_total has %d series", c)
+	}
+}

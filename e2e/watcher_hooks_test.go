@@ -240,6 +240,8 @@ func TestApplyRejectsBadHooks(t *testing.T) {
 		{"own-env", good + job("{containers: [{name: h, image: busybox, env: [{name: NODESCRIPT_NODE, value: x}]}]}"), "spec.hooks.preNode.template.spec.template.spec.containers[0].env[0].name"},
 		{"timeout", good + "  hooks:\n    postRollout: {timeout: soon, template: {spec: {template: {spec: {containers: [{name: h, image: busybox}]}}}}}\n", "spec.hooks.postRollout.timeout"},
 		{"no-template", good + "  hooks:\n    preRollout: {timeout: 1m}\n", "spec.hooks.preRollout.template.spec.template.spec.containers"},
+		{"privileged", good + job("{containers: [{name: h, image: busybox, securityContext: {privileged: true}}]}"), "Pod Security baseline"},
+		{"host-path", good + job("{hostNetwork: true, volumes: [{name: r, hostPath: {path: /}}], containers: [{name: h, image: busybox}]}"), "hostPath volumes"},
 	}
 	expectApplyRefused(ctx, t, dyn, "e2e-badhook-", good, cases)
 }

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"slices"
@@ -13,6 +14,9 @@ import (
 	"github.com/google/cel-go/ext"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/cel/library"
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 
@@ -27,6 +31,22 @@ type admissionPolicy struct {
 	match, vars, checks []cel.Program
 	names               []string // of vars
 	messages            []cel.Program
+	// jobCreators are the namespaces where the requesting user ("author")
+	// may create Jobs, for the policy's authorizer checks (nil: everywhere).
+	jobCreators []string
+}
+
+// authz answers the policy's authorizer checks for user "author": create
+// on jobs in the namespaces of p.jobCreators (every namespace when nil),
+// nothing else.
+type authz struct{ p *admissionPolicy }
+
+func (a authz) Authorize(_ context.Context, at authorizer.Attributes) (authorizer.Decision, string, error) {
+	if at.GetAPIGroup() == "batch" && at.GetResource() == "jobs" && at.GetVerb() == "create" &&
+		(a.p.jobCreators == nil || slices.Contains(a.p.jobCreators, at.GetNamespace())) {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionNoOpinion, "", nil
 }
 
 func loadAdmissionPolicy(t *testing.T) *admissionPolicy {
@@ -43,6 +63,7 @@ func loadAdmissionPolicy(t *testing.T) *admissionPolicy {
 		cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType),
 		cel.Variable("params", cel.DynType), cel.Variable("request", cel.DynType),
 		cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("authorizer", library.AuthorizerType), library.Authz(),
 		ext.Strings(ext.StringsVersion(2)),
 	)
 	if err != nil {
@@ -108,7 +129,8 @@ func (p *admissionPolicy) eval(t *testing.T, op string, obj, old *v1alpha1.NodeS
 	}
 	vars := map[string]any{}
 	act := map[string]any{"object": toObject(t, obj), "oldObject": toObject(t, old), "params": paramsObj,
-		"request": map[string]any{"operation": op}, "variables": vars}
+		"request": map[string]any{"operation": op, "userInfo": map[string]any{"username": "author"}}, "variables": vars,
+		"authorizer": library.NewAuthorizerVal(&user.DefaultInfo{Name: "author"}, authz{p})}
 	run := func(prg cel.Program) ref.Val {
 		t.Helper()
 		out, _, err := prg.Eval(act)
@@ -210,6 +232,42 @@ func TestAdmissionPolicyChecks(t *testing.T) {
 		}
 		if !ok {
 			t.Errorf("backend %+v, params %v: applies %v, refusals %q; want %q", c.backend, c.params, res.applies, res.denied, c.want)
+		}
+	}
+}
+
+// TestAdmissionPolicyHookJobs: a NodeScript with spec.hooks Jobs
+// (preRollout, preNode, postNode, postRollout) is admitted only when the
+// requesting user may create Jobs in its run namespace (the watcher
+// creates them there, with the templates' images and service accounts, so
+// the hooks give the author nothing it could not do itself); annotation
+// gates (beforeRun, afterRun) are not Jobs and need nothing.
+func TestAdmissionPolicyHookJobs(t *testing.T) {
+	p := loadAdmissionPolicy(t)
+	params := map[string]string{"allowedImagePrefixes": "nodeexec.local/", "allowedNamespaces": "nodeexec-system, ops"}
+	job := &v1alpha1.HookJob{}
+	gate := &v1alpha1.AnnotationGate{Annotations: []string{"example.com/ready"}}
+	for _, c := range []struct {
+		name        string
+		hooks       *v1alpha1.Hooks
+		namespace   string
+		jobCreators []string
+		want        string // a substring of the one refusal; "": admitted
+	}{
+		{"no hooks, no rights", nil, "", []string{}, ""},
+		{"annotation gates only", &v1alpha1.Hooks{BeforeRun: gate, AfterRun: gate}, "", []string{}, ""},
+		{"preNode, may create jobs", &v1alpha1.Hooks{PreNode: job}, "", []string{"nodeexec-system"}, ""},
+		{"preNode, may not", &v1alpha1.Hooks{PreNode: job}, "", []string{"ops"},
+			"spec.hooks: the watcher would create the hooks' Jobs in nodeexec-system with the image and service account their templates name, and author may not create Jobs there"},
+		{"postRollout in ops, may in nodeexec-system only", &v1alpha1.Hooks{PostRollout: job}, "ops", []string{"nodeexec-system"}, "Jobs in ops"},
+		{"each hook counts", &v1alpha1.Hooks{PostNode: job, PreRollout: job}, "", []string{}, "may not create Jobs there"},
+	} {
+		p.jobCreators = c.jobCreators
+		ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1alpha1.NodeScriptSpec{Script: "true",
+			Backend: v1alpha1.BackendSpec{Name: "nsenter", Namespace: c.namespace}, Hooks: c.hooks}}
+		res := p.eval(t, "CREATE", ns, nil, params)
+		if c.want == "" && len(res.denied) > 0 || c.want != "" && (len(res.denied) != 1 || !strings.Contains(res.denied[0], c.want)) {
+			t.Errorf("%s: refusals %q; want %q", c.name, res.denied, c.want)
 		}
 	}
 }

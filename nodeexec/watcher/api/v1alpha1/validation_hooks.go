@@ -3,11 +3,14 @@ package v1alpha1
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
 )
 
 // HookNames are the hooks of spec.hooks, in the order a rollout meets them.
@@ -67,6 +70,7 @@ func validateHooks(spec *field.Path, s *NodeScriptSpec) field.ErrorList {
 				}
 			}
 		}
+		errs = append(errs, validateHookPodSecurity(pod, h)...)
 		switch ps.RestartPolicy {
 		case "", corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure:
 		default:
@@ -77,6 +81,35 @@ func validateHooks(spec *field.Path, s *NodeScriptSpec) field.ErrorList {
 		}
 		if h.Template.Spec.Suspend != nil && *h.Template.Spec.Suspend {
 			errs = append(errs, field.Invalid(p.Child("template", "spec", "suspend"), true, fmt.Sprintf("a suspended hook Job never runs and would hold the %s step: leave suspend out", name)))
+		}
+	}
+	return errs
+}
+
+// hookPodSecurity is the Pod Security Standards' evaluator (the checks the
+// API server's PodSecurity admission runs), made once.
+var hookPodSecurity = sync.OnceValues(func() (psapolicy.Evaluator, error) {
+	return psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+})
+
+// validateHookPodSecurity refuses a hook Job whose pod would not meet the
+// Pod Security Standards' baseline level (latest version): hooks are steps
+// in the cluster (API calls, a database switchover), never on the node, so
+// no privileged container, no host namespaces, hostPath volumes, host
+// ports or added capabilities beyond baseline's. The NodeScript's script is
+// what runs on the node, under the admission policy's image rule; a hook
+// Job must not be a second, unchecked way there. Each violation is named
+// as Pod Security names it, on the template's pod spec.
+func validateHookPodSecurity(pod *field.Path, h *HookJob) field.ErrorList {
+	ev, err := hookPodSecurity()
+	if err != nil {
+		return field.ErrorList{field.InternalError(pod, err)}
+	}
+	var errs field.ErrorList
+	t := &h.Template.Spec.Template
+	for _, r := range ev.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelBaseline, Version: psaapi.LatestVersion()}, &t.ObjectMeta, &t.Spec) {
+		if !r.Allowed {
+			errs = append(errs, field.Forbidden(pod, fmt.Sprintf("a hook Job's pod must meet Pod Security baseline (hooks run in the cluster, not on the node): %s (%s)", r.ForbiddenReason, r.ForbiddenDetail)))
 		}
 	}
 	return errs

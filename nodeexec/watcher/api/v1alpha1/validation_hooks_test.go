@@ -44,6 +44,21 @@ func TestValidateHooks(t *testing.T) {
 			[]string{"spec.hooks.preNode.template.spec.completions"}},
 		"suspended": {&Hooks{PreNode: hook(func(h *HookJob) { h.Template.Spec.Suspend = ptr.To(true) })},
 			[]string{"spec.hooks.preNode.template.spec.suspend"}},
+		"privileged": {&Hooks{PreNode: hook(func(h *HookJob) {
+			h.Template.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		})}, []string{"spec.hooks.preNode.template.spec.template.spec: Forbidden", "Pod Security baseline", "privileged"}},
+		"host namespaces and hostPath": {&Hooks{PostNode: hook(func(h *HookJob) {
+			h.Template.Spec.Template.Spec.HostPID = true
+			h.Template.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		})}, []string{"spec.hooks.postNode.template.spec.template.spec: Forbidden", "host namespaces", "hostPath volumes"}},
+		"added capability": {&Hooks{PreRollout: hook(func(h *HookJob) {
+			h.Template.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		})}, []string{"spec.hooks.preRollout.template.spec.template.spec: Forbidden", "SYS_ADMIN"}},
+		"baseline-allowed settings": {&Hooks{PreNode: hook(func(h *HookJob) {
+			h.Template.Spec.Template.Spec.ServiceAccountName = "pg-operator"
+			h.Template.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}
+			h.Template.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		})}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ns := valid()

@@ -65,11 +65,13 @@ func TestSweep(t *testing.T) {
 	}
 	// The arguments tried, by command path (as `nodeexec help` spells it).
 	sweep := map[string][][]string{
-		"run":             run,
-		"shell":           shell,
-		"gc":              {{"gc"}, {"gc", "-A"}, {"gc", "-n", missingNS}, {"gc", "-A", "-n", "default"}},
-		"apply":           {{"apply", "-f", dup}, {"apply", "-f", filepath.Join(dir, "missing.yaml")}},
-		"status":          {{"status", missingScript}, {"status", missingScript, "-o", "json"}},
+		"run":    run,
+		"shell":  shell,
+		"gc":     {{"gc"}, {"gc", "-A"}, {"gc", "-n", missingNS}, {"gc", "-A", "-n", "default"}},
+		"apply":  {{"apply", "-f", dup}, {"apply", "-f", filepath.Join(dir, "missing.yaml")}},
+		"status": {{"status", missingScript}, {"status", missingScript, "-o", "json"}},
+		"windows": {{"windows"}, {"windows", missingScript}, {"windows", "--calendar", "e2e-sweep-missing-calendar"},
+			{"windows", missingScript, "--count", "0"}, {"windows", missingScript, "--calendar", "x"}, {"windows", "a", "b"}},
 		"promote":         {{"promote", missingScript, "--to", "all"}},
 		"pause":           {{"pause", missingScript}},
 		"resume":          {{"resume", missingScript}},

@@ -165,6 +165,42 @@ func Apply(ctx context.Context, dyn dynamic.Interface, scripts []*v1alpha1.NodeS
 	return out, nil
 }
 
+// applyChecked applies objs, cluster-scoped objects of kind (lowercase, as
+// errors name it; Kind as the CRD names it, its resource res), with
+// server-side apply (field manager "nodeexec") once a server-side dry run
+// of every one passed (the CRD's schema and CEL rules), so that nothing is
+// applied when any is refused; with dryRun, only the checks. It returns
+// "created", "configured" or "unchanged" per object ("checked" with
+// dryRun). Errors: the CRD missing (with the command that installs it),
+// every refusal joined, or the first failed apply (with the results
+// before it). RBAC: get, patch on res.
+func applyChecked(ctx context.Context, res dynamic.ResourceInterface, kind, Kind string, objs []*unstructured.Unstructured, dryRun bool) ([]string, error) {
+	var errs []error
+	for _, u := range objs {
+		if _, err := res.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
+			if crdMissing(err) {
+				return nil, fmt.Errorf("the %s CRD (%ss.nodeexec.io) is not installed: kubectl apply -f deploy/crd/ (%w)", Kind, kind, err)
+			}
+			errs = append(errs, fmt.Errorf("%s %q refused by the API server: %w", kind, u.GetName(), err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	out := make([]string, len(objs))
+	for i, u := range objs {
+		if dryRun {
+			out[i] = "checked"
+			continue
+		}
+		var err error
+		if out[i], err = applyOne(ctx, res, kind, u); err != nil {
+			return out[:i], err
+		}
+	}
+	return out, nil
+}
+
 // applyOne applies u with server-side apply (field manager nodeexec,
 // forced) and says what it did: "created", "configured" or "unchanged"
 // (the resourceVersion did not move). kind names u in errors. RBAC: get

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -72,30 +71,7 @@ func ApplyBudgets(ctx context.Context, dyn dynamic.Interface, budgets []*v1alpha
 		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 		objs[i] = u
 	}
-	var errs []error
-	for _, u := range objs {
-		if _, err := res.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
-			if crdMissing(err) {
-				return nil, fmt.Errorf("the MaintenanceBudget CRD (maintenancebudgets.nodeexec.io) is not installed: kubectl apply -f deploy/crd/ (%w)", err)
-			}
-			errs = append(errs, fmt.Errorf("maintenancebudget %q refused by the API server: %w", u.GetName(), err))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	out := make([]string, len(objs))
-	for i, u := range objs {
-		if dryRun {
-			out[i] = "checked"
-			continue
-		}
-		var err error
-		if out[i], err = applyOne(ctx, res, "maintenancebudget", u); err != nil {
-			return out[:i], err
-		}
-	}
-	return out, nil
+	return applyChecked(ctx, res, "maintenancebudget", "MaintenanceBudget", objs, dryRun)
 }
 
 // reportBudget reads ns's MaintenanceBudget for Status: nil and "" without

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,16 +65,29 @@ type conformanceSubject struct {
 func TestBackendConformance(t *testing.T) {
 	ctx := t.Context()
 	last := env.nodes[len(env.nodes)-1]
-	// The resident agents, installed once (for the first resident subject)
-	// and uninstalled at the end of the test.
-	var agentsNS string
+	// The resident agents, installed once (by the first resident subject
+	// to ask; the other waits for it) and uninstalled at the end of the test.
+	var (
+		agentsMu   sync.Mutex
+		agentsNS   string
+		agentsErr  error
+		agentsDone bool
+	)
 	agents := func(t *testing.T) string {
-		if agentsNS == "" {
-			agentsNS = installAgents(ctx, t)
+		agentsMu.Lock()
+		defer agentsMu.Unlock()
+		if !agentsDone {
+			agentsNS, agentsErr = installAgents(ctx, t)
+			agentsDone = true
+		}
+		if agentsErr != nil {
+			t.Fatal(agentsErr)
 		}
 		return agentsNS
 	}
 	uninstall := func() {
+		agentsMu.Lock()
+		defer agentsMu.Unlock()
 		if agentsNS == "" {
 			return
 		}
@@ -143,24 +157,34 @@ func TestBackendConformance(t *testing.T) {
 		{"cancel", conformCancel},
 	}
 
+	// The subjects run at once: each has its own run ID (its pods, its
+	// ephemeral containers), its own target pods and sleep markers, and the
+	// resident subjects their own node's agent, so no case sees another
+	// subject's runs; the cases of one subject run in turn. Not t.Parallel,
+	// which -test.parallel (GOMAXPROCS, 2 here) would hold to two at a time:
+	// the subjects mostly wait for pods, agents and timeouts.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, subj := range subjects {
-		t.Run(subj.name, func(t *testing.T) {
-			start := time.Now()
-			s := subj.setup(t)
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					c.run(ctx, t, s)
-					// Whatever the case did, the run released what it created.
-					var left []string
-					if !waitFor(releaseBound, func() bool { left = s.live(ctx, t); return len(left) == 0 }) {
-						t.Errorf("still there %s after the run: %v", releaseBound, left)
-					}
-				})
-			}
-			if s.final != nil {
-				s.final(t)
-			}
-			t.Logf("%s: %s", subj.name, time.Since(start).Round(time.Millisecond))
+		wg.Go(func() {
+			t.Run(subj.name, func(t *testing.T) {
+				start := time.Now()
+				s := subj.setup(t)
+				for _, c := range cases {
+					t.Run(c.name, func(t *testing.T) {
+						c.run(ctx, t, s)
+						// Whatever the case did, the run released what it created.
+						var left []string
+						if !waitFor(releaseBound, func() bool { left = s.live(ctx, t); return len(left) == 0 }) {
+							t.Errorf("still there %s after the run: %v", releaseBound, left)
+						}
+					})
+				}
+				if s.final != nil {
+					s.final(t)
+				}
+				t.Logf("%s: %s", subj.name, time.Since(start).Round(time.Millisecond))
+			})
 		})
 	}
 }
@@ -210,16 +234,17 @@ func residentSubject(ctx context.Context, t *testing.T, inner nodeexec.Backend, 
 }
 
 // installAgents installs the resident agents in a namespace of their own
-// (other tests' agents are not disturbed); the caller uninstalls them.
-func installAgents(ctx context.Context, t *testing.T) string {
+// (other tests' agents are not disturbed) and returns it, also when the
+// install failed part-way; the caller uninstalls them.
+func installAgents(ctx context.Context, t *testing.T) (string, error) {
 	t.Helper()
 	ns := "nodeexec-e2e-conf-" + randomSuffix()
 	start := time.Now()
 	if err := resident.Install(ctx, env.client, resident.Options{Namespace: ns, Image: agentImage(), Timeout: 2 * time.Minute}); err != nil {
-		t.Fatalf("installing the resident agents: %v", err)
+		return ns, fmt.Errorf("installing the resident agents: %w", err)
 	}
 	t.Logf("resident agents installed in %s in %s", ns, time.Since(start).Round(time.Millisecond))
-	return ns
+	return ns, nil
 }
 
 // checkResult checks what every Result must say.

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // TestTimeout: sleep 600 with a 5 s timeout ends within seconds, reports a
@@ -201,11 +202,33 @@ func TestCLIInterruptTwice(t *testing.T) {
 	if len(left) == 0 {
 		return
 	}
-	time.Sleep(35 * time.Second) // the run's Lease (30 s) expires
+	// The run's Lease (30 s) expires: wait until its last renewal is that old,
+	// as TestKilledClientCollectedByNextRun does (a fixed 35 s waited up to
+	// 15 s more: renewals are 10 s apart).
+	time.Sleep(time.Until(leasesExpiry(ctx, t, ns, left)) + time.Second)
 	if stdout, stderr, code := cli(ctx, "", "-n", ns, "gc"); code != 0 {
 		t.Fatalf("gc: exit %d: %s %s", code, stdout, stderr)
 	}
 	if !waitFor(20*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 }) {
 		t.Errorf("%d pods left after gc", len(managedPods(ctx, t, ns)))
 	}
+}
+
+// leasesExpiry is when the last of the run Leases of pods (in ns) expires:
+// its renewTime plus its duration; 35 s from now if one cannot be read.
+func leasesExpiry(ctx context.Context, t *testing.T, ns string, pods []corev1.Pod) time.Time {
+	t.Helper()
+	fallback := time.Now().Add(35 * time.Second)
+	var last time.Time
+	for _, p := range pods {
+		l, err := env.client.CoordinationV1().Leases(ns).Get(ctx, p.Labels[podexec.LabelLease], metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+			t.Logf("the Lease of pod %s: %v; waiting 35 s", p.Name, err)
+			return fallback
+		}
+		if e := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second); e.After(last) {
+			last = e
+		}
+	}
+	return last
 }

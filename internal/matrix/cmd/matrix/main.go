@@ -58,6 +58,7 @@ type config struct {
 	nodes   int
 	timeout time.Duration
 	command string
+	lock    string
 }
 
 func main() {
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logs, "logs", filepath.Join(os.TempDir(), "nodeexec-matrix"), "directory for the built binaries and each column's logs")
 	fs.IntVar(&c.nodes, "nodes", 2, "real nodes of every column's cluster and of the default cluster brought back")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "each column's test binary timeout (-test.timeout)")
+	fs.StringVar(&c.lock, "lock", "", "a file to flock(2) after the binaries are built and until the default cluster is back (empty: none), so that other users of the cluster wait for the run, not for its build")
 	fs.StringVar(&c.command, "command", "", "how the run was started, recorded in the report (default: this command line)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -195,6 +197,14 @@ func run(cfg config) int {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "matrix: built testcluster, agentimage and the e2e test binary in %s\n", time.Since(t0).Round(time.Second))
+	if cfg.lock != "" {
+		unlock, err := lock(ctx, cfg.lock)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "matrix:", err)
+			return 1
+		}
+		defer unlock()
+	}
 
 	rep := &matrix.Report{Date: start.UTC().Truncate(time.Second), Machine: machine(), Command: cfg.command, Tests: cfg.run}
 	rep.Commit, rep.Dirty = gitCommit()
@@ -247,7 +257,6 @@ func run(cfg config) int {
 func (r *runner) column(ctx context.Context, col matrix.Column) matrix.ColumnResult {
 	res := matrix.ColumnResult{Column: col, Name: col.String()}
 	start := time.Now()
-	defer func() { res.Seconds = time.Since(start).Seconds() }()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "matrix %s: %s\n", col, fmt.Sprintf(format, args...))
 	}
@@ -301,8 +310,37 @@ func (r *runner) column(ctx context.Context, col matrix.Column) matrix.ColumnRes
 	if err != nil && (tr.Result == "" || ctx.Err() != nil) {
 		return fail(matrix.PhaseTests, err)
 	}
-	logf("%d passed, %d failed, %d skipped in %.0f s", tr.Count(matrix.Pass), tr.Count(matrix.Fail), tr.Count(matrix.Skip), tr.Seconds)
+	res.Seconds = time.Since(start).Seconds()
+	logf("%d passed, %d failed, %d skipped; tests %.0f s, column %.0f s", tr.Count(matrix.Pass), tr.Count(matrix.Fail), tr.Count(matrix.Skip), tr.Seconds, res.Seconds)
 	return res
+}
+
+// lock takes an exclusive flock on path, waiting for it until ctx ends.
+func lock(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("-lock: %w", err)
+	}
+	for waited := false; ; waited = true {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			if waited {
+				fmt.Fprintf(os.Stderr, "matrix: took %s\n", path)
+			}
+			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("-lock %s: %w", path, err)
+		}
+		if !waited {
+			fmt.Fprintf(os.Stderr, "matrix: waiting for %s\n", path)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("-lock %s: %w", path, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // tc runs the testcluster command with its stderr in log, and returns its

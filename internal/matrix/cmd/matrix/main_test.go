@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -63,4 +64,23 @@ func TestTailWriter(t *testing.T) {
 	if got := strings.Join(w.lines(), "|"); got != "b|cd|e" {
 		t.Errorf("got %q", got)
 	}
+}
+
+func TestLock(t *testing.T) {
+	path := t.TempDir() + "/lock"
+	unlock, err := lock(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	if _, err := lock(ctx, path); err == nil || !strings.Contains(err.Error(), "-lock") {
+		t.Errorf("a held lock: %v, want a timeout naming -lock", err)
+	}
+	unlock()
+	again, err := lock(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again()
 }

@@ -93,3 +93,40 @@ func TestColumn(t *testing.T) {
 		}
 	}
 }
+
+// TestColumnInterrupted: ctx ends during the tests: the test binary is
+// interrupted, the test that was running is a fail that never ended, and
+// the column says it was interrupted, within seconds.
+func TestColumnInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("FAKE_CALLS", filepath.Join(dir, "calls"))
+	r := &runner{
+		cfg:         config{run: "^TestA$", nodes: 2, timeout: time.Minute},
+		logs:        dir,
+		testcluster: write("testcluster", fakeTestcluster),
+		agentimage:  write("agentimage", "#!/bin/sh\n"),
+		e2e:         write("e2e.test", "#!/bin/sh\nprintf '\\026=== RUN   TestA\\n'\nexec sleep 60\n"),
+	}
+	if err := os.Mkdir(filepath.Join(dir, "e2e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(2*time.Second, cancel)
+	start := time.Now()
+	res := r.column(ctx, matrix.Column{Kubernetes: "1.37.1", Containerd: matrix.DebianContainerd})
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("took %s after the interrupt", took)
+	}
+	if res.Phase != matrix.PhaseTests || !strings.HasPrefix(res.Error, "interrupted") || res.Run == nil ||
+		len(res.Run.Tests) != 1 || res.Run.Tests[0].Result != matrix.Fail {
+		t.Errorf("phase %q error %q run %+v", res.Phase, res.Error, res.Run)
+	}
+}

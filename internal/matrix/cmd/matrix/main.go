@@ -184,6 +184,10 @@ func run(cfg config) int {
 		stopRestore()
 	}()
 
+	// The tree as built.
+	rep := &matrix.Report{Date: start.UTC().Truncate(time.Second), Machine: machine(), Command: cfg.command, Tests: cfg.run}
+	rep.Commit, rep.Dirty = gitCommit()
+
 	// Everything built before the cluster is touched.
 	t0 := time.Now()
 	for _, b := range [][]string{
@@ -206,8 +210,6 @@ func run(cfg config) int {
 		defer unlock()
 	}
 
-	rep := &matrix.Report{Date: start.UTC().Truncate(time.Second), Machine: machine(), Command: cfg.command, Tests: cfg.run}
-	rep.Commit, rep.Dirty = gitCommit()
 	prev := readReport(cfg.out)
 	save := func() {
 		if err := writeReport(cfg.out, rep, prev); err != nil {
@@ -390,14 +392,29 @@ func (r *runner) tests(ctx context.Context, prefix string, done func(matrix.Test
 	}
 	defer stderr.Close()
 	tail := &tailWriter{n: matrix.OutputLines}
-	cmd := command(ctx, "e2e", "go", "tool", "test2json", "-t", "-p", modulePath+"/e2e", r.e2e,
-		"-test.v=test2json", "-test.count=1", "-test.run", r.cfg.run, "-test.timeout", r.cfg.timeout.String())
-	cmd.Stderr = io.MultiWriter(stderr, tail)
-	pr, pw := io.Pipe()
-	cmd.Stdout = io.MultiWriter(events, pw)
-	if err := cmd.Start(); err != nil {
+	// The test binary's output goes through test2json, which is in a process
+	// group of its own: an interrupt (the terminal's, or ctx's) stops the
+	// binary, and test2json converts what it printed up to its end.
+	bin := command(ctx, "e2e", r.e2e, "-test.v=test2json", "-test.count=1", "-test.run", r.cfg.run, "-test.timeout", r.cfg.timeout.String())
+	bin.Stderr = io.MultiWriter(stderr, tail)
+	conv := exec.Command("go", "tool", "test2json", "-t", "-p", modulePath+"/e2e")
+	conv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	conv.Stderr = stderr
+	binOut, convIn, err := os.Pipe()
+	if err != nil {
 		return matrix.TestRun{}, err
 	}
+	bin.Stdout, conv.Stdin = convIn, binOut
+	pr, pw := io.Pipe()
+	conv.Stdout = io.MultiWriter(events, pw)
+	if err := conv.Start(); err != nil {
+		binOut.Close()
+		convIn.Close()
+		return matrix.TestRun{}, fmt.Errorf("go tool test2json: %w", err)
+	}
+	berr := bin.Start()
+	binOut.Close()
+	convIn.Close()
 	type parsed struct {
 		run matrix.TestRun
 		err error
@@ -408,13 +425,33 @@ func (r *runner) tests(ctx context.Context, prefix string, done func(matrix.Test
 		_, _ = io.Copy(io.Discard, pr)
 		ch <- parsed{tr, err}
 	}()
-	werr := cmd.Wait()
+	werr := berr
+	if berr == nil {
+		werr = bin.Wait()
+	}
+	// test2json ends at its input's end: when the binary and whatever it
+	// started that holds its stdout have exited; give those 10 s.
+	convDone := make(chan error, 1)
+	go func() { convDone <- conv.Wait() }()
+	var cerr error
+	select {
+	case cerr = <-convDone:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-conv.Process.Pid, syscall.SIGKILL)
+		cerr = <-convDone
+	}
 	pw.Close()
 	p := <-ch
 	tr := p.run
 	if tr.Result == matrix.Fail && tr.Count(matrix.Fail) == 0 {
 		// TestMain or the binary failed outside the tests: its stderr says why
 		tr.Output = append(tr.Output, tail.lines()...)
+	}
+	if berr != nil {
+		return tr, fmt.Errorf("the test binary: %w", berr)
+	}
+	if cerr != nil && werr == nil {
+		return tr, fmt.Errorf("go tool test2json: %w", cerr)
 	}
 	if p.err != nil {
 		return tr, p.err

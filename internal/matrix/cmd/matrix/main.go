@@ -177,7 +177,7 @@ func run(cfg config) int {
 	defer stopRestore()
 	go func() {
 		<-sigs
-		fmt.Fprintln(os.Stderr, "matrix: interrupted: stopping, then bringing the default cluster back (interrupt again to abandon that)")
+		fmt.Fprintln(os.Stderr, "matrix: interrupted: stopping; the default cluster is brought back if a column has begun (interrupt again to abandon that)")
 		stopColumns()
 		<-sigs
 		fmt.Fprintln(os.Stderr, "matrix: interrupted again: abandoning; run `make cluster-down cluster-up` to bring the default cluster back")
@@ -218,6 +218,9 @@ func run(cfg config) int {
 	}
 
 	var last *matrix.ColumnResult
+	if ctx.Err() != nil {
+		return 1 // interrupted before a column began: nothing to bring back
+	}
 	for _, col := range cfg.columns {
 		if ctx.Err() != nil {
 			break

@@ -21,8 +21,13 @@ type Report struct {
 	Command string `json:"command"`
 	// Tests is the -test.run regex of every column.
 	Tests string `json:"tests"`
-	// Seconds is the whole run's wall time, the default cluster's return included.
+	// Seconds is the run's wall time from the first column to the default
+	// cluster's return, both included.
 	Seconds float64 `json:"seconds"`
+	// BuildSeconds is the build of the runner's binaries before it;
+	// LockWaitSeconds the wait for -lock after the build.
+	BuildSeconds    float64 `json:"buildSeconds,omitempty"`
+	LockWaitSeconds float64 `json:"lockWaitSeconds,omitempty"`
 	// Restore is the error bringing the default cluster back at the end, if any.
 	Restore string `json:"restoreError,omitempty"`
 	// Columns in the order run.
@@ -175,7 +180,7 @@ func (r Report) Markdown() string {
 	if r.Dirty {
 		dirty = " (with uncommitted changes)"
 	}
-	fmt.Fprintf(&b, "Run on %s at commit `%s`%s, %d CPUs, %.0f GiB, %s, kernel %s, %s, in %s: `%s`.\n\n",
+	fmt.Fprintf(&b, "Run on %s at commit `%s`%s, %d CPUs, %.0f GiB, %s, kernel %s, %s; the columns and the default cluster's return took %s: `%s`.\n\n",
 		r.Date.UTC().Format("2006-01-02 15:04 UTC"), short(r.Commit), dirty, r.Machine.CPUs, float64(r.Machine.MemoryMiB)/1024,
 		r.Machine.OS, r.Machine.Kernel, r.Machine.Go, minutes(r.Seconds), r.Command)
 	row := func(cells ...string) { fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | ")) }

@@ -200,7 +200,9 @@ func run(cfg config) int {
 			return 1
 		}
 	}
+	rep.BuildSeconds = time.Since(t0).Seconds()
 	fmt.Fprintf(os.Stderr, "matrix: built testcluster, agentimage and the e2e test binary in %s\n", time.Since(t0).Round(time.Second))
+	t0 = time.Now()
 	if cfg.lock != "" {
 		unlock, err := lock(ctx, cfg.lock)
 		if err != nil {
@@ -217,6 +219,8 @@ func run(cfg config) int {
 		}
 	}
 
+	rep.LockWaitSeconds = time.Since(t0).Seconds()
+	columnsStart := time.Now()
 	var last *matrix.ColumnResult
 	if ctx.Err() != nil {
 		return 1 // interrupted before a column began: nothing to bring back
@@ -237,7 +241,7 @@ func run(cfg config) int {
 		rep.Restore = err.Error()
 		fmt.Fprintf(os.Stderr, "matrix: bringing the default cluster back: %v\n", err)
 	}
-	rep.Seconds = time.Since(start).Seconds()
+	rep.Seconds = time.Since(columnsStart).Seconds()
 	save()
 	code := 0
 	for _, c := range rep.Columns {

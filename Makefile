@@ -161,7 +161,26 @@ clean:
 NODES ?= 2
 TESTCLUSTER ?= go run ./internal/testcluster/cmd/testcluster
 
-.PHONY: cluster-up cluster-down cluster-add-node cluster-registry cluster-test agent-image controller-image kwok-up kwok-down
+.PHONY: test-matrix cluster-up cluster-down cluster-add-node cluster-registry cluster-test agent-image controller-image kwok-up kwok-down
+
+# The compatibility matrix (internal/matrix, docs/compatibility.md): for each
+# KUBERNETES/CONTAINERD column (containerd "debian": the distribution's, else a
+# version built by the test cluster) the test cluster is brought down and up
+# with those versions and the e2e tests MATRIX_TESTS run; per-test results in
+# bench/matrix.json and the table in docs/compatibility.md; the default
+# cluster is brought back at the end (also on a failure or Ctrl-C). Replaces
+# the running cluster: not part of `make test`. MATRIX_TESTS: the backend
+# conformance table, the shell, the resident agents, the default backend's
+# (debugpod) fault cases and the watcher's basic rollout.
+MATRIX_CONTAINERD ?= 2.3.7
+MATRIX_OLD_KUBERNETES ?= 1.34.4
+MATRIX_COLUMNS ?= 1.37.1/debian,1.37.1/$(MATRIX_CONTAINERD),$(MATRIX_OLD_KUBERNETES)/$(MATRIX_CONTAINERD)
+# MATRIX_LOCK: a file flock(2)ed from after the build until the default cluster is back.
+MATRIX_LOCK ?=
+MATRIX_TESTS ?= ^(TestBackendConformance|TestShellBackends|TestShellInteractive|TestResidentAgents|TestAPIServerRestartPodDeleted|TestKilledClientCollectedByNextRun|TestTimeout|TestCLIInterrupt|TestWatcherAppliesToJoiningNode)$$
+test-matrix: ## the compatibility matrix: each of $(MATRIX_COLUMNS) (Kubernetes/containerd) runs MATRIX_TESTS; bench/matrix.json, docs/compatibility.md
+	$(GO) run ./internal/matrix/cmd/matrix -columns '$(MATRIX_COLUMNS)' -run '$(MATRIX_TESTS)' -nodes $(NODES) \
+	  -out bench/matrix.json -doc docs/compatibility.md $(if $(MATRIX_LOCK),-lock $(MATRIX_LOCK)) -command "make test-matrix MATRIX_COLUMNS=$(MATRIX_COLUMNS)"
 
 cluster-up: ## start (or reuse) the test cluster with $(NODES) nodes, and push nodeexec's image (agent, watcher) to its registry
 	@$(TESTCLUSTER) up --nodes $(NODES)

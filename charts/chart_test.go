@@ -427,3 +427,95 @@ func TestChartBadValues(t *testing.T) {
 		})
 	}
 }
+
+// valuesTable is docs/helm.md's table of values, made from values.yaml: one
+// row per value with a "# --" comment (its description, continued by the
+// comment lines after it), its default as JSON.
+func valuesTable(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]any
+	if err := yaml.Unmarshal(src, &vals); err != nil {
+		t.Fatal(err)
+	}
+	type level struct {
+		indent int
+		key    string
+	}
+	var (
+		stack   []level
+		desc    []string
+		inDesc  bool
+		rows    []string
+		covered []string
+	)
+	for _, line := range strings.Split(string(src), "\n") {
+		trimmed := strings.TrimSpace(line)
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		switch {
+		case strings.HasPrefix(trimmed, "# --"):
+			desc, inDesc = []string{strings.TrimSpace(strings.TrimPrefix(trimmed, "# --"))}, true
+			continue
+		case strings.HasPrefix(trimmed, "#") && inDesc:
+			desc = append(desc, strings.TrimSpace(strings.TrimPrefix(trimmed, "#")))
+			continue
+		case trimmed == "" || strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "- "):
+			inDesc = false
+			continue
+		}
+		k, _, ok := strings.Cut(trimmed, ":")
+		if !ok {
+			t.Fatalf("values.yaml: unexpected line %q", line)
+		}
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		stack = append(stack, level{indent, k})
+		var path []string
+		var v any = vals
+		for _, l := range stack {
+			path = append(path, l.key)
+			v = v.(map[string]any)[l.key]
+		}
+		p := strings.Join(path, ".")
+		if inDesc {
+			b, _ := json.Marshal(v)
+			rows = append(rows, fmt.Sprintf("| `%s` | `%s` | %s |", p, b, strings.Join(desc, " ")))
+			covered = append(covered, p)
+		} else if _, isMap := v.(map[string]any); !isMap && !slices.ContainsFunc(covered, func(c string) bool { return strings.HasPrefix(p, c+".") }) {
+			t.Errorf("values.yaml: %s has no \"# --\" description", p)
+		}
+		inDesc = false
+	}
+	return "| Value | Default | Description |\n| --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n"
+}
+
+// TestDocsValuesTable: docs/helm.md's table of values is values.yaml's
+// (NODEEXEC_UPDATE_DOCS=1 rewrites it).
+func TestDocsValuesTable(t *testing.T) {
+	const begin, end = "<!-- values table: made from charts/nodeexec/values.yaml by charts/chart_test.go -->\n", "<!-- end of values table -->\n"
+	path := "../docs/helm.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, rest, ok1 := strings.Cut(string(doc), begin)
+	got, after, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s: no values table between %q and %q", path, begin, end)
+	}
+	want := valuesTable(t)
+	if got == want {
+		return
+	}
+	if os.Getenv("NODEEXEC_UPDATE_DOCS") == "1" {
+		if err := os.WriteFile(path, []byte(before+begin+want+end+after), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's values table is not values.yaml's (NODEEXEC_UPDATE_DOCS=1 go test ./charts/ rewrites it):\n%s", path, cmp.Diff(want, got))
+}

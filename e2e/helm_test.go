@@ -5,13 +5,19 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/release"
@@ -24,7 +30,6 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
@@ -48,26 +53,42 @@ func helmConfig(t *testing.T, ns string) *action.Configuration {
 }
 
 // chartImage is the watcher's image for the chart's values: on the local
-// test cluster, the image TestMain pushed, pinned by its digest (as
-// docs/helm.md advises); elsewhere agentImage() by tag.
-func chartImage(t *testing.T) map[string]any {
+// test cluster, the image TestMain pushed, pinned by the digest the registry
+// serves under its tag (as docs/helm.md advises); elsewhere agentImage() by
+// tag.
+func chartImage(ctx context.Context, t *testing.T) map[string]any {
 	t.Helper()
 	ref, err := name.NewTag(agentImage())
 	if err != nil {
 		t.Fatalf("agent image %s: %v", agentImage(), err)
 	}
 	img := map[string]any{"repository": ref.Context().Name(), "tag": ref.TagStr()}
-	if env.cluster != nil {
-		i, err := agentimage.ImageFromFile(env.cli)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := i.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		img["digest"] = d.String()
+	if env.cluster == nil {
+		return img
 	}
+	reg, err := env.cluster.Registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(reg.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	// agentImage() names the mirrored registry (nodeexec.local); this
+	// machine reaches the same repository at reg.Host.
+	local, err := name.NewTag(reg.Host + "/" + ref.RepositoryStr() + ":" + ref.TagStr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := remote.Head(local, remote.WithContext(ctx), remote.WithTransport(tr), remote.WithAuth(&authn.Basic{Username: reg.Username, Password: reg.Password}))
+	if err != nil {
+		t.Fatalf("the digest of %s: %v", local, err)
+	}
+	img["digest"] = desc.Digest.String()
 	return img
 }
 
@@ -118,10 +139,11 @@ func TestHelmChart(t *testing.T) {
 	relName, ns, policyNS := "nodeexec-e2e-"+suffix, "nodeexec-e2e-helm-"+suffix, "nodeexec-e2e-helm-policy-"+suffix
 	values := map[string]any{
 		"namespace": ns,
-		"image":     chartImage(t),
+		"image":     chartImage(ctx, t),
 		"policy":    map[string]any{"namespace": policyNS},
 	}
 	cfg := helmConfig(t, "default")
+	t.Logf("image %v (at %s)", values["image"], time.Since(start).Round(time.Millisecond))
 
 	// Refused: bad values (the schema), then a second watcher beside
 	// deploy/'s (here its ClusterRole): no release, no namespace.
@@ -146,7 +168,7 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("%s: namespace %s created (%v)", what, n, err)
 			}
 		}
-		t.Logf("%s: refused: %v", what, err)
+		t.Logf("%s: refused (at %s): %v", what, time.Since(start).Round(time.Millisecond), err)
 	}
 	refused("replicas 0", map[string]any{"namespace": ns, "replicas": 0}, "/replicas", "minimum")
 	refused("a digest without its algorithm", map[string]any{"namespace": ns, "image": map[string]any{"digest": strings.Repeat("a", 64)}}, "/image/digest")
@@ -179,7 +201,7 @@ func TestHelmChart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
-	t.Logf("installed %s (%s) in %s, watcher image %v", rel.Name, rel.Info.Status, time.Since(t0).Round(time.Millisecond), values["image"])
+	t.Logf("installed %s (%s) in %s", rel.Name, rel.Info.Status, time.Since(t0).Round(time.Millisecond))
 	if !strings.Contains(rel.Info.Notes, "namespace "+ns) {
 		t.Errorf("NOTES:\n%s", rel.Info.Notes)
 	}
@@ -250,7 +272,7 @@ spec:
 	if err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}
-	t.Logf("uninstalled in %s (%s)", time.Since(t1).Round(time.Millisecond), strings.TrimSpace(res.Info))
+	t.Logf("uninstalled in %s %s", time.Since(t1).Round(time.Millisecond), res.Info)
 	// Nothing of the release is left: each object of its manifest is gone,
 	// and so is its record.
 	left := leftObjects(t, cfg, rel.Manifest)

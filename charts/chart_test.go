@@ -16,6 +16,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -518,4 +520,14 @@ func TestDocsValuesTable(t *testing.T) {
 		return
 	}
 	t.Errorf("%s's values table is not values.yaml's (NODEEXEC_UPDATE_DOCS=1 go test ./charts/ rewrites it):\n%s", path, cmp.Diff(want, got))
+}
+
+// TestChartLint: `helm lint` (Helm's linter, pkg/lint) finds no warning or
+// error (its INFO "icon is recommended" stays: the project has no icon).
+func TestChartLint(t *testing.T) {
+	for _, m := range lint.All(chartDir, nil, "default", false).Messages {
+		if m.Severity > support.InfoSev {
+			t.Errorf("helm lint: %s", m)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
@@ -26,19 +27,25 @@ func imageCommand(streams Streams) *ucli.Command {
 
 func imagePushCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
-		Name:      "push",
-		Usage:     "push this binary as nodeexec's image (FROM scratch + the binary) to a registry; prints REPOSITORY@sha256:...",
-		UsageText: "nodeexec image push [--binary PATH] REGISTRY/REPOSITORY[:TAG]   (TAG defaults to " + agent.Version + ")",
+		Name:  "push",
+		Usage: "push this binary as nodeexec's image (FROM scratch + the binary) to a registry; prints REPOSITORY@sha256:...",
+		UsageText: "nodeexec image push [--binary PATH] REGISTRY/REPOSITORY[:TAG]   (TAG defaults to " + agent.Version + ")\n" +
+			"nodeexec image push --platform linux/amd64,linux/arm64 [--binary PLATFORM=PATH ...] REGISTRY/REPOSITORY[:TAG]",
 		Description: "Builds the image of the agent (nsenter and runtime backends, resident agents) and of the NodeScript\n" +
 			"watcher: the nodeexec binary at " + agentimage.BinaryPath + " and nothing else, reproducibly (the same binary\n" +
 			"always gives the same digest), and pushes it with the credentials of `docker login`\n" +
 			"(~/.docker/config.json, or $DOCKER_CONFIG/config.json, credential helpers included). The binary must be\n" +
 			"a statically linked Linux executable (" + agentimage.StaticBuildHint + ").\n" +
 			"A registry with a private CA: point SSL_CERT_FILE at the CA bundle.\n" +
-			"Prints the digest reference on stdout, and on stderr how to use it.",
+			"Prints the digest reference on stdout, and on stderr how to use it.\n" +
+			"With --platform it pushes an OCI image index, one image per platform (for a fleet of amd64 and arm64\n" +
+			"nodes): each platform's binary is --binary PLATFORM=PATH, else this executable for its own platform,\n" +
+			"else cross-compiled when run from nodeexec's source tree. Every binary's ELF machine must match its\n" +
+			"platform. The same binaries always give the same index digest.",
 		HideHelpCommand: true,
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "binary", Usage: "the nodeexec binary to put in the image (default: this executable), e.g. a linux/arm64 build for arm64 nodes"},
+			&ucli.StringSliceFlag{Name: "binary", Usage: "the nodeexec binary to put in the image (default: this executable); with --platform, PLATFORM=PATH, once per platform"},
+			&ucli.StringFlag{Name: "platform", Usage: "push an image index for these platforms (comma-separated: linux/amd64, linux/arm64) instead of one image"},
 		},
 		Action: func(c *ucli.Context) error {
 			if c.NArg() != 1 {
@@ -48,7 +55,18 @@ func imagePushCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			bin := c.String("binary")
+			if c.IsSet("platform") {
+				return imagePushIndex(c, streams, tag)
+			}
+			var bin string
+			switch bins := c.StringSlice("binary"); len(bins) {
+			case 0:
+			case 1:
+				bin = bins[0]
+			default:
+				return fmt.Errorf("image push: --binary given %d times: without --platform give one binary (for several platforms use --platform with --binary PLATFORM=PATH)", len(bins))
+			}
+			given := bin != ""
 			if bin == "" {
 				if bin, err = os.Executable(); err != nil {
 					return fmt.Errorf("image push: finding this executable: %w; give it with --binary", err)
@@ -57,7 +75,7 @@ func imagePushCommand(streams Streams) *ucli.Command {
 			start := time.Now()
 			img, err := agentimage.ImageFromFile(bin)
 			if err != nil {
-				if errors.Is(err, agentimage.ErrNotStatic) && c.String("binary") == "" {
+				if errors.Is(err, agentimage.ErrNotStatic) && !given {
 					return fmt.Errorf("image push: this nodeexec cannot be the agent: %w; or give such a binary with --binary", err)
 				}
 				return fmt.Errorf("image push: %w", err)
@@ -78,11 +96,16 @@ func imagePushCommand(streams Streams) *ucli.Command {
 			fmt.Fprintln(streams.Out, ref.String())
 			fmt.Fprintf(streams.ErrOut, "pushed %s (%.1f MB compressed; built in %s, pushed in %s)\n", tag.Name(), float64(size)/1e6,
 				built.Round(10*time.Millisecond), (time.Since(start) - built).Round(10*time.Millisecond))
-			fmt.Fprintf(streams.ErrOut, "use it as the agent:   nodeexec run --agent-image %s ...   (or export NODEEXEC_AGENT_IMAGE=%s)\n", ref, ref)
-			fmt.Fprintf(streams.ErrOut, "                       nodeexec agent install --agent-image %s; NodeScripts: spec.backend.image\n", ref)
-			fmt.Fprintf(streams.ErrOut, "and as the watcher:    in a kustomization over deploy/:  images: [{name: %s, newName: %s, digest: %s}]\n",
-				agent.DefaultImage[:len(agent.DefaultImage)-len(agent.Version)-1], ref.Context().Name(), ref.DigestStr())
+			printUse(streams, ref)
 			return nil
 		},
 	}
+}
+
+// printUse says on stderr how to use the pushed image ref.
+func printUse(streams Streams, ref name.Digest) {
+	fmt.Fprintf(streams.ErrOut, "use it as the agent:   nodeexec run --agent-image %s ...   (or export NODEEXEC_AGENT_IMAGE=%s)\n", ref, ref)
+	fmt.Fprintf(streams.ErrOut, "                       nodeexec agent install --agent-image %s; NodeScripts: spec.backend.image\n", ref)
+	fmt.Fprintf(streams.ErrOut, "and as the watcher:    in a kustomization over deploy/:  images: [{name: %s, newName: %s, digest: %s}]\n",
+		agent.DefaultImage[:len(agent.DefaultImage)-len(agent.Version)-1], ref.Context().Name(), ref.DigestStr())
 }

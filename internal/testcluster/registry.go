@@ -450,6 +450,18 @@ func (c *Cluster) PushImage(ctx context.Context, ref string, img v1.Image) (stri
 }
 
 func pushImage(ctx context.Context, reg Registry, ref string, img v1.Image) (string, error) {
+	return pushTaggable(ctx, reg, ref, img)
+}
+
+// pushable is what pushTaggable uploads: an image or an image index.
+type pushable interface {
+	remote.Taggable
+	Digest() (v1.Hash, error)
+}
+
+// pushTaggable is PushImage and PushIndex (pushindex.go): remote.Push
+// uploads an image, or an index with every image it lists.
+func pushTaggable(ctx context.Context, reg Registry, ref string, img pushable) (string, error) {
 	served := append(slices.Clone(reg.MirroredRegistries), reg.NodeHost, reg.Host)
 	named, target, err := pushTarget(ref, reg.Host, served)
 	if err != nil {
@@ -463,7 +475,7 @@ func pushImage(ctx context.Context, reg Registry, ref string, img v1.Image) (str
 	if err != nil {
 		return "", fmt.Errorf("testcluster: PushImage %s: %w", ref, err)
 	}
-	if err := remote.Write(tag, img, remote.WithContext(ctx), remote.WithTransport(tr),
+	if err := remote.Push(tag, img, remote.WithContext(ctx), remote.WithTransport(tr),
 		remote.WithAuth(&authn.Basic{Username: reg.Username, Password: reg.Password})); err != nil {
 		return "", fmt.Errorf("testcluster: PushImage %s (to %s): %w", ref, target, err)
 	}

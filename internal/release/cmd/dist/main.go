@@ -44,10 +44,8 @@ func run(version, out, manifest string) error {
 	sums := map[release.Platform]string{}
 	for _, p := range release.Platforms {
 		bin := filepath.Join(tmp, p.OS+"_"+p.Arch)
-		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false",
-			"-ldflags", "-s -w -buildid= -X github.com/nodeexec/nodeexec/internal/cli.version="+version,
-			"-o", bin, "./cmd/nodeexec")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch)
+		cmd := exec.Command("go", release.GoBuildArgs(version, bin)...)
+		cmd.Env = append(os.Environ(), release.GoBuildEnv(p.OS, p.Arch)...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		fmt.Fprintf(os.Stderr, "dist: building %s\n", p)
 		if err := cmd.Run(); err != nil {

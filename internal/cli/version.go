@@ -62,6 +62,8 @@ type versionInfo struct {
 	ServerVersion string        `json:"serverVersion,omitempty"`
 	ServerError   string        `json:"serverError,omitempty"`
 	Agent         *AgentVersion `json:"agent,omitempty"`
+	// AgentImage: the agent image's platforms and which one the nodes get.
+	AgentImage *ImagePlatforms `json:"agentImage,omitempty"`
 }
 
 // clientVersion reads the version from the link-time variable and the build info.
@@ -153,6 +155,8 @@ func versionCommand(streams Streams) *ucli.Command {
 					info.ServerVersion, info.Agent, err = clusterVersions(ctx, cs, cfg, c.String("agent-namespace"))
 					if err != nil {
 						info.ServerError = err.Error()
+					} else {
+						info.AgentImage = imagePlatformsFor(c.Context, cs, versionAgentImage(info.Agent))
 					}
 				}
 			}
@@ -239,5 +243,6 @@ func printVersion(w io.Writer, format string, info versionInfo) error {
 			fmt.Fprintf(w, "Agent Version: unknown (%s)\n", a.Error)
 		}
 	}
+	printImagePlatforms(w, info.AgentImage)
 	return nil
 }

@@ -151,6 +151,11 @@ func TestMixedFleet(t *testing.T) {
 
 	// --explain names the manifest the arm64 node gets.
 	out, errOut, code := cli(ctx, "", "run", "-n", runNS, "--node", node, "--agent-image", indexRef, "--explain", "--", "true")
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "agent image") || strings.Contains(l, ": node ") {
+			t.Logf("--explain: %s", l)
+		}
+	}
 	wantArm := "linux/arm64: node " + node + " gets " + suiteRef.Context().Name() + "@" + armDigest.String()
 	if code != 0 || !strings.Contains(out, wantArm) || !strings.Contains(out, "linux/amd64 "+amdDigest.String()) {
 		t.Errorf("run --explain with the index: exit %d, want 0 and %q and the amd64 digest in:\n%s\n%s", code, wantArm, out, errOut)
@@ -181,6 +186,7 @@ func TestMixedFleet(t *testing.T) {
 	wants := []string{node, "linux/arm64", amdRef, "nodeexec image push --platform linux/amd64,linux/arm64"}
 	refused := func(what string, code int, errOut string, took time.Duration) {
 		t.Helper()
+		t.Logf("%s refused in %s: %s", what, took.Round(time.Millisecond), strings.TrimSpace(errOut))
 		if code != 2 {
 			t.Errorf("%s with the amd64 image on the arm64 node: exit %d, want 2 (refused)\n%s", what, code, errOut)
 		}
@@ -238,7 +244,7 @@ func simulatedArm64Node(ctx context.Context, t *testing.T, name string) string {
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	created.Status = corev1.NodeStatus{
 		Capacity: res, Allocatable: res,
-		NodeInfo: corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "arm64", KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://2.1.0"},
+		NodeInfo:   corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "arm64", KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://2.1.0"},
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
 	}
 	if _, err := env.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {

@@ -130,7 +130,9 @@ func versionCommand(streams Streams) *ucli.Command {
 		Usage: "print the client version and, with a reachable cluster, the server's and the resident agents' image and version",
 		Description: "Without --client it also asks the cluster (bounded to 10s): the API server's version, and the resident agents'\n" +
 			"DaemonSet in --agent-namespace: its image, how many agents are available, and the version the agent binary reports\n" +
-			"(an exec of `nodeexec version --client -o json` in one agent pod). What cannot be found is reported, not an error.",
+			"(an exec of `nodeexec version --client -o json` in one agent pod); and the agent image's platforms and digests, read\n" +
+			"from its registry (the agents' image, else $NODEEXEC_AGENT_IMAGE or the default), with the digest each node platform\n" +
+			"gets (docs/mixed-fleet.md). What cannot be found is reported, not an error.",
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "client", Usage: "only the client version; do not contact the cluster"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatText, Usage: "text or json"},

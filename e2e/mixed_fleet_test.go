@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
@@ -242,12 +243,21 @@ func simulatedArm64Node(ctx context.Context, t *testing.T, name string) string {
 	})
 	now := metav1.Now()
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	created.Status = corev1.NodeStatus{
-		Capacity: res, Allocatable: res,
-		NodeInfo:   corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "arm64", KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://2.1.0"},
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
-	}
-	if _, err := env.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// The node controllers update the new node too (taints): retried on a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := env.client.CoreV1().Nodes().Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status = corev1.NodeStatus{
+			Capacity: res, Allocatable: res,
+			NodeInfo:   corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "arm64", KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://2.1.0"},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+		}
+		_, err = env.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return name

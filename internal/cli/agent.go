@@ -51,6 +51,9 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 				return err
 			}
 			ctx := withLogger(c.Context, streams.ErrOut, c.Int("v"))
+			if err := checkInstallPlatforms(ctx, streams.ErrOut, cs, c.String("agent-image")); err != nil {
+				return err
+			}
 			start := time.Now()
 			err = resident.Install(ctx, cs, resident.Options{
 				Namespace:         c.String("namespace"),

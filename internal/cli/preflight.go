@@ -41,8 +41,9 @@ func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node 
 // accept what b creates on node. With explain it prints the pod req would
 // create and the checks and returns nil (the caller then stops); otherwise
 // it returns the refusal (exit 2), or nil. Callers skip it for a backend
-// that creates nothing on the node (skipPreflight).
-func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client kubernetes.Interface, ns string, req nodeexec.Request, explain bool) error {
+// that creates nothing on the node (skipPreflight). images are --explain's
+// lines on which image each target node gets (platformCheck).
+func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client kubernetes.Interface, ns string, req nodeexec.Request, explain bool, images ...string) error {
 	o := preflightOptions(b, client, ns, req.Node)
 	o.Secrets = req.SecretEnv
 	report, err := preflight.Check(ctx, o)
@@ -55,12 +56,12 @@ func runPreflight(ctx context.Context, w io.Writer, b nodeexec.Backend, client k
 	if !explain {
 		return report.Err()
 	}
-	return printExplain(ctx, w, b, req, report)
+	return printExplain(ctx, w, b, req, report, images)
 }
 
 // printExplain writes, as YAML comments, the backend, what its variant grants
 // and needs and the preflight result, then the pod it would create.
-func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req nodeexec.Request, report *preflight.Report) error {
+func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req nodeexec.Request, report *preflight.Report, images []string) error {
 	comment := func(format string, args ...any) {
 		for _, line := range strings.Split(strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "\n") {
 			fmt.Fprintln(w, strings.TrimRight("# "+line, " "))
@@ -91,6 +92,9 @@ func printExplain(ctx context.Context, w io.Writer, b nodeexec.Backend, req node
 	}
 	comment("RBAC needed: %s", strings.Join(perms, ", "))
 	comment("preflight on node %s:\n%s", req.Node, report.String())
+	for _, line := range images {
+		comment("%s", line)
+	}
 	d, ok := nodeexec.As[nodeexec.PodDescriber](b)
 	if !ok {
 		comment("backend %s has no pod to show", b.Name())

@@ -68,6 +68,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	plat := startPlatformCheck(c)
 	opts := nodeexec.RunnerOptions{
 		Client:          client,
 		Backend:         backend,
@@ -107,10 +108,14 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err := checkCluster(c, client, nodes); err != nil {
 		return err
 	}
+	platforms, err := plat.check(ctx, c, errOut, client, nodes, c.Bool("explain"))
+	if err != nil {
+		return err
+	}
 	if c.Bool("explain") {
 		first := req
 		first.Node = nodes[0].Name
-		return runPreflight(ctx, streams.Out, backend, client, ns, first, true)
+		return runPreflight(ctx, streams.Out, backend, client, ns, first, true, platforms...)
 	}
 	prog.start(len(nodes))
 	results, err := runner.RunNodes(ctx, nodes, outputRequest(c, req))

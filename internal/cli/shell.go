@@ -92,6 +92,7 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	plat := startPlatformCheck(c)
 	// --pod (ephemeral, runtime): the shell opens on the pod's node, which
 	// must be NODE.
 	if t, err := podTargets(c, backend, nodeexec.Targets{Nodes: []string{node}}); err != nil {
@@ -119,8 +120,12 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if err := checkCluster(c, client, nodes); err != nil {
 		return err
 	}
+	platforms, err := plat.check(ctx, c, streams.ErrOut, client, nodes, c.Bool("explain"))
+	if err != nil {
+		return err
+	}
 	if c.Bool("explain") || !skipPreflight(ctx, backend, node) {
-		if err := runPreflight(ctx, streams.Out, backend, client, ns, req, c.Bool("explain")); err != nil || c.Bool("explain") {
+		if err := runPreflight(ctx, streams.Out, backend, client, ns, req, c.Bool("explain"), platforms...); err != nil || c.Bool("explain") {
 			return err
 		}
 		collectExpired(ctx, client, ns)

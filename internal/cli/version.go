@@ -62,6 +62,8 @@ type versionInfo struct {
 	ServerVersion string        `json:"serverVersion,omitempty"`
 	ServerError   string        `json:"serverError,omitempty"`
 	Agent         *AgentVersion `json:"agent,omitempty"`
+	// AgentImage: the agent image's platforms and which one the nodes get.
+	AgentImage *ImagePlatforms `json:"agentImage,omitempty"`
 }
 
 // clientVersion reads the version from the link-time variable and the build info.
@@ -128,7 +130,9 @@ func versionCommand(streams Streams) *ucli.Command {
 		Usage: "print the client version and, with a reachable cluster, the server's and the resident agents' image and version",
 		Description: "Without --client it also asks the cluster (bounded to 10s): the API server's version, and the resident agents'\n" +
 			"DaemonSet in --agent-namespace: its image, how many agents are available, and the version the agent binary reports\n" +
-			"(an exec of `nodeexec version --client -o json` in one agent pod). What cannot be found is reported, not an error.",
+			"(an exec of `nodeexec version --client -o json` in one agent pod); and the agent image's platforms and digests, read\n" +
+			"from its registry (the agents' image, else $NODEEXEC_AGENT_IMAGE or the default), with the digest each node platform\n" +
+			"gets (docs/mixed-fleet.md). What cannot be found is reported, not an error.",
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "client", Usage: "only the client version; do not contact the cluster"},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatText, Usage: "text or json"},
@@ -153,6 +157,8 @@ func versionCommand(streams Streams) *ucli.Command {
 					info.ServerVersion, info.Agent, err = clusterVersions(ctx, cs, cfg, c.String("agent-namespace"))
 					if err != nil {
 						info.ServerError = err.Error()
+					} else {
+						info.AgentImage = imagePlatformsFor(c.Context, cs, versionAgentImage(info.Agent))
 					}
 				}
 			}
@@ -239,5 +245,6 @@ func printVersion(w io.Writer, format string, info versionInfo) error {
 			fmt.Fprintf(w, "Agent Version: unknown (%s)\n", a.Error)
 		}
 	}
+	printImagePlatforms(w, info.AgentImage)
 	return nil
 }

@@ -13,7 +13,9 @@
 //     already and nodeexec manages it;
 //   - the DaemonSet nodeexec-agent: privileged, hostPID (not hostNetwork),
 //     the node's root filesystem read-only at /host (for the runtime
-//     sockets), tolerating every taint, tiny requests (5m CPU, 16Mi
+//     sockets), on every Linux node (nodeSelector kubernetes.io/os=linux,
+//     no architecture: an image index serves each its own), tolerating
+//     every taint, tiny requests (5m CPU, 16Mi
 //     memory), no service account token, a configurable
 //     priorityClassName; its container runs `nodeexec agent serve`, which
 //     listens on 127.0.0.1:agent.ServePort inside the pod's own network
@@ -198,8 +200,12 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 			SecurityContext:          &corev1.SecurityContext{Privileged: ptr.To(true)},
 			VolumeMounts:             []corev1.VolumeMount{agent.HostRootMount()},
 		}},
-		Volumes:                       []corev1.Volume{agent.HostRootVolumeSource()},
-		HostPID:                       true,
+		Volumes: []corev1.Volume{agent.HostRootVolumeSource()},
+		HostPID: true,
+		// Every Linux node, whatever its architecture (the image's index
+		// has a manifest per platform); none of another OS, where the
+		// static Linux agent cannot run.
+		NodeSelector:                  map[string]string{corev1.LabelOSStable: "linux"},
 		Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		PriorityClassName:             o.PriorityClassName,
 		AutomountServiceAccountToken:  ptr.To(false),

@@ -55,6 +55,7 @@ func TestBuildProperties(t *testing.T) {
 		"serves on loopback":    strings.Join(c.Command, " ") == agent.Path+" agent serve --listen 127.0.0.1:7710" && !p.HostNetwork && len(c.Ports) == 0,
 		"advertises its port":   ds.Spec.Template.Annotations[agent.AnnotationServe] == "7710",
 		"tolerates all":         len(p.Tolerations) == 1 && p.Tolerations[0].Operator == corev1.TolerationOpExists,
+		"every linux node":      len(p.NodeSelector) == 1 && p.NodeSelector[corev1.LabelOSStable] == "linux" && p.Affinity == nil,
 		"tiny requests":         c.Resources.Requests.Cpu().MilliValue() == 5,
 		"host root":             len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == agent.HostRoot && c.VolumeMounts[0].ReadOnly,
 		"no token":              !*p.AutomountServiceAccountToken,

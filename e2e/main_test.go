@@ -116,6 +116,7 @@ func run(m *testing.M) int {
 			env.nodes = append(env.nodes, n.Name)
 		}
 	}
+	logClusterVersions(os.Stderr, env.client, nodes.Items)
 	if len(env.nodes) < 2 {
 		fmt.Fprintf(os.Stderr, "e2e: want at least 2 Ready real nodes, have %v\n", env.nodes)
 		return 1

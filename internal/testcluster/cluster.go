@@ -33,9 +33,12 @@ type Cluster struct {
 //
 // A healthy running cluster is reused (the warm path takes well under a second);
 // nodes are added if it has fewer than o.Nodes. A stopped or partial cluster is
-// removed first (as Stop does). A running cluster started with another
-// KubernetesVersion or APIPort is an error. Start needs root.
+// removed first (as Stop does). With KubernetesVersion empty a running cluster
+// is reused whatever its Kubernetes version (Cluster.KubernetesVersion says
+// which); a running cluster started with another KubernetesVersion asked
+// explicitly, or another APIPort, is an error (Stop it first). Start needs root.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
+	explicitK8s := o.KubernetesVersion != ""
 	o, err := o.resolve()
 	if err != nil {
 		return nil, err
@@ -52,11 +55,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	defer unlock()
 
 	if st, err := r.attach(ctx); err == nil {
-		if st.KubernetesVersion != o.KubernetesVersion || st.APIPort != o.APIPort {
-			return nil, fmt.Errorf("testcluster: a cluster with Kubernetes %s on port %d is running (wanted %s on %d); Stop it first",
-				st.KubernetesVersion, st.APIPort, o.KubernetesVersion, o.APIPort)
+		if err := r.adoptKubernetesVersion(st, explicitK8s); err != nil {
+			return nil, err
 		}
-		r.logf("reusing the running cluster (%d nodes)", len(st.Nodes))
+		if st.APIPort != o.APIPort {
+			return nil, fmt.Errorf("testcluster: a cluster on port %d is running (wanted %d); Stop it first", st.APIPort, o.APIPort)
+		}
+		r.logf("reusing the running cluster (%d nodes, Kubernetes %s)", len(st.Nodes), r.o.KubernetesVersion)
 		c := &Cluster{r: r}
 		for len(st.Nodes) < o.Nodes {
 			if _, err := r.addNode(ctx, st); err != nil {
@@ -97,8 +102,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 
 // Attach returns the running cluster described by o's directories. It fails with an
 // error wrapping ErrNotRunning when there is none, or when a component is not
-// running or the API server does not answer.
+// running or the API server does not answer. With KubernetesVersion empty it
+// takes the running cluster's version; another version asked explicitly is an error.
 func Attach(ctx context.Context, o Options) (*Cluster, error) {
+	explicitK8s := o.KubernetesVersion != ""
 	o, err := o.resolve()
 	if err != nil {
 		return nil, err
@@ -106,6 +113,9 @@ func Attach(ctx context.Context, o Options) (*Cluster, error) {
 	r := newRunner(o)
 	st, err := r.attach(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.adoptKubernetesVersion(st, explicitK8s); err != nil {
 		return nil, err
 	}
 	// the running cluster's port wins over o's

@@ -116,8 +116,8 @@ func (o Options) resolve() (Options, error) {
 	if o.KubernetesVersion == "" {
 		o.KubernetesVersion = DefaultKubernetesVersion
 	}
-	if !versionRE.MatchString(o.KubernetesVersion) {
-		return o, fmt.Errorf("testcluster: KubernetesVersion must look like 1.37.1, got %q", o.KubernetesVersion)
+	if err := checkKubernetesVersion("KubernetesVersion (--kubernetes-version)", o.KubernetesVersion); err != nil {
+		return o, err
 	}
 	o.KubernetesVersion = strings.TrimPrefix(o.KubernetesVersion, "v")
 	if o.APIPort == 0 {

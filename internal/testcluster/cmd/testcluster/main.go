@@ -2,6 +2,7 @@
 // Kubernetes cluster; see package internal/testcluster). Run as root.
 //
 //	testcluster up [--nodes N]     start or reuse; prints "export KUBECONFIG=..." last, on stdout
+//	testcluster build              build (or find cached) the Kubernetes binaries of --kubernetes-version; starts nothing
 //	testcluster down               stop and remove everything but the build cache
 //	testcluster add-node           start one more node; prints its name
 //	testcluster remove-node NAME   stop a node and delete its Node object
@@ -55,7 +56,7 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | down | add-node | remove-node NAME | import-image TAR | kubeconfig | registry
+	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | build | down | add-node | remove-node NAME | import-image TAR | kubeconfig | registry
        testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--pod-start-delay D] | kwok down
 `+faultUsage)
 }
@@ -112,7 +113,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if handled, err := fault(ctx, o, cmd, rest, stdout); handled {
 		return err
 	}
-	want := map[string]int{"up": 0, "down": 0, "add-node": 0, "remove-node": 1, "import-image": 1, "kubeconfig": 0, "registry": 0}
+	want := map[string]int{"build": 0, "up": 0, "down": 0, "add-node": 0, "remove-node": 1, "import-image": 1, "kubeconfig": 0, "registry": 0}
 	n, ok := want[cmd]
 	if !ok {
 		usage(stderr)
@@ -124,11 +125,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 
 	switch cmd {
+	case "build":
+		return testcluster.Build(ctx, o)
 	case "up":
 		c, err := testcluster.Start(ctx, o)
 		if err != nil {
 			return err
 		}
+		fmt.Fprintf(stderr, "Kubernetes %s\n", c.KubernetesVersion())
 		fmt.Fprintf(stdout, "export KUBECONFIG=%s\n", c.Kubeconfig())
 	case "down":
 		return testcluster.Stop(ctx, o)

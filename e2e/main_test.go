@@ -79,6 +79,7 @@ func run(m *testing.M) int {
 		}
 		env.kubeconfig = c.Kubeconfig()
 		env.cluster = c
+		fmt.Fprintf(os.Stderr, "e2e: nodes run containerd %s\n", c.ContainerdVersion())
 		// nodeexec's one image (the agent of the nsenter and runtime
 		// backends and resident agents, and the watcher's controller in
 		// deploy/), built from this tree with go-containerregistry. It is

@@ -211,6 +211,9 @@ func (r *runner) buildContainerd2(ctx context.Context) error {
 		return fmt.Errorf("build containerd: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("build containerd: %w", err)
+	}
 
 	t := time.Now()
 	env := []string{"GOCACHE=" + r.l.gocache, "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0"}

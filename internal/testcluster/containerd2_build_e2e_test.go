@@ -3,6 +3,7 @@
 package testcluster
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -41,5 +42,25 @@ func TestBuildContainerd2(t *testing.T) {
 	}
 	if out, _ := exec.Command(filepath.Join(r.l.containerdBinDir(), "containerd"), "--version").Output(); !strings.Contains(string(out), "v"+o.ContainerdVersion) {
 		t.Errorf("containerd --version = %q, want v%s", out, o.ContainerdVersion)
+	}
+}
+
+// TestContainerdVersionNotServed: Start with a 2.x.y the module proxy does
+// not serve is refused naming the flag and the served 2.x releases, before
+// the cache lock is taken or anything is built or started (a running
+// cluster is left alone).
+func TestContainerdVersionNotServed(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Start(t.Context(), Options{ContainerdVersion: "2.99.0", CacheDir: dir + "/c", StateDir: dir + "/s", RunDir: dir + "/r", Log: testWriter{t}})
+	if err == nil {
+		t.Fatal("containerd 2.99.0 accepted")
+	}
+	for _, want := range []string{"--containerd-version", "2.99.0", Containerd2Version, "not served"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("refused Start created %v", ents)
 	}
 }

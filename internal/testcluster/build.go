@@ -59,11 +59,15 @@ func parseDpkgStatus(out string) map[string]bool {
 // `apt-get update`, then one install). Services the packages ship are not started:
 // a temporary policy-rc.d forbids it unless the machine already has one.
 func (r *runner) ensurePackages(ctx context.Context) error {
-	args := append([]string{"-W", "-f", "${Package}\t${db:Status-Status}\n"}, requiredPackages()...)
+	pkgs := requiredPackages()
+	if containerdBuilt(r.o.ContainerdVersion) {
+		pkgs = append(pkgs, containerd2Packages()...)
+	}
+	args := append([]string{"-W", "-f", "${Package}\t${db:Status-Status}\n"}, pkgs...)
 	out, _ := exec.CommandContext(ctx, "dpkg-query", args...).Output() // exit 1 when some are unknown
 	installed := parseDpkgStatus(string(out))
 	var missing []string
-	for _, p := range requiredPackages() {
+	for _, p := range pkgs {
 		if !installed[p] {
 			missing = append(missing, p)
 		}

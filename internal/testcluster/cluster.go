@@ -48,6 +48,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	r := newRunner(o)
 	t0 := time.Now()
+	if err := checkContainerdServed(ctx, r.l, o.ContainerdVersion); err != nil {
+		return nil, err
+	}
 	unlock, err := lockCache(ctx, r.l, r.logf)
 	if err != nil {
 		return nil, err
@@ -61,7 +64,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		if st.APIPort != o.APIPort {
 			return nil, fmt.Errorf("testcluster: a cluster on port %d is running (wanted %d); Stop it first", st.APIPort, o.APIPort)
 		}
-		r.logf("reusing the running cluster (%d nodes, Kubernetes %s)", len(st.Nodes), r.o.KubernetesVersion)
+		if err := r.checkContainerdReuse(st); err != nil {
+			return nil, err
+		}
+		r.logf("reusing the running cluster (%d nodes, Kubernetes %s, containerd %s)", len(st.Nodes), r.o.KubernetesVersion, containerdShown(st.ContainerdVersion))
 		c := &Cluster{r: r}
 		for len(st.Nodes) < o.Nodes {
 			if _, err := r.addNode(ctx, st); err != nil {
@@ -120,6 +126,7 @@ func Attach(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	// the running cluster's port wins over o's
 	r.o.APIPort = st.APIPort
+	r.adoptContainerd(st)
 	return &Cluster{r: r}, nil
 }
 
@@ -395,13 +402,17 @@ func (r *runner) clientset() (*kubernetes.Clientset, error) {
 // stop removes everything of the cluster; see Stop. It goes on after a failed step
 // and returns every failure.
 func (r *runner) stop(ctx context.Context) error {
-	l := r.l
 	t0 := time.Now()
 	var errs []error
-	st, _ := l.loadState()
+	st, _ := r.l.loadState()
 	if st == nil {
 		st = &clusterState{}
 	}
+	// the stopped cluster's ctr removes its containers; r keeps its own
+	// version for an up that follows
+	defer func(o Options, l layout) { r.o, r.l = o, l }(r.o, r.l)
+	r.adoptContainerd(st)
+	l := r.l
 	var kwok, kubelets, containerds, inits, rest []string
 	for _, name := range l.recordedProcs() {
 		switch {

@@ -414,7 +414,7 @@ func (r *runner) procTarget(name string) (nsTarget, []string, error) {
 		if prefix == "kubelet-" {
 			return t, kubeletArgs(l, n), nil
 		}
-		return t, []string{"containerd", "--config", filepath.Join(n.ContainerdDir, "config.toml")}, nil
+		return t, l.containerdArgv(n), nil
 	}
 	return nsTarget{}, nil, fmt.Errorf("no component %q", name)
 }
@@ -426,7 +426,7 @@ func (r *runner) startContainerd(ctx context.Context, n nodeSpec) error {
 		return err
 	}
 	return poll(ctx, 30*time.Second, 50*time.Millisecond, "containerd of "+n.Name, func(ctx context.Context) (bool, error) {
-		_, err := r.run(ctx, "ctr", "-a", n.ContainerdSocket, "version")
+		_, err := r.run(ctx, r.l.ctr(), "-a", n.ContainerdSocket, "version")
 		return err == nil, err
 	})
 }

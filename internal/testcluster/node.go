@@ -66,7 +66,7 @@ func (r *runner) startNode(ctx context.Context, st *clusterState, n nodeSpec) er
 		}
 	}
 	files := map[string]string{
-		filepath.Join(n.ContainerdDir, "config.toml"):            containerdConfig(n),
+		filepath.Join(n.ContainerdDir, "config.toml"):            l.nodeContainerdConfig(n),
 		filepath.Join(n.CNIDir, "net.d", "10-nodeexec.conflist"): cniConfig(n),
 		filepath.Join(n.KubeletDir, "config.yaml"):               kubeletConfig(l, n),
 	}
@@ -80,12 +80,11 @@ func (r *runner) startNode(ctx context.Context, st *clusterState, n nodeSpec) er
 			return err
 		}
 	}
-	if _, err := r.startDaemon(containerdProc(n), target,
-		[]string{"containerd", "--config", filepath.Join(n.ContainerdDir, "config.toml")}, false); err != nil {
+	if _, err := r.startDaemon(containerdProc(n), target, l.containerdArgv(n), false); err != nil {
 		return err
 	}
 	if err := poll(ctx, 30*time.Second, 50*time.Millisecond, "containerd of "+n.Name, func(ctx context.Context) (bool, error) {
-		_, err := r.run(ctx, "ctr", "-a", n.ContainerdSocket, "version")
+		_, err := r.run(ctx, r.l.ctr(), "-a", n.ContainerdSocket, "version")
 		return err == nil, err
 	}); err != nil {
 		return err
@@ -111,7 +110,7 @@ func (r *runner) startNode(ctx context.Context, st *clusterState, n nodeSpec) er
 }
 
 func (r *runner) importImage(ctx context.Context, n nodeSpec, tarball string) error {
-	if _, err := r.run(ctx, "ctr", "-a", n.ContainerdSocket, "-n", "k8s.io", "images", "import", tarball); err != nil {
+	if _, err := r.run(ctx, r.l.ctr(), "-a", n.ContainerdSocket, "-n", "k8s.io", "images", "import", tarball); err != nil {
 		return fmt.Errorf("import %s into %s: %w", filepath.Base(tarball), n.Name, err)
 	}
 	return nil
@@ -123,7 +122,7 @@ func (r *runner) importImage(ctx context.Context, n nodeSpec, tarball string) er
 func (r *runner) removeContainers(ctx context.Context, n nodeSpec) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	out, err := r.run(ctx, "ctr", "-a", n.ContainerdSocket, "-n", "k8s.io", "tasks", "ls", "-q")
+	out, err := r.run(ctx, r.l.ctr(), "-a", n.ContainerdSocket, "-n", "k8s.io", "tasks", "ls", "-q")
 	if err != nil {
 		r.logf("warning: %v", err)
 		return
@@ -147,7 +146,7 @@ func (r *runner) removeContainers(ctx context.Context, n nodeSpec) {
 		}
 		args := append([]string{"-a", n.ContainerdSocket, "-n", "k8s.io", "tasks", "rm", "-f"}, ids...)
 		// a task can exit and be deleted by containerd meanwhile: "not found" is fine
-		if out, err := r.run(ctx, "ctr", args...); err != nil && !strings.Contains(out, "not found") {
+		if out, err := r.run(ctx, r.l.ctr(), args...); err != nil && !strings.Contains(out, "not found") {
 			r.logf("warning: %v", err)
 		}
 	}

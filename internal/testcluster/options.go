@@ -37,6 +37,17 @@ type Options struct {
 	// Default "1.37.1".
 	KubernetesVersion string
 
+	// ContainerdVersion is the nodes' container runtime: "" (the default) is
+	// Debian's packaged containerd 1.6 for a new cluster and whatever runs
+	// for a reused one; "1.6" asks for Debian's explicitly; "2.x.y" builds
+	// containerd, containerd-shim-runc-v2 and ctr from the Go module proxy
+	// (github.com/containerd/containerd/v2) and the runc that release tests
+	// with (github.com/opencontainers/runc), cached in
+	// <CacheDir>/containerd/v2.x.y/bin. Other values, and a 2.x.y the proxy
+	// does not serve, are refused before anything starts. See
+	// docs/testcluster-runtimes.md.
+	ContainerdVersion string
+
 	// APIPort is the port on the host's 127.0.0.1 where the API server is reachable.
 	// Default 16443.
 	APIPort int
@@ -120,6 +131,10 @@ func (o Options) resolve() (Options, error) {
 		return o, err
 	}
 	o.KubernetesVersion = strings.TrimPrefix(o.KubernetesVersion, "v")
+	var err error
+	if o.ContainerdVersion, err = resolveContainerdVersion(o.ContainerdVersion); err != nil {
+		return o, err
+	}
 	if o.APIPort == 0 {
 		o.APIPort = DefaultAPIPort
 	}

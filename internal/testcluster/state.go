@@ -15,6 +15,9 @@ import (
 // clusterState is persisted in <state>/cluster.json.
 type clusterState struct {
 	KubernetesVersion string `json:"kubernetesVersion"`
+	// ContainerdVersion is the nodes' containerd: "1.6" (Debian's; "" in a
+	// state written before it was recorded) or a 2.x.y built from the module proxy.
+	ContainerdVersion string `json:"containerdVersion,omitempty"`
 	APIPort           int    `json:"apiPort"`
 	// PauseBinary is the init of every node's PID namespace.
 	PauseBinary string `json:"pauseBinary"`

@@ -70,6 +70,12 @@ func (r *runner) buildArtifacts(ctx context.Context) (artifacts, error) {
 	r.timing("build-k8s", t)
 
 	t = time.Now()
+	if err := r.buildContainerd2(ctx); err != nil {
+		return a, err
+	}
+	r.timing("build-containerd", t)
+
+	t = time.Now()
 	var err error
 	if a.pauseBin, err = r.buildPause(ctx); err != nil {
 		return a, err
@@ -104,6 +110,7 @@ func (r *runner) prepareState(a artifacts) (*clusterState, error) {
 	t := time.Now()
 	st := &clusterState{
 		KubernetesVersion: r.o.KubernetesVersion,
+		ContainerdVersion: r.l.recordedContainerd(),
 		APIPort:           r.o.APIPort,
 		PauseBinary:       a.pauseBin,
 		Registry:          &registryState{Version: DefaultRegistryVersion, HostPort: r.o.RegistryPort, Password: password},

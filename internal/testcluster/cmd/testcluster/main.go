@@ -27,7 +27,9 @@
 //	testcluster restore                   start whatever a fault stopped, thaw, wait until all is Ready
 //
 // Progress goes to stderr. Directory and port flags (all commands): --cache-dir,
-// --state-dir, --run-dir, --api-port, --kubernetes-version; empty means the default.
+// --state-dir, --run-dir, --api-port, --kubernetes-version, --containerd-version; empty
+// means the default (for up: Debian's containerd 1.6 for a new cluster, any for a
+// running one).
 package main
 
 import (
@@ -71,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.RunDir, "run-dir", "", "run directory (default "+testcluster.DefaultRunDir+")")
 	fs.IntVar(&o.APIPort, "api-port", 0, fmt.Sprintf("API server port on 127.0.0.1 (default %d)", testcluster.DefaultAPIPort))
 	fs.StringVar(&o.KubernetesVersion, "kubernetes-version", "", "Kubernetes version (default "+testcluster.DefaultKubernetesVersion+")")
+	fs.StringVar(&o.ContainerdVersion, "containerd-version", "", "nodes' containerd: "+testcluster.DebianContainerdVersion+
+		" (Debian's package, the default for a new cluster) or a 2.x.y built from the Go module proxy, e.g. "+testcluster.Containerd2Version)
 	fs.IntVar(&o.Nodes, "nodes", 0, fmt.Sprintf("nodes for up (default %d)", testcluster.DefaultNodes))
 	var ko testcluster.KwokOptions
 	var failNodes string
@@ -133,6 +137,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stderr, "Kubernetes %s\n", c.KubernetesVersion())
+		fmt.Fprintf(stderr, "cluster containerd: %s\n", c.ContainerdVersion())
 		fmt.Fprintf(stdout, "export KUBECONFIG=%s\n", c.Kubeconfig())
 	case "down":
 		return testcluster.Stop(ctx, o)

@@ -136,6 +136,22 @@ func TestMixedFleet(t *testing.T) {
 	if _, err := env.client.AppsV1().DaemonSets(agentNS).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The DaemonSet first (else it recreates the pod the simulated node's
+	// missing kubelet never stops), then its pods: every one gone before the
+	// next test counts nodeexec's pods.
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		if err := env.client.AppsV1().DaemonSets(agentNS).Delete(ctx, ds.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting DaemonSet %s/%s: %v", agentNS, ds.Name, err)
+		}
+		if !waitFor(60*time.Second, func() bool {
+			fleetForceDeletePods(ctx, t, agentNS, node)
+			pods, err := env.client.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{})
+			return err == nil && len(pods.Items) == 0
+		}) {
+			t.Errorf("the agent pods in %s were not gone within 60s", agentNS)
+		}
+	})
 	var scheduled string
 	if !waitFor(20*time.Second, func() bool {
 		pods, err := env.client.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})

@@ -151,6 +151,8 @@ func TestIsContainerNotReady(t *testing.T) {
 		{name: "no such container", err: upgrade(`Error: No such container: abc`), want: true},
 		{name: "not created", err: upgrade(`container is not created or running`), want: true},
 		{name: "plain error with the same text", err: errors.New(`container not found ("debugger")`), want: false},
+		{name: "refused upgrade on the error channel (1.34)", err: fmt.Errorf("exec: %w", errors.New(`Internal error occurred: unable to upgrade connection: container not found ("debugger")`)), want: true},
+		{name: "other refused upgrade on the error channel", err: errors.New(`Internal error occurred: unable to upgrade connection: pod does not exist`), want: false},
 		{name: "other upgrade failure", err: upgrade("403 Forbidden"), want: false},
 		{name: "other error", err: errors.New("connection reset by peer"), want: false},
 	}

@@ -493,9 +493,16 @@ func orDiscard(w io.Writer) io.Writer {
 
 // IsContainerNotReady reports whether an exec attempt was refused because the
 // container is not (yet) running, before anything was streamed: the kubelet
-// answers the upgrade with an error naming the missing container.
+// answers the upgrade with an error naming the missing container. The API
+// server returns it as an upgrade failure (Kubernetes 1.35 and later), or,
+// on older servers whose WebSocket stream translator upgrades the client
+// before it asks the kubelet, as a plain error on the stream's error
+// channel whose text is the server's "unable to upgrade connection: ..."
+// (seen on 1.34: the kubelet's runtime cache not yet holding a container the
+// pod's status already shows running). Either way the command never started,
+// so another attempt is safe.
 func IsContainerNotReady(err error) bool {
-	if err == nil || !httpstream.IsUpgradeFailure(err) {
+	if err == nil || !httpstream.IsUpgradeFailure(err) && !strings.Contains(err.Error(), "unable to upgrade connection: ") {
 		return false
 	}
 	msg := err.Error()

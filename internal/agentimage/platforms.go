@@ -2,19 +2,14 @@ package agentimage
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -89,28 +84,18 @@ func Platforms(ctx context.Context, ref name.Reference, opts ...remote.Option) (
 	return []PlatformImage{{Platform: p, Digest: desc.Digest}}, nil
 }
 
-// classifyRead wraps a read error of ref with the sentinel of its cause.
+// classifyRead wraps a read error of ref with the sentinel of its cause
+// (registryFault's; a refusal, 401 or 403, is ErrUnauthorized here).
 func classifyRead(ref name.Reference, err error) error {
 	reg := ref.Context().RegistryStr()
-	var te *transport.Error
-	if errors.As(err, &te) {
-		switch te.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("reading %s: %w: log in with `docker login %s` (or put its credentials in $DOCKER_CONFIG/config.json): %w", ref, ErrUnauthorized, reg, err)
-		case http.StatusNotFound:
-			return fmt.Errorf("reading %s: %w: %w", ref, ErrImageNotFound, err)
-		}
-	}
-	var ua x509.UnknownAuthorityError
-	var cv *tls.CertificateVerificationError
-	var hn x509.HostnameError
-	if errors.As(err, &ua) || errors.As(err, &cv) || errors.As(err, &hn) {
+	switch registryFault(err) {
+	case ErrUnauthorized, ErrDenied:
+		return fmt.Errorf("reading %s: %w: log in with `docker login %s` (or put its credentials in $DOCKER_CONFIG/config.json): %w", ref, ErrUnauthorized, reg, err)
+	case ErrImageNotFound:
+		return fmt.Errorf("reading %s: %w: %w", ref, ErrImageNotFound, err)
+	case ErrUntrusted:
 		return fmt.Errorf("reading %s: %w: add its CA to the system's trust store or point SSL_CERT_FILE at it: %w", ref, ErrUntrusted, err)
-	}
-	var ne net.Error
-	var oe *net.OpError
-	var de *net.DNSError
-	if errors.As(err, &oe) || errors.As(err, &de) || (errors.As(err, &ne) && ne.Timeout()) {
+	case ErrUnreachable:
 		return fmt.Errorf("reading %s: %w %s: %w", ref, ErrUnreachable, reg, err)
 	}
 	return fmt.Errorf("reading %s: %w", ref, err)

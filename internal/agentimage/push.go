@@ -70,30 +70,51 @@ func Push(ctx context.Context, img v1.Image, tag name.Tag, keychain authn.Keycha
 	return tag.Context().Digest(d.String()), nil
 }
 
-// classify wraps err with the sentinel of its cause.
+// classify wraps a push error with the sentinel of its cause.
 func classify(registry string, err error) error {
+	what := "push to " + registry
+	switch registryFault(err) {
+	case ErrUnauthorized:
+		return fmt.Errorf("%s: %w: log in with `docker login %s` (or put its credentials in $DOCKER_CONFIG/config.json): %w", what, ErrUnauthorized, registry, err)
+	case ErrDenied:
+		return fmt.Errorf("%s: %w: check the account's rights on the repository: %w", what, ErrDenied, err)
+	case ErrUntrusted:
+		return fmt.Errorf("%s: %w: add its CA to the system's trust store or point SSL_CERT_FILE at it: %w", what, ErrUntrusted, err)
+	case ErrUnreachable:
+		return fmt.Errorf("%s: %w: check the name and port and that it is up: %w", what, ErrUnreachable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// registryFault is the sentinel of a registry error's cause, or nil:
+// ErrUnauthorized (HTTP 401), ErrDenied (403), ErrImageNotFound (404),
+// ErrUntrusted (the server's certificate), ErrUnreachable (network, DNS,
+// a timeout).
+func registryFault(err error) error {
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {
 		case http.StatusUnauthorized:
-			return fmt.Errorf("push to %s: %w: log in with `docker login %s` (or put its credentials in $DOCKER_CONFIG/config.json): %w", registry, ErrUnauthorized, registry, err)
+			return ErrUnauthorized
 		case http.StatusForbidden:
-			return fmt.Errorf("push to %s: %w: check the account's rights on the repository: %w", registry, ErrDenied, err)
+			return ErrDenied
+		case http.StatusNotFound:
+			return ErrImageNotFound
 		}
 	}
 	var ua x509.UnknownAuthorityError
 	var cv *tls.CertificateVerificationError
 	var hn x509.HostnameError
 	if errors.As(err, &ua) || errors.As(err, &cv) || errors.As(err, &hn) {
-		return fmt.Errorf("push to %s: %w: add its CA to the system's trust store or point SSL_CERT_FILE at it: %w", registry, ErrUntrusted, err)
+		return ErrUntrusted
 	}
 	var ne net.Error
 	var oe *net.OpError
 	var de *net.DNSError
 	if errors.As(err, &oe) || errors.As(err, &de) || (errors.As(err, &ne) && ne.Timeout()) {
-		return fmt.Errorf("push to %s: %w: check the name and port and that it is up: %w", registry, ErrUnreachable, err)
+		return ErrUnreachable
 	}
-	return fmt.Errorf("push to %s: %w", registry, err)
+	return nil
 }
 
 // Importer loads a docker-archive tarball into every node of a cluster:

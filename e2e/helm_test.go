@@ -131,7 +131,7 @@ func TestHelmChart(t *testing.T) {
 		// cluster back as it was.
 		for _, n := range chartCRDs {
 			if !before[n] {
-				_ = dyn.Resource(crdResource).Delete(context.Background(), n, metav1.DeleteOptions{})
+				deleteCRD(t, dyn, n)
 			}
 		}
 	})

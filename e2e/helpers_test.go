@@ -13,8 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -331,3 +334,23 @@ func (l *cordonLog) firstCordon() time.Time {
 
 // cordoned reports whether the node was ever seen cordoned.
 func (l *cordonLog) cordoned() bool { return !l.firstCordon().IsZero() }
+
+// deleteCRD deletes the CustomResourceDefinition name and waits (up to 60 s)
+// until the API server no longer has it: a CRD that is still terminating is
+// still in discovery, and a watcher the next test starts would watch a
+// resource that then vanishes under its informer.
+func deleteCRD(t testing.TB, dyn dynamic.Interface, name string) {
+	t.Helper()
+	ctx := context.Background()
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if err := crds.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting CRD %s: %v", name, err)
+		return
+	}
+	if !waitFor(60*time.Second, func() bool {
+		_, err := crds.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}) {
+		t.Errorf("CRD %s still there 60s after its deletion", name)
+	}
+}

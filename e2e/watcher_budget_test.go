@@ -30,7 +30,7 @@ import (
 )
 
 // installBudgetCRD applies deploy/crd's MaintenanceBudget CRD, waits until
-// it is served, and deletes it when the test ends.
+// it is served, and deletes it when the test ends (deleteCRD: gone before the next test).
 func installBudgetCRD(ctx context.Context, t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
 	b, err := os.ReadFile("../deploy/crd/nodeexec.io_maintenancebudgets.yaml")
@@ -46,7 +46,7 @@ func installBudgetCRD(ctx context.Context, t testing.TB, dyn dynamic.Interface) 
 	if _, err := crds.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec-e2e", Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = crds.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{}) })
+	t.Cleanup(func() { deleteCRD(t, dyn, u.GetName()) })
 	if !waitFor(30*time.Second, func() bool {
 		_, e := dyn.Resource(v1alpha1.BudgetResource).List(ctx, metav1.ListOptions{Limit: 1})
 		return e == nil

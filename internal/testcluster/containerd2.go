@@ -361,19 +361,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = %[9]q
 `,
-		filepath.Join(n.ContainerdDir, "root"),
-		filepath.Join(n.ContainerdState, "state"),
-		n.ContainerdSocket,
-		n.ContainerdSocket+".ttrpc",
-		filepath.Join(n.ContainerdState, "debug.sock"),
-		filepath.Join(n.ContainerdDir, "opt"),
-		PauseImage,
-		filepath.Join(n.ContainerdState, "runc"),
-		filepath.Join(n.CNIDir, "net.d"),
-		n.certsDir(),
-		filepath.Join(bin, "containerd-shim-runc-v2"),
-		filepath.Join(bin, "runc"),
-	)
+		containerdPaths(n, filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(bin, "runc"))...)
 }
 
 // checkContainerdReuse refuses to reuse a running cluster whose containerd is

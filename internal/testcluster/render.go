@@ -51,17 +51,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %[10]q
 `,
+		containerdPaths(n)...)
+}
+
+// containerdPaths are the node's paths and settings both containerd config
+// versions render, in the order of their %[1]q..%[10]q: root, state, the
+// socket, its ttrpc socket, the debug socket, opt, the sandbox image, runc's
+// root, the CNI config directory, the registry hosts directory.
+func containerdPaths(n nodeSpec, extra ...any) []any {
+	return append([]any{
 		filepath.Join(n.ContainerdDir, "root"),
 		filepath.Join(n.ContainerdState, "state"),
 		n.ContainerdSocket,
-		n.ContainerdSocket+".ttrpc",
+		n.ContainerdSocket + ".ttrpc",
 		filepath.Join(n.ContainerdState, "debug.sock"),
 		filepath.Join(n.ContainerdDir, "opt"),
 		PauseImage,
 		filepath.Join(n.ContainerdState, "runc"),
 		filepath.Join(n.CNIDir, "net.d"),
 		n.certsDir(),
-	)
+	}, extra...)
 }
 
 // cniConfig renders the node's CNI network: a bridge cni0 in the node's network

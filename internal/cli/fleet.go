@@ -197,26 +197,16 @@ func nodePlatforms(nodes []*corev1.Node) []string {
 }
 
 // withoutResidentAgents drops, with --use-resident, the nodes where a ready
-// resident agent runs (the run uses it, not the agent image). One list of
-// the agent pods; when it fails every node is kept.
+// resident agent runs (the run uses it, not the agent image), by
+// resident.ReadyNodes (FindAgent's rules, one list); when that fails every
+// node is kept.
 func withoutResidentAgents(ctx context.Context, c *ucli.Context, client kubernetes.Interface, nodes []*corev1.Node) []*corev1.Node {
 	if !c.Bool("use-resident") {
 		return nodes
 	}
-	pods, err := client.CoreV1().Pods(c.String("resident-namespace")).List(ctx, metav1.ListOptions{LabelSelector: resident.Selector()})
+	ready, err := resident.ReadyNodes(ctx, client, c.String("resident-namespace"))
 	if err != nil {
 		return nodes
-	}
-	ready := map[string]bool{}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				ready[p.Spec.NodeName] = true
-			}
-		}
 	}
 	return slices.DeleteFunc(slices.Clone(nodes), func(n *corev1.Node) bool { return ready[n.Name] })
 }

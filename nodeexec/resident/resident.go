@@ -544,7 +544,7 @@ func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node
 		return Agent{}, false, apiError("listing agent pods in "+namespace, listErr)
 	}
 	for _, p := range list.Items {
-		if p.Spec.NodeName == node && ownedBy(&p, ds) && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && ready(&p) {
+		if p.Spec.NodeName == node && usable(&p, ds) {
 			port, _ := strconv.Atoi(p.Annotations[agent.AnnotationServe])
 			if port <= 0 || port > 65535 {
 				port = 0
@@ -553,6 +553,42 @@ func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node
 		}
 	}
 	return Agent{}, false, nil
+}
+
+// ReadyNodes returns the nodes on which a running, ready agent of the
+// DaemonSet in namespace (DefaultNamespace when empty) serves, by the same
+// rules as FindAgent, for a whole run at once: one DaemonSet get and one
+// pod list (RBAC: get daemonsets, list pods). No DaemonSet: an empty set.
+func ReadyNodes(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]bool, error) {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	ds, err := client.AppsV1().DaemonSets(namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return map[string]bool{}, nil
+	case err != nil:
+		return nil, apiError("getting the agent daemonset in "+namespace, err)
+	case !isAgentObject(ds.Labels):
+		return map[string]bool{}, nil
+	}
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+	if err != nil {
+		return nil, apiError("listing agent pods in "+namespace, err)
+	}
+	nodes := map[string]bool{}
+	for i := range list.Items {
+		if p := &list.Items[i]; usable(p, ds) {
+			nodes[p.Spec.NodeName] = true
+		}
+	}
+	return nodes, nil
+}
+
+// usable: p is an agent of ds that takes runs (running, ready, not being
+// deleted).
+func usable(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
+	return ownedBy(p, ds) && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && ready(p)
 }
 
 func ready(p *corev1.Pod) bool {

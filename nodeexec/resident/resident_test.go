@@ -3,6 +3,7 @@ package resident
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -118,6 +119,23 @@ func TestFind(t *testing.T) {
 	// Without the DaemonSet there is no agent, whatever the pods say.
 	if _, ok, err := Find(t.Context(), fake.NewClientset(agentPod("a-1", "node-1", true)), "", "node-1"); err != nil || ok {
 		t.Errorf("no daemonset: %v %v", ok, err)
+	}
+}
+
+// TestReadyNodes: the same rules as Find, for every node at once.
+func TestReadyNodes(t *testing.T) {
+	impostor := agentPod("evil", "node-3", true)
+	impostor.OwnerReferences = nil
+	client := fake.NewClientset(agentDS(), agentPod("a-1", "node-1", true), agentPod("a-2", "node-2", false), impostor)
+	got, err := ReadyNodes(t.Context(), client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]bool{"node-1": true}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadyNodes = %v, want %v (not ready and impostor pods left out)", got, want)
+	}
+	if got, err := ReadyNodes(t.Context(), fake.NewClientset(agentPod("a-1", "node-1", true)), ""); err != nil || len(got) != 0 {
+		t.Errorf("no daemonset: %v %v", got, err)
 	}
 }
 

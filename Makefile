@@ -20,10 +20,15 @@ demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local
 
 test: lint test-unit fuzz test-e2e ## everything CI runs
 
-lint: ## gofmt and go vet, with and without the e2e tag
+lint: ## gofmt and go vet, with and without the e2e tag; the exported API matches api/nodeexec.txt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./...
+	$(GO) run ./internal/apicheck
+
+.PHONY: api
+api: ## write api/nodeexec.txt, the record of the exported API that make lint checks (internal/apicheck)
+	$(GO) run ./internal/apicheck -w
 
 test-unit: ## fast, hermetic
 	$(GO) test -race -count=1 ./...

@@ -362,122 +362,130 @@ func (w *walker) params(b *strings.Builder, t *types.Tuple, variadic bool) {
 	b.WriteByte(')')
 }
 
+// basicNames are the names cmd/api gives the untyped and alias kinds.
+var basicNames = map[types.BasicKind]string{
+	types.UnsafePointer:  "unsafe.Pointer",
+	types.UntypedBool:    "ideal-bool",
+	types.UntypedInt:     "ideal-int",
+	types.UntypedRune:    "ideal-char",
+	types.UntypedFloat:   "ideal-float",
+	types.UntypedComplex: "ideal-complex",
+	types.UntypedString:  "ideal-string",
+	types.Byte:           "uint8",
+	types.Rune:           "int32",
+}
+
 func (w *walker) writeType(b *strings.Builder, t types.Type) {
 	switch t := t.(type) {
 	case *types.Basic:
-		s := t.Name()
-		switch t.Kind() {
-		case types.UnsafePointer:
-			s = "unsafe.Pointer"
-		case types.UntypedBool:
-			s = "ideal-bool"
-		case types.UntypedInt:
-			s = "ideal-int"
-		case types.UntypedRune:
-			s = "ideal-char"
-		case types.UntypedFloat:
-			s = "ideal-float"
-		case types.UntypedComplex:
-			s = "ideal-complex"
-		case types.UntypedString:
-			s = "ideal-string"
-		case types.Byte:
-			s = "uint8"
-		case types.Rune:
-			s = "int32"
+		if s, ok := basicNames[t.Kind()]; ok {
+			b.WriteString(s)
+		} else {
+			b.WriteString(t.Name())
 		}
-		b.WriteString(s)
 	case *types.Array:
 		fmt.Fprintf(b, "[%d]", t.Len())
 		w.writeType(b, t.Elem())
 	case *types.Slice:
 		b.WriteString("[]")
 		w.writeType(b, t.Elem())
-	case *types.Struct:
-		// An anonymous struct: its fields are part of the type.
-		b.WriteString("struct{")
-		for i := range t.NumFields() {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			f := t.Field(i)
-			if !f.Anonymous() {
-				b.WriteString(f.Name() + " ")
-			}
-			w.writeType(b, f.Type())
-		}
-		b.WriteString("}")
 	case *types.Pointer:
 		b.WriteByte('*')
 		w.writeType(b, t.Elem())
 	case *types.Signature:
 		b.WriteString("func")
 		w.writeSignature(b, t)
-	case *types.Interface:
-		b.WriteString("interface{")
-		var parts []string
-		for i := range t.NumExplicitMethods() {
-			m := t.ExplicitMethod(i)
-			parts = append(parts, m.Name()+w.signature(m.Type().(*types.Signature)))
-		}
-		slices.Sort(parts)
-		parts = append(parts, w.embeddeds(t)...)
-		if len(parts) > 0 {
-			b.WriteString(" " + strings.Join(parts, "; ") + " ")
-		}
-		b.WriteString("}")
-	case *types.Union:
-		for i := range t.Len() {
-			if i > 0 {
-				b.WriteString("|")
-			}
-			if t.Term(i).Tilde() {
-				b.WriteByte('~')
-			}
-			w.writeType(b, t.Term(i).Type())
-		}
 	case *types.Map:
 		b.WriteString("map[")
 		w.writeType(b, t.Key())
 		b.WriteByte(']')
 		w.writeType(b, t.Elem())
 	case *types.Chan:
-		switch t.Dir() {
-		case types.SendOnly:
-			b.WriteString("chan<- ")
-		case types.RecvOnly:
-			b.WriteString("<-chan ")
-		default:
-			b.WriteString("chan ")
-		}
+		b.WriteString(map[types.ChanDir]string{types.SendOnly: "chan<- ", types.RecvOnly: "<-chan ", types.SendRecv: "chan "}[t.Dir()])
 		w.writeType(b, t.Elem())
 	case *types.Alias:
 		w.writeType(b, types.Unalias(t))
-	case *types.Named:
-		if pkg := t.Obj().Pkg(); pkg != nil && pkg != w.pkg {
-			if isStd(pkg.Path()) {
-				b.WriteString(pkg.Name())
-			} else {
-				b.WriteString(pkg.Path())
-			}
-			b.WriteByte('.')
-		}
-		b.WriteString(t.Obj().Name())
-		if targs := t.TypeArgs(); targs.Len() > 0 {
-			b.WriteByte('[')
-			for i := range targs.Len() {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				w.writeType(b, targs.At(i))
-			}
-			b.WriteByte(']')
-		}
 	case *types.TypeParam:
 		// Type parameters' names may change: their index is the API.
 		fmt.Fprintf(b, "$%d", t.Index())
+	case *types.Struct:
+		w.writeStruct(b, t)
+	case *types.Interface:
+		w.writeInterface(b, t)
+	case *types.Union:
+		w.writeUnion(b, t)
+	case *types.Named:
+		w.writeNamed(b, t)
 	default:
 		fmt.Fprintf(b, "%s", t)
+	}
+}
+
+// writeStruct writes an anonymous struct type: its fields are part of it.
+func (w *walker) writeStruct(b *strings.Builder, t *types.Struct) {
+	b.WriteString("struct{")
+	for i := range t.NumFields() {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		f := t.Field(i)
+		if !f.Anonymous() {
+			b.WriteString(f.Name() + " ")
+		}
+		w.writeType(b, f.Type())
+	}
+	b.WriteString("}")
+}
+
+// writeInterface writes an interface literal, its methods sorted.
+func (w *walker) writeInterface(b *strings.Builder, t *types.Interface) {
+	b.WriteString("interface{")
+	var parts []string
+	for i := range t.NumExplicitMethods() {
+		m := t.ExplicitMethod(i)
+		parts = append(parts, m.Name()+w.signature(m.Type().(*types.Signature)))
+	}
+	slices.Sort(parts)
+	parts = append(parts, w.embeddeds(t)...)
+	if len(parts) > 0 {
+		b.WriteString(" " + strings.Join(parts, "; ") + " ")
+	}
+	b.WriteString("}")
+}
+
+func (w *walker) writeUnion(b *strings.Builder, t *types.Union) {
+	for i := range t.Len() {
+		if i > 0 {
+			b.WriteString("|")
+		}
+		if t.Term(i).Tilde() {
+			b.WriteByte('~')
+		}
+		w.writeType(b, t.Term(i).Type())
+	}
+}
+
+// writeNamed writes a named type: unqualified in its own package, by
+// package name from the standard library, else by full import path.
+func (w *walker) writeNamed(b *strings.Builder, t *types.Named) {
+	if pkg := t.Obj().Pkg(); pkg != nil && pkg != w.pkg {
+		if isStd(pkg.Path()) {
+			b.WriteString(pkg.Name())
+		} else {
+			b.WriteString(pkg.Path())
+		}
+		b.WriteByte('.')
+	}
+	b.WriteString(t.Obj().Name())
+	if targs := t.TypeArgs(); targs.Len() > 0 {
+		b.WriteByte('[')
+		for i := range targs.Len() {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			w.writeType(b, targs.At(i))
+		}
+		b.WriteByte(']')
 	}
 }
 

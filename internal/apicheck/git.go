@@ -40,14 +40,8 @@ func checkChangelog(g *git, since string, ci, noHistory bool) (string, error) {
 	if noHistory {
 		return "NODEEXEC_APICHECK_NO_HISTORY=1: the CHANGELOG rule is not checked", nil
 	}
-	if _, err := exec.LookPath("git"); err != nil {
-		return skipOrFail("no git command", ci)
-	}
-	if out, err := g.run("rev-parse", "--is-inside-work-tree"); err != nil || strings.TrimSpace(out) != "true" {
-		return skipOrFail("not a git checkout (a source archive?)", ci)
-	}
-	if out, _ := g.run("rev-parse", "--is-shallow-repository"); strings.TrimSpace(out) == "true" {
-		return skipOrFail("a shallow clone (its first commit's parent is missing)", ci)
+	if reason := g.unusable(); reason != "" {
+		return skipOrFail(reason, ci)
 	}
 	if _, err := g.run("rev-parse", "--verify", "-q", "HEAD"); err != nil {
 		return "no commit yet: the CHANGELOG rule has nothing to check", nil
@@ -58,47 +52,79 @@ func checkChangelog(g *git, since string, ci, noHistory bool) (string, error) {
 	}
 	prefix = strings.TrimSpace(prefix)
 	record, changelog := prefix+recordPath, prefix+changelogPath
-
-	var violations []string
-	// The working tree against HEAD.
-	if work, err := os.ReadFile(g.dir + "/" + recordPath); err == nil {
-		head, _ := g.show("HEAD", record)
-		if removed, _ := diff(parseRecord(head), parseRecord(string(work))); len(removed) > 0 {
-			status, err := g.run("status", "--porcelain", "--", changelog)
-			if err != nil {
-				return "", err
-			}
-			if strings.TrimSpace(status) == "" {
-				violations = append(violations, violation("the working tree", removed))
-			}
-		}
+	violations, err := g.workingTree(record, changelog)
+	if err != nil {
+		return "", err
 	}
+	inCommits, err := g.commits(since, record, changelog)
+	if err != nil {
+		return "", err
+	}
+	if violations = append(violations, inCommits...); len(violations) > 0 {
+		return "", fmt.Errorf("an incompatible API change without a CHANGELOG.md change:\n%s", strings.Join(violations, "\n"))
+	}
+	return "", nil
+}
 
-	// The commits since the base, on the first-parent line.
-	rng := "HEAD"
+// unusable says why g's history cannot be checked, or "".
+func (g *git) unusable() string {
+	if _, err := exec.LookPath("git"); err != nil {
+		return "no git command"
+	}
+	if out, err := g.run("rev-parse", "--is-inside-work-tree"); err != nil || strings.TrimSpace(out) != "true" {
+		return "not a git checkout (a source archive?)"
+	}
+	if out, _ := g.run("rev-parse", "--is-shallow-repository"); strings.TrimSpace(out) == "true" {
+		return "a shallow clone (its first commit's parent is missing)"
+	}
+	return ""
+}
+
+// workingTree checks the record in the working tree against HEAD's: a
+// line removed needs CHANGELOG.md changed (staged, unstaged or new).
+func (g *git) workingTree(record, changelog string) ([]string, error) {
+	work, err := os.ReadFile(g.dir + "/" + recordPath)
+	if err != nil {
+		return nil, nil // rule 1 reports a missing record
+	}
+	head, _ := g.show("HEAD", record)
+	removed, _ := diff(parseRecord(head), parseRecord(string(work)))
+	if len(removed) == 0 {
+		return nil, nil
+	}
+	status, err := g.run("status", "--porcelain", "--", changelog)
+	if err != nil || strings.TrimSpace(status) != "" {
+		return nil, err
+	}
+	return []string{violation("the working tree", removed)}, nil
+}
+
+// commits checks each commit on HEAD's first-parent line after since
+// (default: the last tag, else all) that changes the record against its
+// first parent, back to the commit that added the record.
+func (g *git) commits(since, record, changelog string) ([]string, error) {
 	if since == "" {
 		if tag, err := g.run("describe", "--tags", "--abbrev=0", "HEAD"); err == nil {
 			since = strings.TrimSpace(tag)
 		}
 	}
+	rng := "HEAD"
 	if since != "" {
 		rng = since + "..HEAD"
 	}
 	out, err := g.run("log", "--first-parent", "--diff-merges=first-parent", "--no-color", "--name-only", "--format=%x00%H %s", rng, "--")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	var violations []string
 	for _, entry := range strings.Split(out, "\x00") {
 		lines := strings.Split(strings.TrimSpace(entry), "\n")
-		if lines[0] == "" {
-			continue
-		}
 		hash, subject, _ := strings.Cut(lines[0], " ")
 		touched := map[string]bool{}
 		for _, l := range lines[1:] {
 			touched[strings.TrimSpace(l)] = true
 		}
-		if !touched[record] {
+		if hash == "" || !touched[record] {
 			continue
 		}
 		old, ok := g.show(hash+"^1", record)
@@ -110,10 +136,7 @@ func checkChangelog(g *git, since string, ci, noHistory bool) (string, error) {
 			violations = append(violations, violation(fmt.Sprintf("commit %.12s (%s)", hash, subject), removed))
 		}
 	}
-	if len(violations) > 0 {
-		return "", fmt.Errorf("an incompatible API change without a CHANGELOG.md change:\n%s", strings.Join(violations, "\n"))
-	}
-	return "", nil
+	return violations, nil
 }
 
 // show returns path's content at rev, and whether it exists there.

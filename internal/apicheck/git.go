@@ -133,7 +133,7 @@ func (g *git) commits(since, record, changelog string) ([]string, error) {
 		}
 		cur, _ := g.show(hash, record)
 		if removed, _ := diff(parseRecord(old), parseRecord(cur)); len(removed) > 0 && !touched[changelog] {
-			violations = append(violations, violation(fmt.Sprintf("commit %.12s (%s)", hash, subject), removed))
+			violations = append(violations, violation(fmt.Sprintf("commit %.12s (%s)", hash, subject), removed)+"\n  (the last commit: git commit --amend with the entry; an older one: fold the entry into it, or pass -since past it after a release)")
 		}
 	}
 	return violations, nil

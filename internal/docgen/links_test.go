@@ -143,3 +143,27 @@ func TestHeadingAnchors(t *testing.T) {
 		t.Errorf("a comment in a code block became an anchor")
 	}
 }
+
+// TestREADMEShape: README stays a front page (at most 300 lines; the rest
+// lives under docs/) and keeps the two commands that work on a fresh
+// machine, `make demo` and `make test` (the test command CI runs, .ci/run).
+func TestREADMEShape(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if n := strings.Count(text, "\n"); n > 300 {
+		t.Errorf("README.md has %d lines, want at most 300: move the detail to docs/", n)
+	}
+	_, section, ok := strings.Cut(text, "\n## Two commands (on a fresh machine, as root)\n")
+	if !ok {
+		t.Fatal(`README.md: no section "## Two commands (on a fresh machine, as root)"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, cmd := range []string{"\nmake demo ", "\nmake test "} {
+		if !strings.Contains(section, cmd) {
+			t.Errorf("README.md's two commands: no line starting %q", strings.TrimSpace(cmd))
+		}
+	}
+}

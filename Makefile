@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -19,6 +19,9 @@ demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local
 	./bin/nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'
 
 test: lint test-unit fuzz test-e2e ## everything CI runs
+
+docs: ## the generated docs: CLI reference and man page (from the CLI), NodeScript/MaintenanceBudget/MaintenanceCalendar references (from deploy/crd), docs/layout.md (package docs), docs/library.md's code (examples/library); `go test ./internal/docgen` fails when they are stale
+	$(GO) run ./cmd/docgen
 
 lint: ## gofmt and go vet, with and without the e2e tag; the exported API matches api/nodeexec.txt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

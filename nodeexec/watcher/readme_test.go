@@ -10,12 +10,17 @@ import (
 )
 
 // TestREADMEManifests parses and validates every YAML block of README.md
-// that holds nodeexec.io objects, as `nodeexec apply` would before sending
-// them: the worked examples stay examples of what the watcher accepts.
+// and docs/watcher.md (the watcher's guide, README's worked examples) that
+// holds nodeexec.io objects, as `nodeexec apply` would before sending them:
+// the worked examples stay examples of what the watcher accepts.
 func TestREADMEManifests(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var b []byte
+	for _, name := range []string{"../../README.md", "../../docs/watcher.md"} {
+		f, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(append(b, f...), '\n')
 	}
 	blocks := 0
 	for _, part := range strings.Split(string(b), "```yaml\n")[1:] {
@@ -27,20 +32,20 @@ func TestREADMEManifests(t *testing.T) {
 		m, err := ParseAllManifests(strings.NewReader(block))
 		scripts := m.Scripts
 		if err != nil {
-			t.Errorf("README block %d: %v\n%s", blocks, err, block)
+			t.Errorf("README or docs/watcher.md block %d: %v\n%s", blocks, err, block)
 			continue
 		}
 		for _, ns := range scripts {
 			if errs := v1alpha1.Validate(ns); len(errs) > 0 {
-				t.Errorf("README block %d: nodescript %s: %v", blocks, ns.Name, errs.ToAggregate())
+				t.Errorf("README or docs/watcher.md block %d: nodescript %s: %v", blocks, ns.Name, errs.ToAggregate())
 			}
 		}
 		if len(scripts)+len(m.Budgets)+len(m.Calendars) == 0 {
-			t.Errorf("README block %d: no NodeScript, MaintenanceBudget or MaintenanceCalendar parsed", blocks)
+			t.Errorf("README or docs/watcher.md block %d: no NodeScript, MaintenanceBudget or MaintenanceCalendar parsed", blocks)
 		}
 	}
 	if blocks < 3 {
-		t.Errorf("found %d README blocks of nodeexec.io objects, want at least 3", blocks)
+		t.Errorf("found %d README and docs/watcher.md blocks of nodeexec.io objects, want at least 3", blocks)
 	}
 }
 

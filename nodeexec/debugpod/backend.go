@@ -97,7 +97,7 @@ func (b *Backend) RunID() string { return b.o.RunID }
 
 // Pod builds the pod that Run would create for req, without creating it.
 func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
-	return BuildPod(b.podSpec(req, PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now()))
+	return BuildPod(b.podSpec(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now()))
 }
 
 // podSpec is the PodSpec of req's pod, named name and created at now.

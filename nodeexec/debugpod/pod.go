@@ -95,6 +95,3 @@ func MountsHostRoot(profile string) bool {
 	}
 	return false
 }
-
-// PodName is podexec.PodName: "nodeexec-<node>-<suffix>", a valid DNS label.
-func PodName(node, suffix string) string { return podexec.PodName(node, suffix) }

@@ -129,9 +129,6 @@ func (b *Backend) Requirements() nodeexec.Requirements {
 	}
 }
 
-// Namespaces are the Linux namespaces the commands enter.
-func (b *Backend) Namespaces() []nsenter.Namespace { return slices.Clone(b.o.Namespaces) }
-
 // AgentCommand is the node (req.Node) and the agent command line (Argv) to
 // run req in a resident agent (it implements resident.Commander). A request
 // with Env or SecretEnv wraps nodeexec.ErrUnsupported: the backend passes

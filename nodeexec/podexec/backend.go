@@ -123,27 +123,27 @@ type Launch struct {
 }
 
 // PodBackend is the part of a pod backend that is not its pod: its
-// completed PodOptions, the run's Lease, the shared watch and the Executor,
+// completed PodOptions, the run's Lease, the shared watch and the executor,
 // and Run and Preflight around the backend's pure builder. It is safe for
 // concurrent use.
 type PodBackend struct {
 	name string
 	o    PodOptions
-	exec *Executor
+	exec *executor
 }
 
 // NewPodBackend returns the PodBackend of the backend named name (the name
 // in results and errors); o must have been completed (PodOptions.Complete).
 // Nothing is created and the API server is not contacted.
 func NewPodBackend(name string, o PodOptions) (*PodBackend, error) {
-	lease, err := NewLease(LeaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
+	lease, err := newLease(leaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
 	if err != nil {
 		return nil, err
 	}
-	exec, err := New(Options{
+	exec, err := newExecutor(executorOptions{
 		Client:   o.Client,
 		Streamer: o.Streamer,
-		Tracker:  NewTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
+		Tracker:  newTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
 		Backend:  name,
 		Clock:    o.Clock,
 		Lease:    lease,
@@ -156,7 +156,7 @@ func NewPodBackend(name string, o PodOptions) (*PodBackend, error) {
 
 // Run validates req (req.Node must be set), builds its Launch with build and
 // runs it: create the pod, run the command line in it, delete the pod (see
-// Executor.RunResumable). An invalid request or a failed build is returned
+// executor.RunResumable). An invalid request or a failed build is returned
 // with a Result for req.Node (exit code -1) before anything is created.
 func (b *PodBackend) Run(ctx context.Context, req nodeexec.Request, build func(nodeexec.Request) (Launch, error)) (nodeexec.Result, error) {
 	l, err := b.launch(req, build)

@@ -37,7 +37,7 @@ func DefaultRequests() corev1.ResourceList {
 	}
 }
 
-// HolderPodSpec is what every pod an Executor runs commands in has in
+// HolderPodSpec is what every pod an executor runs commands in has in
 // common; backends add their privileges and namespaces to the pod HolderPod
 // returns.
 type HolderPodSpec struct {

@@ -203,9 +203,14 @@ func (l *lastPod) set(p *corev1.Pod) {
 	l.pod = p
 }
 
+// The optional interfaces of package nodeexec the backend implements. It
+// creates no pod (it adds an ephemeral container to the target pod), so it
+// is no PodDescriber.
 var (
-	_ nodeexec.Backend     = (*Backend)(nil)
-	_ nodeexec.Preflighter = (*Backend)(nil)
+	_ nodeexec.Backend        = (*Backend)(nil)
+	_ nodeexec.Preflighter    = (*Backend)(nil)
+	_ nodeexec.Requirer       = (*Backend)(nil)
+	_ nodeexec.TargetResolver = (*Backend)(nil)
 )
 
 // New validates o and returns a Backend. It does not contact the API server;
@@ -276,9 +281,6 @@ func New(o Options) (*Backend, error) {
 
 // Name returns "ephemeral".
 func (b *Backend) Name() string { return Name }
-
-// RunID is the value of EnvRunID in this backend's containers.
-func (b *Backend) RunID() string { return b.o.RunID }
 
 // Requirements are the RBAC of an ephemeral container in the target pod's
 // namespace: read and watch the pod, add the container, attach to it, exec

@@ -17,19 +17,21 @@ import (
 func spec(profile string) PodSpec {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	return PodSpec{
-		Node:             "node-a",
-		Name:             "nodeexec-node-a-x2x2x",
-		Namespace:        "default",
-		RunID:            "run1234567",
-		Profile:          profile,
-		Image:            DefaultImage,
-		ImagePullPolicy:  corev1.PullIfNotPresent,
-		ImagePullSecrets: []string{"regcred"},
-		Requests:         podexec.DefaultRequests(),
-		Env:              map[string]string{"B": "2", "A": "1"},
-		Now:              now,
-		Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
-		Command:          []string{"chroot", "/host", "sh", "-c", "hostname"},
+		PodBase: PodBase{
+			Node:             "node-a",
+			Name:             "nodeexec-node-a-x2x2x",
+			Namespace:        "default",
+			RunID:            "run1234567",
+			Image:            DefaultImage,
+			ImagePullPolicy:  corev1.PullIfNotPresent,
+			ImagePullSecrets: []string{"regcred"},
+			Requests:         podexec.DefaultRequests(),
+			Env:              map[string]string{"B": "2", "A": "1"},
+			Now:              now,
+			Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
+			Command:          []string{"chroot", "/host", "sh", "-c", "hostname"},
+		},
+		Profile: profile,
 	}
 }
 

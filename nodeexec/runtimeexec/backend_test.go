@@ -269,3 +269,33 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 		})
 	}
 }
+
+// TestPodDescriber: Pod(req) (what --explain prints) needs the target
+// container's name, from Options.Container or from the last Target; it
+// makes no API call.
+func TestPodDescriber(t *testing.T) {
+	req := nodeexec.Request{Node: "node-b", Command: []string{"id"}, Timeout: time.Minute}
+	tp := targetPod()
+	tp.Annotations = map[string]string{"kubectl.kubernetes.io/default-container": "nginx"}
+	b, err := newTestBackend(t, fake.NewClientset(tp), func(o *Options) { o.Container = "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pod(req); err == nil || !strings.Contains(err.Error(), "not known yet") {
+		t.Errorf("Pod before TargetNode, no Options.Container: %v, want an error saying the container is not known", err)
+	}
+	if node, err := b.TargetNode(t.Context()); err != nil || node != "node-b" {
+		t.Fatalf("TargetNode = %q, %v", node, err)
+	}
+	pod, err := b.Pod(req)
+	if err != nil || pod.Annotations[AnnotationTarget] != "apps/web-0/nginx" || pod.Spec.NodeName != "node-b" {
+		t.Errorf("Pod after TargetNode: %v, %v", pod, err)
+	}
+	b, err = newTestBackend(t, fake.NewClientset(), nil) // Options.Container "nginx"
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod, err := b.Pod(req); err != nil || pod.Annotations[AnnotationTarget] != "apps/web-0/nginx" {
+		t.Errorf("Pod with Options.Container: %v, %v", pod, err)
+	}
+}

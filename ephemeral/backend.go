@@ -282,6 +282,9 @@ func New(o Options) (*Backend, error) {
 // Name returns "ephemeral".
 func (b *Backend) Name() string { return Name }
 
+// RunID is the value of EnvRunID in this backend's containers.
+func (b *Backend) RunID() string { return b.o.RunID }
+
 // Requirements are the RBAC of an ephemeral container in the target pod's
 // namespace: read and watch the pod, add the container, attach to it, exec
 // (to stop it on timeout), and list nodes. It creates no pod, so it needs

@@ -206,7 +206,7 @@ func TestNewValidation(t *testing.T) {
 					t.Fatal(err)
 				}
 				if b.o.Profile != DefaultProfile || b.o.Image != DefaultImage || b.o.Namespace != DefaultNamespace ||
-					b.o.ImagePullPolicy != corev1.PullIfNotPresent || b.o.MaxEphemeralContainers != DefaultMaxEphemeralContainers || len(b.o.RunID) != 10 {
+					b.o.ImagePullPolicy != corev1.PullIfNotPresent || b.o.MaxEphemeralContainers != DefaultMaxEphemeralContainers || len(b.RunID()) != 10 {
 					t.Errorf("defaults not applied: %+v", b.o)
 				}
 				return

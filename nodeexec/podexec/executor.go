@@ -115,14 +115,6 @@ func newExecutor(o executorOptions) (*executor, error) {
 	return &executor{o: o}, nil
 }
 
-// Run creates pod (which must be pinned to req.Node and carry the Tracker's
-// labels), runs argv in its container over exec with req's streams, and
-// deletes the pod, also when ctx is cancelled or req.Timeout expires. It
-// returns the errors described on nodeexec.Backend.
-func (e *executor) Run(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request) (nodeexec.Result, error) {
-	return e.RunResumable(ctx, pod, container, argv, req, nil)
-}
-
 // RunResumable is Run for a command line that keeps its outcome in the
 // container (resume says how to read it; nil: as Run): a stream cut after
 // the command started is reconnected (ExecResuming) instead of ending the

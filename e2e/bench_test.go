@@ -309,7 +309,7 @@ func libraryRequests(ctx context.Context, b *testing.B) libraryCounts {
 			})
 		}
 		client := kubernetes.NewForConfigOrDie(cfg)
-		be, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: client, Config: cfg, Image: env.image}})
+		be, err := debugpod.New(debugpod.Options{PodOptions: debugpod.PodOptions{Client: client, Config: cfg, Image: env.image}})
 		if err != nil {
 			b.Fatal(err)
 		}

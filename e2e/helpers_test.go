@@ -22,13 +22,12 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // backend returns a debugpod backend on the suite's cluster.
 func backend(t *testing.T, mutate func(*debugpod.Options)) *debugpod.Backend {
 	t.Helper()
-	o := debugpod.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config, Image: env.image}}
+	o := debugpod.Options{PodOptions: debugpod.PodOptions{Client: env.client, Config: env.config, Image: env.image}}
 	if mutate != nil {
 		mutate(&o)
 	}

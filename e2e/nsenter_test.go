@@ -15,7 +15,6 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -31,7 +30,7 @@ func agentImage() string {
 // nsenterBackend returns an nsenter backend on the suite's cluster.
 func nsenterBackend(t *testing.T, mutate func(*nsenterpod.Options)) *nsenterpod.Backend {
 	t.Helper()
-	o := nsenterpod.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config, Image: agentImage()}}
+	o := nsenterpod.Options{PodOptions: nsenterpod.PodOptions{Client: env.client, Config: env.config, Image: agentImage()}}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -217,7 +216,7 @@ func TestNsenterExitCodeAndStdin(t *testing.T) {
 // unreachable API server.
 func TestNsenterBadNamespace(t *testing.T) {
 	ctx := t.Context()
-	if _, err := nsenterpod.New(nsenterpod.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config}, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}}); err == nil ||
+	if _, err := nsenterpod.New(nsenterpod.Options{PodOptions: nsenterpod.PodOptions{Client: env.client, Config: env.config}, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}}); err == nil ||
 		!strings.Contains(err.Error(), `"netz"`) || !strings.Contains(err.Error(), "mnt, uts, ipc, net, pid") {
 		t.Errorf("New: err = %v, want one naming \"netz\" and the valid names", err)
 	}

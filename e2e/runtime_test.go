@@ -17,7 +17,6 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
@@ -85,7 +84,7 @@ func rtTargetPod(ctx context.Context, t *testing.T, node, script string, wantRun
 func runtimeBackend(t *testing.T, target *corev1.Pod, mutate func(*runtimeexec.Options)) *runtimeexec.Backend {
 	t.Helper()
 	o := runtimeexec.Options{
-		PodOptions:   podexec.PodOptions{Client: env.client, Config: env.config, Image: agentImage()},
+		PodOptions:   runtimeexec.PodOptions{Client: env.client, Config: env.config, Image: agentImage()},
 		PodNamespace: target.Namespace, Pod: target.Name,
 		RuntimeEndpoints: testClusterSockets(),
 	}
@@ -201,7 +200,7 @@ func TestRuntimeBadInput(t *testing.T) {
 		})
 	}
 	// An unknown Linux namespace is refused by New, before any API call.
-	_, err := runtimeexec.New(runtimeexec.Options{PodOptions: podexec.PodOptions{Client: env.client, Config: env.config}, Pod: exited.Name, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}})
+	_, err := runtimeexec.New(runtimeexec.Options{PodOptions: runtimeexec.PodOptions{Client: env.client, Config: env.config}, Pod: exited.Name, Namespaces: []nsenter.Namespace{nsenter.Mount, "netz"}})
 	if !errors.Is(err, nsenter.ErrUnknownNamespace) || !strings.Contains(err.Error(), "netz") {
 		t.Errorf("unknown namespace: %v", err)
 	}

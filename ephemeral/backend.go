@@ -203,9 +203,14 @@ func (l *lastPod) set(p *corev1.Pod) {
 	l.pod = p
 }
 
+// The optional interfaces of package nodeexec the backend implements. It
+// creates no pod (it adds an ephemeral container to the target pod), so it
+// is no PodDescriber.
 var (
-	_ nodeexec.Backend     = (*Backend)(nil)
-	_ nodeexec.Preflighter = (*Backend)(nil)
+	_ nodeexec.Backend        = (*Backend)(nil)
+	_ nodeexec.Preflighter    = (*Backend)(nil)
+	_ nodeexec.Requirer       = (*Backend)(nil)
+	_ nodeexec.TargetResolver = (*Backend)(nil)
 )
 
 // New validates o and returns a Backend. It does not contact the API server;

@@ -483,11 +483,3 @@ func orDiscard(w io.Writer) io.Writer {
 	}
 	return w
 }
-
-// Now is a helper for backends: c.Now(), or time.Now when c is nil.
-func Now(c clock.PassiveClock) time.Time {
-	if c == nil {
-		return time.Now()
-	}
-	return c.Now()
-}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 func main() {
@@ -38,7 +37,7 @@ func run(ctx context.Context, selector, script string) error {
 	if err != nil {
 		return err
 	}
-	backend, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: client, Config: cfg, Namespace: ns}})
+	backend, err := debugpod.New(debugpod.Options{PodOptions: debugpod.PodOptions{Client: client, Config: cfg, Namespace: ns}})
 	if err != nil {
 		return err
 	}

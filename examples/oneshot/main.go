@@ -13,7 +13,6 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 func main() {
@@ -34,7 +33,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	backend, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: client, Config: cfg, Namespace: ns}, Profile: "sysadmin"})
+	backend, err := debugpod.New(debugpod.Options{PodOptions: debugpod.PodOptions{Client: client, Config: cfg, Namespace: ns}, Profile: "sysadmin"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

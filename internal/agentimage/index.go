@@ -109,19 +109,6 @@ func ImageFor(p v1.Platform, bin []byte) (v1.Image, error) {
 	return img, nil
 }
 
-// ImageForFile is ImageFor of the binary at path; errors name path.
-func ImageForFile(p v1.Platform, path string) (v1.Image, error) {
-	bin, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("agentimage: %s: %w", p.String(), err)
-	}
-	img, err := ImageFor(p, bin)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return img, nil
-}
-
 // Index returns the OCI image index of nodeexec's image for several
 // platforms: bins maps a platform (ParsePlatform's syntax, e.g.
 // "linux/arm64") to the static binary for it; each platform's image is

@@ -181,21 +181,6 @@ func TestIndexRefuses(t *testing.T) {
 	}
 }
 
-func TestImageForFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "nodeexec")
-	if err := os.WriteFile(path, fakeELF(elf.EM_X86_64, false, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	arm := v1.Platform{OS: "linux", Architecture: "arm64"}
-	if _, err := ImageForFile(arm, path); !errors.Is(err, ErrWrongArch) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "linux/arm64") {
-		t.Errorf("ImageForFile: %v, want ErrWrongArch naming the path and the platform", err)
-	}
-	if _, err := ImageForFile(arm, filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("ImageForFile of a missing file: %v", err)
-	}
-}
-
 func TestPushIndex(t *testing.T) {
 	srv := httptest.NewServer(registry.New())
 	defer srv.Close()

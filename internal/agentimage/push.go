@@ -123,17 +123,6 @@ type Importer interface {
 	ImportImage(ctx context.Context, tarball string) error
 }
 
-// BuildAndImport builds the image from the module in moduleDir (Build) and
-// imports it into every node of c under each of refs (one build, one
-// archive holding every name).
-func BuildAndImport(ctx context.Context, c Importer, moduleDir string, refs ...string) error {
-	img, err := Build(ctx, moduleDir)
-	if err != nil {
-		return err
-	}
-	return Import(ctx, c, img, refs...)
-}
-
 // Import writes img under each of refs to a docker-archive tarball and
 // imports it into every node of c.
 func Import(ctx context.Context, c Importer, img v1.Image, refs ...string) error {

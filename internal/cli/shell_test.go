@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 func TestShellBadInput(t *testing.T) {
@@ -40,7 +39,7 @@ func TestShellArgv(t *testing.T) {
 		{"netadmin", []string{"sh", "-c", pick}},
 		{"restricted", []string{"sh", "-c", pick}},
 	} {
-		b, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: fake.NewClientset(), Config: &rest.Config{}}, Profile: tt.profile})
+		b, err := debugpod.New(debugpod.Options{PodOptions: debugpod.PodOptions{Client: fake.NewClientset(), Config: &rest.Config{}}, Profile: tt.profile})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,16 +70,39 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 	}
 
 	t.Run("debugpod", func(t *testing.T) {
-		pod, err := debugpod.BuildPod(debugpod.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Profile: debugpod.DefaultProfile,
-			Image: "busybox", Env: env, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
+		pod, err := debugpod.BuildPod(debugpod.PodSpec{
+			PodBase: debugpod.PodBase{
+				Node:      "n",
+				Name:      "p",
+				Namespace: "ns",
+				RunID:     "r",
+				Image:     "busybox",
+				Env:       env,
+				Now:       now,
+				Deadline:  now.Add(time.Minute),
+				Command:   []string{"true"},
+			},
+			Profile: debugpod.DefaultProfile,
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkEnv(t, pod.Spec.Containers[0])
 	})
 	t.Run("nsenter", func(t *testing.T) {
-		pod, err := agent.BuildPod(agent.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Image: "agent",
-			Env: env, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
+		pod, err := agent.BuildPod(agent.PodSpec{
+			PodBase: agent.PodBase{
+				Node:      "n",
+				Name:      "p",
+				Namespace: "ns",
+				RunID:     "r",
+				Image:     "agent",
+				Env:       env,
+				Now:       now,
+				Deadline:  now.Add(time.Minute),
+				Command:   []string{"true"},
+			},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,8 +152,21 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 func TestSecretEnvByReference(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	secrets := []nodeexec.SecretEnv{{Secret: "db", Key: "PASSWORD"}, {Secret: "all"}}
-	pod, err := debugpod.BuildPod(debugpod.PodSpec{Node: "n", Name: "p", Namespace: "ns", RunID: "r", Profile: debugpod.DefaultProfile,
-		Image: "busybox", Env: map[string]string{"A": "1"}, SecretEnv: secrets, Now: now, Deadline: now.Add(time.Minute), Command: []string{"true"}})
+	pod, err := debugpod.BuildPod(debugpod.PodSpec{
+		PodBase: debugpod.PodBase{
+			Node:      "n",
+			Name:      "p",
+			Namespace: "ns",
+			RunID:     "r",
+			Image:     "busybox",
+			Env:       map[string]string{"A": "1"},
+			SecretEnv: secrets,
+			Now:       now,
+			Deadline:  now.Add(time.Minute),
+			Command:   []string{"true"},
+		},
+		Profile: debugpod.DefaultProfile,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,34 +29,23 @@ const Path = "/usr/local/bin/nodeexec"
 // node, which a hostPID pod sees as PID 1 (the node's init).
 const Target = 1
 
+// PodBase is podexec.PodBase, the part every pod spec of nodeexec has (node,
+// name, namespace, run ID, image, pull policy and secrets, priority class,
+// requests, environment, deadline, command annotation), here so that a
+// PodSpec is built with this package alone.
+type PodBase = podexec.PodBase
+
 // PodSpec is everything BuildPod needs; it holds no client.
 type PodSpec struct {
-	// Node is the node to pin the pod to (spec.nodeName).
-	Node string
-	// Name and Namespace of the pod.
-	Name, Namespace string
-	// RunID is the value of the nodeexec.LabelRunID label.
-	RunID string
-	// Image is the agent image (nodeexec at Path; nothing else needed).
-	Image           string
-	ImagePullPolicy corev1.PullPolicy
-	// ImagePullSecrets, PriorityClassName and Requests are copied into the pod.
-	ImagePullSecrets  []string
-	PriorityClassName string
-	Requests          corev1.ResourceList
+	// PodBase is the pod's node (spec.nodeName), name, namespace, run ID,
+	// image (the agent image: nodeexec at Path, nothing else needed), pull
+	// policy and secrets, priority class, requests, environment (the agent
+	// passes Env on to the command), deadline and command annotation.
+	PodBase
 	// HostNetwork and HostIPC put the pod in the node's network and IPC
 	// namespaces (hostPID is always set). They matter only for the namespaces
 	// the agent does not enter.
 	HostNetwork, HostIPC bool
-	// Env is set on the container; the agent passes it on to the command.
-	Env map[string]string
-	// SecretEnv adds variables from Secrets in Namespace (nodeexec.SecretEnvVars).
-	SecretEnv []nodeexec.SecretEnv
-	// Deadline is when the pod must be gone; it sets activeDeadlineSeconds
-	// (counted from Now, rounded up) and the nodeexec.AnnotationDeadline annotation.
-	Now, Deadline time.Time
-	// Command is recorded in the nodeexec.AnnotationCommand annotation.
-	Command []string
 }
 
 // BuildPod returns the agent pod, as kubectl-node-shell builds its pod:
@@ -69,12 +58,7 @@ type PodSpec struct {
 // nor shell) in place of the command, which is run over exec with NsenterArgv.
 // It is a pure function; errors name the invalid fields.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
-	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
-		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: ContainerName, RunID: s.RunID,
-		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
-		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env, SecretEnv: s.SecretEnv,
-		Now: s.Now, Deadline: s.Deadline, Command: s.Command,
-	})
+	pod, err := podexec.HolderPod(podexec.HolderPodSpec{PodBase: s.PodBase, Container: ContainerName})
 	if err != nil {
 		return nil, err
 	}

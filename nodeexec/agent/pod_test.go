@@ -20,20 +20,22 @@ var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
 func spec() PodSpec {
 	return PodSpec{
-		Node:             "node-a",
-		Name:             "nodeexec-node-a-x2x2x",
-		Namespace:        "default",
-		RunID:            "run1234567",
-		Image:            DefaultImage,
-		ImagePullPolicy:  corev1.PullIfNotPresent,
-		ImagePullSecrets: []string{"regcred"},
-		Requests:         podexec.DefaultRequests(),
-		HostNetwork:      true,
-		HostIPC:          true,
-		Env:              map[string]string{"B": "2", "A": "1"},
-		Now:              testNow,
-		Deadline:         testNow.Add(90*time.Second + 500*time.Millisecond),
-		Command:          NsenterArgv(nsenter.DefaultNamespaces(), []string{"sh", "-c", "hostname"}),
+		PodBase: PodBase{
+			Node:             "node-a",
+			Name:             "nodeexec-node-a-x2x2x",
+			Namespace:        "default",
+			RunID:            "run1234567",
+			Image:            DefaultImage,
+			ImagePullPolicy:  corev1.PullIfNotPresent,
+			ImagePullSecrets: []string{"regcred"},
+			Requests:         podexec.DefaultRequests(),
+			Env:              map[string]string{"B": "2", "A": "1"},
+			Now:              testNow,
+			Deadline:         testNow.Add(90*time.Second + 500*time.Millisecond),
+			Command:          NsenterArgv(nsenter.DefaultNamespaces(), []string{"sh", "-c", "hostname"}),
+		},
+		HostNetwork: true,
+		HostIPC:     true,
 	}
 }
 

@@ -46,34 +46,52 @@ const (
 	DefaultNamespace = podexec.DefaultNamespace
 )
 
+// PodOptions are the options every pod backend has (podexec.PodOptions):
+// the client, the namespace of the pods, the image, its pull policy,
+// secrets, priority class and requests, the run ID and the test hooks, each
+// field with its default. Options embeds them.
+type PodOptions = podexec.PodOptions
+
 // Options configure a Backend.
+//
+//	debugpod.Options{PodOptions: debugpod.PodOptions{Client: client, Config: cfg}, Profile: "sysadmin"}
 type Options struct {
 	// PodOptions are the client, the namespace of the pods (default
 	// DefaultNamespace), the image of the debugging container (default
 	// DefaultImage), its pull policy, secrets, priority class and requests,
-	// the run ID and the test hooks; see podexec.PodOptions for each
-	// field's default.
-	podexec.PodOptions
+	// the run ID and the test hooks; see PodOptions for each field's
+	// default.
+	PodOptions
 	// Profile is kubectl debug's profile: legacy, general, baseline,
 	// restricted, netadmin or sysadmin. Defaults to DefaultProfile.
 	Profile string
 }
 
 // Backend is the debug-pod backend. It is safe for concurrent use; all its
-// pods share one watch.
+// pods share one watch. RunID is the value of the run-ID label on its pods.
 type Backend struct {
-	o    Options
-	base *podexec.PodBackend
+	*podBackend
+	o Options
 }
 
+// podBackend is embedded unexported: Backend gets its RunID.
+type podBackend = podexec.PodBackend
+
+// The optional interfaces of package nodeexec the backend implements.
 var (
-	_ nodeexec.Backend     = (*Backend)(nil)
-	_ nodeexec.Preflighter = (*Backend)(nil)
+	_ nodeexec.Backend              = (*Backend)(nil)
+	_ nodeexec.Preflighter          = (*Backend)(nil)
+	_ nodeexec.PodDescriber         = (*Backend)(nil)
+	_ nodeexec.CompletionPodBuilder = (*Backend)(nil)
+	_ nodeexec.CommandDescriber     = (*Backend)(nil)
+	_ nodeexec.Requirer             = (*Backend)(nil)
+	_ nodeexec.HostRooter           = (*Backend)(nil)
 )
 
 // New validates o and returns a Backend. Errors name the bad field.
 func New(o Options) (*Backend, error) {
-	if err := o.Complete(Name, DefaultImage); err != nil {
+	base, err := podexec.NewPodBackend(Name, DefaultImage, &o.PodOptions)
+	if err != nil {
 		return nil, err
 	}
 	if o.Profile == "" {
@@ -82,45 +100,32 @@ func New(o Options) (*Backend, error) {
 	if _, err := debug.NewProfileApplier(o.Profile, debug.KeepFlags{}); err != nil {
 		return nil, fmt.Errorf("debugpod: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles(), ", "))
 	}
-	base, err := podexec.NewPodBackend(Name, o.PodOptions)
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{o: o, base: base}, nil
+	return &Backend{podBackend: base, o: o}, nil
 }
 
 // Name returns "debugpod".
 func (b *Backend) Name() string { return Name }
 
-// RunID is the value of the run-ID label on this backend's pods.
-func (b *Backend) RunID() string { return b.o.RunID }
-
 // Pod builds the pod that Run would create for req, without creating it.
 func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
-	return BuildPod(b.podSpec(req, PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now()))
+	return b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now())
 }
 
-// podSpec is the PodSpec of req's pod, named name and created at now.
-func (b *Backend) podSpec(req nodeexec.Request, name string, now time.Time) PodSpec {
-	return PodSpec{
-		Node:              req.Node,
-		Name:              name,
-		Namespace:         b.o.Namespace,
-		RunID:             b.o.RunID,
-		Profile:           b.o.Profile,
-		Image:             b.o.Image,
-		ImagePullPolicy:   b.o.ImagePullPolicy,
-		ImagePullSecrets:  b.o.ImagePullSecrets,
-		PriorityClassName: b.o.PriorityClassName,
-		Requests:          b.o.Requests,
-		Env:               req.Env,
-		SecretEnv:         req.SecretEnv,
-		Now:               now,
-		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
-		Command:           b.Argv(req),
-		Stdin:             req.Stdin != nil,
-		TTY:               req.TTY,
-	}
+// CompletionPod is the pod Pod(req) would be, named name and created at
+// now, whose container runs Argv(req) itself rather than holding for an
+// exec (podexec.RunToCompletion): see nodeexec.CompletionPodBuilder. The
+// NodeScript watcher runs scripts in these pods. Errors name the invalid
+// field; req.Node must be set.
+func (b *Backend) CompletionPod(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
+	return podexec.CompletionPod(Name, req, func(req nodeexec.Request) (*corev1.Pod, error) { return b.build(req, name, now) }, b.Argv)
+}
+
+// build is req's pod, named name and created at now.
+func (b *Backend) build(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
+	return BuildPod(PodSpec{
+		PodBase: podexec.NewPodBase(&b.o.PodOptions, req, name, now, b.Argv(req)),
+		Profile: b.o.Profile, Stdin: req.Stdin != nil, TTY: req.TTY,
+	})
 }
 
 // Argv is what runs in the container for req: req.Command as given, or the
@@ -142,12 +147,12 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 // Run runs req on req.Node in a new debug pod and deletes the pod. See
 // nodeexec.Backend for the errors.
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
-	return b.base.Run(ctx, req, b.launch)
+	return b.podBackend.Run(ctx, req, b.launch)
 }
 
 // Preflight asks the API server to admit the pod for node without creating
 // it (a server-side dry-run create), so that an RBAC refusal or a Pod Security
 // rejection is reported before any pod exists. Errors wrap nodeexec.ErrForbidden.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
-	return b.base.Preflight(ctx, node, b.launch)
+	return b.podBackend.Preflight(ctx, node, b.launch)
 }

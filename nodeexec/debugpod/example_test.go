@@ -15,10 +15,18 @@ import (
 func ExampleBuildPod() {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	pod, err := debugpod.BuildPod(debugpod.PodSpec{
-		Node: "node-a", Name: debugpod.PodName("node-a", "x2x2x"), Namespace: "default", RunID: "run1",
-		Profile: "sysadmin", Image: debugpod.DefaultImage, Requests: podexec.DefaultRequests(),
-		Now: now, Deadline: now.Add(10*time.Minute + podexec.DeadlineSlack),
-		Command: []string{"chroot", "/host", "sh", "-c", "hostname"},
+		PodBase: debugpod.PodBase{
+			Node:      "node-a",
+			Name:      "nodeexec-node-a-x2x2x",
+			Namespace: "default",
+			RunID:     "run1",
+			Image:     debugpod.DefaultImage,
+			Requests:  podexec.DefaultRequests(),
+			Now:       now,
+			Deadline:  now.Add(10*time.Minute + podexec.DeadlineSlack),
+			Command:   []string{"chroot", "/host", "sh", "-c", "hostname"},
+		},
+		Profile: "sysadmin",
 	})
 	if err != nil {
 		fmt.Println(err)

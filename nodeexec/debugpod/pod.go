@@ -3,13 +3,11 @@ package debugpod
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubectl/pkg/cmd/debug"
 
-	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -28,32 +26,21 @@ const ContainerName = "debugger"
 // HostRoot is where profiles that mount the node's root filesystem put it.
 const HostRoot = "/host"
 
+// PodBase is podexec.PodBase, the part every pod spec of nodeexec has (node,
+// name, namespace, run ID, image, pull policy and secrets, priority class,
+// requests, environment, deadline, command annotation), here so that a
+// PodSpec is built with this package alone.
+type PodBase = podexec.PodBase
+
 // PodSpec is everything BuildPod needs; it holds no client.
 type PodSpec struct {
-	// Node is the node to pin the pod to (spec.nodeName, as kubectl debug does).
-	Node string
-	// Name and Namespace of the pod.
-	Name, Namespace string
-	// RunID is the value of the nodeexec.LabelRunID label.
-	RunID string
+	// PodBase is the pod's node (spec.nodeName, as kubectl debug does),
+	// name, namespace, run ID, image, pull policy and secrets, priority
+	// class, requests, environment (seen by the command), deadline and
+	// command annotation.
+	PodBase
 	// Profile is one of Profiles.
 	Profile string
-	// Image, ImagePullPolicy, ImagePullSecrets, PriorityClassName and
-	// Requests are copied into the pod.
-	Image             string
-	ImagePullPolicy   corev1.PullPolicy
-	ImagePullSecrets  []string
-	PriorityClassName string
-	Requests          corev1.ResourceList
-	// Env is set on the container (and so seen by the command run in it).
-	Env map[string]string
-	// SecretEnv adds variables from Secrets in Namespace (nodeexec.SecretEnvVars).
-	SecretEnv []nodeexec.SecretEnv
-	// Deadline is when the pod must be gone; it sets activeDeadlineSeconds
-	// (counted from Now, rounded up) and the nodeexec.AnnotationDeadline annotation.
-	Now, Deadline time.Time
-	// Command is recorded in the nodeexec.AnnotationCommand annotation.
-	Command []string
 	// Stdin and TTY set the container's stdin/tty, as kubectl debug's -i/-t.
 	Stdin, TTY bool
 }
@@ -66,12 +53,7 @@ type PodSpec struct {
 // (sleep until the deadline) in place of the command, which is run over exec.
 // It is a pure function.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
-	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
-		Node: s.Node, Name: s.Name, Namespace: s.Namespace, Container: ContainerName, RunID: s.RunID,
-		Image: s.Image, ImagePullPolicy: s.ImagePullPolicy, ImagePullSecrets: s.ImagePullSecrets,
-		PriorityClassName: s.PriorityClassName, Requests: s.Requests, Env: s.Env, SecretEnv: s.SecretEnv,
-		Now: s.Now, Deadline: s.Deadline, Command: s.Command, Stdin: s.Stdin, TTY: s.TTY,
-	})
+	pod, err := podexec.HolderPod(podexec.HolderPodSpec{PodBase: s.PodBase, Container: ContainerName, Stdin: s.Stdin, TTY: s.TTY})
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +77,3 @@ func MountsHostRoot(profile string) bool {
 	}
 	return false
 }
-
-// PodName is podexec.PodName: "nodeexec-<node>-<suffix>", a valid DNS label.
-func PodName(node, suffix string) string { return podexec.PodName(node, suffix) }

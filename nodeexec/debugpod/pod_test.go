@@ -17,19 +17,21 @@ import (
 func spec(profile string) PodSpec {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	return PodSpec{
-		Node:             "node-a",
-		Name:             "nodeexec-node-a-x2x2x",
-		Namespace:        "default",
-		RunID:            "run1234567",
-		Profile:          profile,
-		Image:            DefaultImage,
-		ImagePullPolicy:  corev1.PullIfNotPresent,
-		ImagePullSecrets: []string{"regcred"},
-		Requests:         podexec.DefaultRequests(),
-		Env:              map[string]string{"B": "2", "A": "1"},
-		Now:              now,
-		Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
-		Command:          []string{"chroot", "/host", "sh", "-c", "hostname"},
+		PodBase: PodBase{
+			Node:             "node-a",
+			Name:             "nodeexec-node-a-x2x2x",
+			Namespace:        "default",
+			RunID:            "run1234567",
+			Image:            DefaultImage,
+			ImagePullPolicy:  corev1.PullIfNotPresent,
+			ImagePullSecrets: []string{"regcred"},
+			Requests:         podexec.DefaultRequests(),
+			Env:              map[string]string{"B": "2", "A": "1"},
+			Now:              now,
+			Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
+			Command:          []string{"chroot", "/host", "sh", "-c", "hostname"},
+		},
+		Profile: profile,
 	}
 }
 
@@ -129,25 +131,6 @@ func TestBuildPodErrors(t *testing.T) {
 				t.Fatalf("BuildPod error = %v, want it to contain %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestPodName(t *testing.T) {
-	tests := []struct{ node, want string }{
-		{"tc-node-1", "nodeexec-tc-node-1-abcde"},
-		{"ip-10-0-0-1.ec2.internal", "nodeexec-ip-10-0-0-1-ec2-internal-abcde"},
-		{"Upper", "nodeexec-upper-abcde"},
-		{strings.Repeat("n", 100), "nodeexec-" + strings.Repeat("n", 63-len("nodeexec-")-6) + "-abcde"},
-		{strings.Repeat("a", 47) + "-b", "nodeexec-" + strings.Repeat("a", 47) + "-abcde"},
-	}
-	for _, tc := range tests {
-		got := PodName(tc.node, "abcde")
-		if got != tc.want {
-			t.Errorf("PodName(%q) = %q, want %q", tc.node, got, tc.want)
-		}
-		if len(got) > 63 {
-			t.Errorf("PodName(%q) is %d characters, more than a DNS label allows", tc.node, len(got))
-		}
 	}
 }
 

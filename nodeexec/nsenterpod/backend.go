@@ -29,14 +29,22 @@ const Name = "nsenter"
 // Options.Namespace is empty.
 const DefaultNamespace = podexec.DefaultNamespace
 
+// PodOptions are the options every pod backend has (podexec.PodOptions):
+// the client, the namespace of the pods, the image, its pull policy,
+// secrets, priority class and requests, the run ID and the test hooks, each
+// field with its default. Options embeds them.
+type PodOptions = podexec.PodOptions
+
 // Options configure a Backend.
+//
+//	nsenterpod.Options{PodOptions: nsenterpod.PodOptions{Client: client, Config: cfg, Namespace: "node-debug"}}
 type Options struct {
 	// PodOptions are the client, the Kubernetes namespace of the pods
 	// (default DefaultNamespace; its Pod Security level must be
 	// "privileged"), the agent image (default agent.DefaultImage), its pull
 	// policy, secrets, priority class and requests, the run ID and the test
-	// hooks; see podexec.PodOptions for each field's default.
-	podexec.PodOptions
+	// hooks; see PodOptions for each field's default.
+	PodOptions
 	// Namespaces are the Linux namespaces of the node's PID 1 the command
 	// enters. Defaults to DefaultNamespaces() (mnt, uts, ipc, net, pid, like
 	// `nsenter -t 1 -m -u -i -n -p`). Any of mnt, uts, ipc, net, pid, cgroup
@@ -73,21 +81,31 @@ type Options struct {
 // elsewhere the create is refused with an error wrapping
 // nodeexec.ErrForbidden.
 //
-// Backend is safe for concurrent use; all its pods share one watch.
+// Backend is safe for concurrent use; all its pods share one watch. RunID
+// is the value of the run-ID label on its pods.
 type Backend struct {
-	o    Options
-	base *podexec.PodBackend
+	*podBackend
+	o Options
 }
 
+// podBackend is embedded unexported: Backend gets its RunID.
+type podBackend = podexec.PodBackend
+
+// The optional interfaces of package nodeexec the backend implements.
 var (
-	_ nodeexec.Backend     = (*Backend)(nil)
-	_ nodeexec.Preflighter = (*Backend)(nil)
+	_ nodeexec.Backend              = (*Backend)(nil)
+	_ nodeexec.Preflighter          = (*Backend)(nil)
+	_ nodeexec.PodDescriber         = (*Backend)(nil)
+	_ nodeexec.CompletionPodBuilder = (*Backend)(nil)
+	_ nodeexec.CommandDescriber     = (*Backend)(nil)
+	_ nodeexec.Requirer             = (*Backend)(nil)
 )
 
 // New validates o and returns a Backend. Errors name the bad field; nothing
 // is created and the API server is not contacted.
 func New(o Options) (*Backend, error) {
-	if err := o.Complete(Name, agent.DefaultImage); err != nil {
+	base, err := podexec.NewPodBackend(Name, agent.DefaultImage, &o.PodOptions)
+	if err != nil {
 		return nil, err
 	}
 	if o.Namespaces == nil {
@@ -103,18 +121,11 @@ func New(o Options) (*Backend, error) {
 	if o.HostIPC == nil {
 		o.HostIPC = ptr.To(true)
 	}
-	base, err := podexec.NewPodBackend(Name, o.PodOptions)
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{o: o, base: base}, nil
+	return &Backend{podBackend: base, o: o}, nil
 }
 
 // Name returns "nsenter".
 func (b *Backend) Name() string { return Name }
-
-// RunID is the value of the run-ID label on this backend's pods.
-func (b *Backend) RunID() string { return b.o.RunID }
 
 // PodSecurityLevel is the Pod Security level the pods need: "privileged".
 func (b *Backend) PodSecurityLevel() string { return preflight.LevelPrivileged }
@@ -128,9 +139,6 @@ func (b *Backend) Requirements() nodeexec.Requirements {
 		Permissions: slices.Concat(preflight.PodLifecycle(), preflight.RunLease(), preflight.Exec(), preflight.Events(), preflight.Nodes()),
 	}
 }
-
-// Namespaces are the Linux namespaces the commands enter.
-func (b *Backend) Namespaces() []nsenter.Namespace { return slices.Clone(b.o.Namespaces) }
 
 // AgentCommand is the node (req.Node) and the agent command line (Argv) to
 // run req in a resident agent (it implements resident.Commander). A request
@@ -151,29 +159,24 @@ func (b *Backend) Argv(req nodeexec.Request) []string {
 
 // Pod builds the pod that Run would create for req, without creating it.
 func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
-	return agent.BuildPod(b.podSpec(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now()))
+	return b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now())
 }
 
-// podSpec is the agent.PodSpec of req's pod, named name and created at now.
-func (b *Backend) podSpec(req nodeexec.Request, name string, now time.Time) agent.PodSpec {
-	return agent.PodSpec{
-		Node:              req.Node,
-		Name:              name,
-		Namespace:         b.o.Namespace,
-		RunID:             b.o.RunID,
-		Image:             b.o.Image,
-		ImagePullPolicy:   b.o.ImagePullPolicy,
-		ImagePullSecrets:  b.o.ImagePullSecrets,
-		PriorityClassName: b.o.PriorityClassName,
-		Requests:          b.o.Requests,
-		HostNetwork:       *b.o.HostNetwork,
-		HostIPC:           *b.o.HostIPC,
-		Env:               req.Env,
-		SecretEnv:         req.SecretEnv,
-		Now:               now,
-		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
-		Command:           b.Argv(req),
-	}
+// CompletionPod is the pod Pod(req) would be, named name and created at
+// now, whose container runs Argv(req) itself rather than holding for an
+// exec (podexec.RunToCompletion): see nodeexec.CompletionPodBuilder. The
+// NodeScript watcher runs scripts in these pods. Errors name the invalid
+// field; req.Node must be set.
+func (b *Backend) CompletionPod(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
+	return podexec.CompletionPod(Name, req, func(req nodeexec.Request) (*corev1.Pod, error) { return b.build(req, name, now) }, b.Argv)
+}
+
+// build is req's agent pod, named name and created at now.
+func (b *Backend) build(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
+	return agent.BuildPod(agent.PodSpec{
+		PodBase:     podexec.NewPodBase(&b.o.PodOptions, req, name, now, b.Argv(req)),
+		HostNetwork: *b.o.HostNetwork, HostIPC: *b.o.HostIPC,
+	})
 }
 
 // launch is the pod for req and Argv run in its agent container, resumable
@@ -190,7 +193,7 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 // Run runs req on req.Node in a new agent pod and deletes the pod. See
 // nodeexec.Backend for the errors; the command's exit code is the agent's.
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
-	return b.base.Run(ctx, req, b.launch)
+	return b.podBackend.Run(ctx, req, b.launch)
 }
 
 // Preflight asks the API server to admit the pod for node without creating
@@ -198,5 +201,5 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 // Security rejection (the pod needs "privileged") is reported before any pod
 // exists. Errors wrap nodeexec.ErrForbidden.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
-	return b.base.Preflight(ctx, node, b.launch)
+	return b.podBackend.Preflight(ctx, node, b.launch)
 }

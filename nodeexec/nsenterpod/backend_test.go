@@ -35,7 +35,7 @@ func TestNewDefaults(t *testing.T) {
 	if b.Name() != "nsenter" || len(b.RunID()) != 10 {
 		t.Errorf("Name %q RunID %q", b.Name(), b.RunID())
 	}
-	if diff := cmp.Diff(nsenter.DefaultNamespaces(), b.Namespaces()); diff != "" {
+	if diff := cmp.Diff(nsenter.DefaultNamespaces(), b.o.Namespaces); diff != "" {
 		t.Errorf("namespaces (-want +got):\n%s", diff)
 	}
 	pod, err := b.Pod(nodeexec.Request{Node: "node-a", Script: "hostname", Timeout: time.Minute})

@@ -29,7 +29,9 @@ const (
 )
 
 // PodOptions are the options every pod backend (debugpod, nsenter, runtime)
-// has; each backend's Options embeds them. Complete fills in the defaults.
+// has; each backend's Options embeds them (each backend package has the
+// alias PodOptions, so that its Options are built with that package
+// alone). NewPodBackend fills in the defaults.
 type PodOptions struct {
 	// Client talks to the API server. Required.
 	Client kubernetes.Interface
@@ -65,10 +67,10 @@ type PodOptions struct {
 	Streamer Streamer
 }
 
-// Complete validates o and fills in its defaults, image being the backend's
+// complete validates o and fills in its defaults, image being the backend's
 // default Image. Errors start with backend and name the bad field; nothing
 // is contacted.
-func (o *PodOptions) Complete(backend, image string) error {
+func (o *PodOptions) complete(backend, image string) error {
 	if o.Client == nil {
 		return fmt.Errorf("%s: Options.Client is nil: give a Kubernetes client", backend)
 	}
@@ -123,27 +125,32 @@ type Launch struct {
 }
 
 // PodBackend is the part of a pod backend that is not its pod: its
-// completed PodOptions, the run's Lease, the shared watch and the Executor,
+// completed PodOptions, the run's Lease, the shared watch and the executor,
 // and Run and Preflight around the backend's pure builder. It is safe for
 // concurrent use.
 type PodBackend struct {
 	name string
 	o    PodOptions
-	exec *Executor
+	exec *executor
 }
 
-// NewPodBackend returns the PodBackend of the backend named name (the name
-// in results and errors); o must have been completed (PodOptions.Complete).
-// Nothing is created and the API server is not contacted.
-func NewPodBackend(name string, o PodOptions) (*PodBackend, error) {
-	lease, err := NewLease(LeaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
+// NewPodBackend validates *o, fills in its defaults (image being the
+// backend's default Image) and returns the PodBackend of the backend named
+// name (the name in results and errors): the shared prologue of every pod
+// backend's New. Errors start with name and name the bad field. Nothing is
+// created and the API server is not contacted.
+func NewPodBackend(name, image string, o *PodOptions) (*PodBackend, error) {
+	if err := o.complete(name, image); err != nil {
+		return nil, err
+	}
+	lease, err := newLease(leaseOptions{Client: o.Client, Namespace: o.Namespace, RunID: o.RunID, Clock: o.Clock})
 	if err != nil {
 		return nil, err
 	}
-	exec, err := New(Options{
+	exec, err := newExecutor(executorOptions{
 		Client:   o.Client,
 		Streamer: o.Streamer,
-		Tracker:  NewTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
+		Tracker:  newTracker(o.Client, o.Namespace, nodeexec.LabelRunID+"="+o.RunID),
 		Backend:  name,
 		Clock:    o.Clock,
 		Lease:    lease,
@@ -151,12 +158,16 @@ func NewPodBackend(name string, o PodOptions) (*PodBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PodBackend{name: name, o: o, exec: exec}, nil
+	return &PodBackend{name: name, o: *o, exec: exec}, nil
 }
+
+// RunID is the value of the run-ID label (nodeexec.LabelRunID) on the
+// backend's pods: PodOptions.RunID, or the random one NewPodBackend chose.
+func (b *PodBackend) RunID() string { return b.o.RunID }
 
 // Run validates req (req.Node must be set), builds its Launch with build and
 // runs it: create the pod, run the command line in it, delete the pod (see
-// Executor.RunResumable). An invalid request or a failed build is returned
+// executor.RunResumable). An invalid request or a failed build is returned
 // with a Result for req.Node (exit code -1) before anything is created.
 func (b *PodBackend) Run(ctx context.Context, req nodeexec.Request, build func(nodeexec.Request) (Launch, error)) (nodeexec.Result, error) {
 	l, err := b.launch(req, build)

@@ -19,9 +19,9 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
-func TestPodOptionsComplete(t *testing.T) {
+func TestNewPodBackendDefaults(t *testing.T) {
 	o := podexec.PodOptions{Client: fake.NewClientset(), Config: &rest.Config{Host: "https://127.0.0.1:1"}}
-	if err := o.Complete("b", "img:1"); err != nil {
+	if _, err := podexec.NewPodBackend("b", "img:1", &o); err != nil {
 		t.Fatal(err)
 	}
 	if o.Namespace != podexec.DefaultNamespace || o.Image != "img:1" || o.ImagePullPolicy != corev1.PullIfNotPresent ||
@@ -32,8 +32,8 @@ func TestPodOptionsComplete(t *testing.T) {
 		t.Errorf("requests (-want +got):\n%s", diff)
 	}
 	set := podexec.PodOptions{Client: fake.NewClientset(), Streamer: &fakeStreamer{}, Namespace: "ops", Image: "mine", ImagePullPolicy: corev1.PullNever, RunID: "r1"}
-	if err := set.Complete("b", "img:1"); err != nil || set.Namespace != "ops" || set.Image != "mine" || set.ImagePullPolicy != corev1.PullNever || set.RunID != "r1" {
-		t.Errorf("Complete(%+v) = %v: given values must be kept", set, err)
+	if _, err := podexec.NewPodBackend("b", "img:1", &set); err != nil || set.Namespace != "ops" || set.Image != "mine" || set.ImagePullPolicy != corev1.PullNever || set.RunID != "r1" {
+		t.Errorf("NewPodBackend(%+v) = %v: given values must be kept", set, err)
 	}
 
 	for name, tt := range map[string]struct {
@@ -49,8 +49,8 @@ func TestPodOptionsComplete(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := podexec.PodOptions{Client: fake.NewClientset(), Config: &rest.Config{}}
 			tt.mutate(&o)
-			if err := o.Complete("mybackend", "img"); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Complete: %v, want an error containing %q", err, tt.want)
+			if _, err := podexec.NewPodBackend("mybackend", "img", &o); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("NewPodBackend: %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}
@@ -62,12 +62,12 @@ func newPodBackend(t *testing.T) (*podexec.PodBackend, *fake.Clientset, *fakeStr
 	t.Helper()
 	cs, s := fake.NewClientset(), &fakeStreamer{}
 	o := podexec.PodOptions{Client: cs, Streamer: s, Namespace: testNS, RunID: testRunID, Clock: clocktesting.NewFakeClock(t0)}
-	if err := o.Complete(testBackend, "img"); err != nil {
-		t.Fatal(err)
-	}
-	b, err := podexec.NewPodBackend(testBackend, o)
+	b, err := podexec.NewPodBackend(testBackend, "img", &o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b.RunID() != testRunID {
+		t.Errorf("RunID() = %q, want %q", b.RunID(), testRunID)
 	}
 	return b, cs, s
 }

@@ -19,6 +19,6 @@
 // exists fails cleanly (nothing was consumed from stdin) and is retried with
 // backoff.
 //
-// All pods of a Tracker share one watch, so a fan-out over N nodes costs, per
+// All pods of a tracker share one watch, so a fan-out over N nodes costs, per
 // node, one create, one exec (plus early retries) and one delete.
 package podexec

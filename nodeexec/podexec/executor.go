@@ -59,23 +59,23 @@ type Streamer interface {
 	Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error
 }
 
-// Options configure an Executor.
-type Options struct {
+// executorOptions configure an executor.
+type executorOptions struct {
 	// Client creates, watches and deletes pods (RBAC: create, get, list,
 	// watch, delete on pods). Required.
 	Client kubernetes.Interface
 	// Streamer runs the command. Required; see NewStreamer.
 	Streamer Streamer
-	// Tracker is the shared watch over the pods this Executor creates; the
+	// Tracker is the shared watch over the pods this executor creates; the
 	// pods must match its namespace and selector. Required.
-	Tracker *Tracker
+	Tracker *tracker
 	// Backend is the name reported in Result.Backend. Required.
 	Backend string
 	// Lease, when set, is held by every Run (RBAC: create, get, update,
 	// delete on leases.coordination.k8s.io), and every pod is labelled with
 	// its name and owned by it (OwnedBy), so that the pods of a client that
 	// died are collected (CollectExpired). The pod backends set it.
-	Lease *RunLease
+	Lease *runLease
 	// Clock drives retry timers and timestamps. Defaults to the real clock.
 	Clock clock.WithTicker
 	// FirstAttemptDelay, RetryInterval, MaxRetryInterval: see the Default
@@ -83,13 +83,13 @@ type Options struct {
 	FirstAttemptDelay, RetryInterval, MaxRetryInterval time.Duration
 }
 
-// Executor runs commands in pods it creates.
-type Executor struct {
-	o Options
+// executor runs commands in pods it creates.
+type executor struct {
+	o executorOptions
 }
 
-// New validates o and returns an Executor.
-func New(o Options) (*Executor, error) {
+// newExecutor validates o and returns an executor.
+func newExecutor(o executorOptions) (*executor, error) {
 	switch {
 	case o.Client == nil:
 		return nil, errors.New("podexec: Options.Client is nil")
@@ -112,22 +112,14 @@ func New(o Options) (*Executor, error) {
 	if o.MaxRetryInterval == 0 {
 		o.MaxRetryInterval = DefaultMaxRetryInterval
 	}
-	return &Executor{o: o}, nil
-}
-
-// Run creates pod (which must be pinned to req.Node and carry the Tracker's
-// labels), runs argv in its container over exec with req's streams, and
-// deletes the pod, also when ctx is cancelled or req.Timeout expires. It
-// returns the errors described on nodeexec.Backend.
-func (e *Executor) Run(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request) (nodeexec.Result, error) {
-	return e.RunResumable(ctx, pod, container, argv, req, nil)
+	return &executor{o: o}, nil
 }
 
 // RunResumable is Run for a command line that keeps its outcome in the
 // container (resume says how to read it; nil: as Run): a stream cut after
 // the command started is reconnected (ExecResuming) instead of ending the
 // run with nodeexec.ErrOutcomeUnknown.
-func (e *Executor) RunResumable(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request, resume *Resume) (res nodeexec.Result, err error) {
+func (e *executor) RunResumable(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request, resume *Resume) (res nodeexec.Result, err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: e.o.Clock.Now(), Backend: e.o.Backend, Namespace: pod.Namespace, Pod: pod.Name}
 	req, firstOutput := nodeexec.RecordFirstOutput(req, e.o.Clock.Now)
@@ -261,7 +253,7 @@ func (e *Executor) RunResumable(ctx context.Context, pod *corev1.Pod, container 
 
 // deletePod deletes pod, retrying with backoff until it is gone or the
 // cleanup deadline passes (see DefaultCleanupTimeout). Not found is success.
-func (e *Executor) deletePod(ctx context.Context, pod *corev1.Pod) error {
+func (e *executor) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	now := e.o.Clock.Now()
 	deadline, perr := time.Parse(time.RFC3339, pod.Annotations[nodeexec.AnnotationDeadline])
 	if perr != nil || deadline.Before(now.Add(DefaultCleanupTimeout)) {
@@ -281,7 +273,7 @@ func (e *Executor) deletePod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // finish turns the exec outcome into a Result and error.
-func (e *Executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.Pod, container, node, argv0 string, xerr error) (nodeexec.Result, error) {
+func (e *executor) finish(ctx context.Context, res nodeexec.Result, pod *corev1.Pod, container, node, argv0 string, xerr error) (nodeexec.Result, error) {
 	if xerr == nil {
 		res.ExitCode = 0
 		return res, nil

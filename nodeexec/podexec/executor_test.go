@@ -238,7 +238,7 @@ func (h *harness) start(ctx context.Context, pod *corev1.Pod, req nodeexec.Reque
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		res, err := h.exec.Run(ctx, pod, testContainer, []string{"echo", "hi"}, req)
+		res, err := h.exec.RunResumable(ctx, pod, testContainer, []string{"echo", "hi"}, req, nil)
 		ch <- outcome{res, err}
 	}()
 	return ch

@@ -40,8 +40,8 @@ const (
 // LeaseName is the name of the Lease of the run with the given ID.
 func LeaseName(runID string) string { return LeaseNamePrefix + runID }
 
-// LeaseOptions configure a RunLease.
-type LeaseOptions struct {
+// leaseOptions configure a runLease.
+type leaseOptions struct {
 	// Client creates, renews (update) and deletes the Lease. RBAC: create,
 	// get, update, delete on leases.coordination.k8s.io in Namespace. Required.
 	Client kubernetes.Interface
@@ -58,7 +58,7 @@ type LeaseOptions struct {
 	Clock clock.WithTicker
 }
 
-// RunLease is the coordination.k8s.io/v1 Lease that says a run's client is
+// runLease is the coordination.k8s.io/v1 Lease that says a run's client is
 // alive. The first Acquire creates it, a goroutine renews it every
 // RenewInterval while it is held, and the last release deletes it. A client
 // killed outright stops renewing: once Duration has passed since the last
@@ -67,8 +67,8 @@ type LeaseOptions struct {
 // the Lease. The pods also carry an ownerReference to the Lease, so the
 // garbage collector deletes them whenever the Lease is deleted.
 // It is safe for concurrent use.
-type RunLease struct {
-	o LeaseOptions
+type runLease struct {
+	o leaseOptions
 
 	// mu serialises Acquire and release (refs, stop, done). release holds
 	// it while it waits for the renewal loop to end, so the loop never takes
@@ -82,15 +82,15 @@ type RunLease struct {
 	lease   *coordinationv1.Lease // held: the last written state
 }
 
-// NewLease validates o and returns a RunLease (nothing is created yet).
-func NewLease(o LeaseOptions) (*RunLease, error) {
+// newLease validates o and returns a runLease (nothing is created yet).
+func newLease(o leaseOptions) (*runLease, error) {
 	switch {
 	case o.Client == nil:
-		return nil, errors.New("podexec: LeaseOptions.Client is nil")
+		return nil, errors.New("podexec: leaseOptions.Client is nil")
 	case o.Namespace == "":
-		return nil, errors.New("podexec: LeaseOptions.Namespace is empty")
+		return nil, errors.New("podexec: leaseOptions.Namespace is empty")
 	case o.RunID == "":
-		return nil, errors.New("podexec: LeaseOptions.RunID is empty")
+		return nil, errors.New("podexec: leaseOptions.RunID is empty")
 	}
 	if o.Duration == 0 {
 		o.Duration = DefaultLeaseDuration
@@ -108,18 +108,18 @@ func NewLease(o LeaseOptions) (*RunLease, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &RunLease{o: o}, nil
+	return &runLease{o: o}, nil
 }
 
 // Name is the Lease's name.
-func (l *RunLease) Name() string { return LeaseName(l.o.RunID) }
+func (l *runLease) Name() string { return LeaseName(l.o.RunID) }
 
 // Acquire makes sure the Lease exists and is renewed, and returns it (for
 // OwnedBy) and the function that gives it up: the last holder's release
 // stops the renewals and deletes the Lease, retrying until it is deleted or
 // the Lease would have expired anyway (the collector then takes over).
 // Errors come from creating the Lease (RBAC: create leases).
-func (l *RunLease) Acquire(ctx context.Context) (*coordinationv1.Lease, func(), error) {
+func (l *runLease) Acquire(ctx context.Context) (*coordinationv1.Lease, func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil { // not held
@@ -172,17 +172,17 @@ func (l *RunLease) Acquire(ctx context.Context) (*coordinationv1.Lease, func(), 
 	return lease, func() { once.Do(func() { l.release(ctx) }) }, nil
 }
 
-func (l *RunLease) setLease(lease *coordinationv1.Lease) {
+func (l *runLease) setLease(lease *coordinationv1.Lease) {
 	l.leaseMu.Lock()
 	defer l.leaseMu.Unlock()
 	l.lease = lease
 }
 
-func (l *RunLease) expiry(renewed time.Time) string {
+func (l *runLease) expiry(renewed time.Time) string {
 	return renewed.Add(l.o.Duration).UTC().Format(time.RFC3339)
 }
 
-func (l *RunLease) release(ctx context.Context) {
+func (l *runLease) release(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refs--
@@ -218,7 +218,7 @@ func (l *RunLease) release(ctx context.Context) {
 }
 
 // renewLoop renews the Lease every RenewInterval until ctx ends.
-func (l *RunLease) renewLoop(ctx context.Context, done chan struct{}) {
+func (l *runLease) renewLoop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	log := logr.FromContextOrDiscard(ctx)
 	t := l.o.Clock.NewTicker(l.o.RenewInterval)
@@ -236,7 +236,7 @@ func (l *RunLease) renewLoop(ctx context.Context, done chan struct{}) {
 }
 
 // renew writes a new renewTime, re-reading the Lease on a conflict.
-func (l *RunLease) renew(ctx context.Context) error {
+func (l *runLease) renew(ctx context.Context) error {
 	l.leaseMu.Lock()
 	cur := l.lease.DeepCopy()
 	l.leaseMu.Unlock()

@@ -37,14 +37,15 @@ func DefaultRequests() corev1.ResourceList {
 	}
 }
 
-// HolderPodSpec is what every pod an Executor runs commands in has in
-// common; backends add their privileges and namespaces to the pod HolderPod
-// returns.
-type HolderPodSpec struct {
+// PodBase is what every pod a backend builds (debugpod.PodSpec,
+// agent.PodSpec, runtimeexec.PodSpec, HolderPodSpec) has in common; each
+// of those specs embeds it, and NewPodBase fills it in from a backend's
+// PodOptions and a Request.
+type PodBase struct {
 	// Node is the node to pin the pod to (spec.nodeName: no scheduler).
 	Node string
-	// Name and Namespace of the pod; Container names its one container.
-	Name, Namespace, Container string
+	// Name and Namespace of the pod.
+	Name, Namespace string
 	// RunID is the value of the nodeexec.LabelRunID label.
 	RunID string
 	// Image, ImagePullPolicy, ImagePullSecrets, PriorityClassName and
@@ -57,7 +58,7 @@ type HolderPodSpec struct {
 	// Env is set on the container, and so seen by commands run in it; the
 	// values as given (EscapeExpansion keeps the kubelet from expanding them).
 	Env map[string]string
-	// SecretEnv adds variables from Secrets (nodeexec.SecretEnvVars).
+	// SecretEnv adds variables from Secrets in Namespace (nodeexec.SecretEnvVars).
 	SecretEnv []nodeexec.SecretEnv
 	// Deadline is when the pod must be gone: it sets activeDeadlineSeconds
 	// (counted from Now, rounded up), the holder's sleep and the
@@ -65,6 +66,37 @@ type HolderPodSpec struct {
 	Now, Deadline time.Time
 	// Command is recorded in the nodeexec.AnnotationCommand annotation (1 KiB at most).
 	Command []string
+}
+
+// NewPodBase is the PodBase of req's pod for a backend whose completed
+// options are o: on req.Node, named name, created at now and gone by now +
+// req.EffectiveTimeout() + DeadlineSlack, with req's Env and SecretEnv,
+// recording command (the command line run in the pod) in its annotation.
+func NewPodBase(o *PodOptions, req nodeexec.Request, name string, now time.Time, command []string) PodBase {
+	return PodBase{
+		Node:              req.Node,
+		Name:              name,
+		Namespace:         o.Namespace,
+		RunID:             o.RunID,
+		Image:             o.Image,
+		ImagePullPolicy:   o.ImagePullPolicy,
+		ImagePullSecrets:  o.ImagePullSecrets,
+		PriorityClassName: o.PriorityClassName,
+		Requests:          o.Requests,
+		Env:               req.Env,
+		SecretEnv:         req.SecretEnv,
+		Now:               now,
+		Deadline:          now.Add(req.EffectiveTimeout() + DeadlineSlack),
+		Command:           command,
+	}
+}
+
+// HolderPodSpec is what HolderPod needs: the PodBase every pod an executor
+// runs commands in has, its container's name, and its stdin and tty.
+type HolderPodSpec struct {
+	PodBase
+	// Container names the pod's one container.
+	Container string
 	// Stdin and TTY set the container's stdin and tty.
 	Stdin, TTY bool
 }

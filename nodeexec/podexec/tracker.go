@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Tracker is one shared watch over the pods of a run (a namespace and a label
+// tracker is one shared watch over the pods of a run (a namespace and a label
 // selector), used by every concurrent Run instead of one watch per pod: a
 // fan-out over N nodes costs one LIST and one WATCH, not N of each.
 //
@@ -20,11 +20,11 @@ import (
 // involvedObject.kind=Pod): the kubelet records one as soon as the container
 // runtime has started a container, typically a second before its status
 // report shows the container running. Without RBAC to watch events the
-// Tracker still works; Started then never reports true.
+// tracker still works; Started then never reports true.
 //
 // The watch runs while at least one caller holds it (Acquire/release) and
 // stops when the last one releases it.
-type Tracker struct {
+type tracker struct {
 	client    kubernetes.Interface
 	namespace string
 	selector  string
@@ -37,15 +37,15 @@ type Tracker struct {
 	waiters map[string]map[chan struct{}]struct{}
 }
 
-// NewTracker returns a Tracker for the pods in namespace matching the label selector.
-func NewTracker(client kubernetes.Interface, namespace, selector string) *Tracker {
-	return &Tracker{client: client, namespace: namespace, selector: selector, waiters: map[string]map[chan struct{}]struct{}{}}
+// newTracker returns a tracker for the pods in namespace matching the label selector.
+func newTracker(client kubernetes.Interface, namespace, selector string) *tracker {
+	return &tracker{client: client, namespace: namespace, selector: selector, waiters: map[string]map[chan struct{}]struct{}{}}
 }
 
 // Acquire starts the watch if it is not running and returns the function
 // that releases it. The watch outlives ctx's cancellation only until release
 // is called; it keeps ctx's values (logger).
-func (t *Tracker) Acquire(ctx context.Context) (release func()) {
+func (t *tracker) Acquire(ctx context.Context) (release func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.refs++
@@ -105,7 +105,7 @@ func (t *Tracker) Acquire(ctx context.Context) (release func()) {
 
 const startedEvents = "involvedObject.kind=Pod,reason=Started"
 
-func (t *Tracker) onEvent(obj any) {
+func (t *tracker) onEvent(obj any) {
 	ev, ok := obj.(*corev1.Event)
 	if !ok {
 		return
@@ -121,13 +121,13 @@ func (t *Tracker) onEvent(obj any) {
 
 // Started reports whether the kubelet has recorded a Started event for a
 // container of the named pod since the pod was subscribed to.
-func (t *Tracker) Started(name string) bool {
+func (t *tracker) Started(name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.started[name]
 }
 
-func (t *Tracker) notify(obj any) {
+func (t *tracker) notify(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -141,7 +141,7 @@ func (t *Tracker) notify(obj any) {
 }
 
 // signal wakes the subscribers of the named pod. Called with t.mu held.
-func (t *Tracker) signal(name string) {
+func (t *tracker) signal(name string) {
 	for ch := range t.waiters[name] {
 		select {
 		case ch <- struct{}{}:
@@ -152,7 +152,7 @@ func (t *Tracker) signal(name string) {
 
 // Subscribe returns a channel that receives (coalesced) notifications of
 // changes to the named pod, and a function to unsubscribe.
-func (t *Tracker) Subscribe(name string) (<-chan struct{}, func()) {
+func (t *tracker) Subscribe(name string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -173,7 +173,7 @@ func (t *Tracker) Subscribe(name string) (<-chan struct{}, func()) {
 
 // Get returns the last observed state of the named pod, or nil if the watch
 // has not seen it (yet). Only valid while the Tracker is acquired.
-func (t *Tracker) Get(name string) *corev1.Pod {
+func (t *tracker) Get(name string) *corev1.Pod {
 	t.mu.Lock()
 	store := t.store
 	t.mu.Unlock()

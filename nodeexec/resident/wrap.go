@@ -79,7 +79,16 @@ type Backend struct {
 	found map[string]Agent // by SkipPreflight, for the node's next Run
 }
 
-var _ nodeexec.Backend = (*Backend)(nil)
+// The optional interfaces of package nodeexec the backend implements; the
+// others (PodDescriber, Requirer, ...) are the wrapped backend's, which
+// nodeexec.As finds through Unwrap.
+var (
+	_ nodeexec.Backend          = (*Backend)(nil)
+	_ nodeexec.Preflighter      = (*Backend)(nil)
+	_ nodeexec.PreflightSkipper = (*Backend)(nil)
+	_ nodeexec.Wrapper          = (*Backend)(nil)
+	_ nodeexec.Explainer        = (*Backend)(nil)
+)
 
 // Wrap returns a backend that, for each request, asks o.Commander for the
 // node and agent command line, looks for a resident agent on that node

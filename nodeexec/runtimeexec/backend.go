@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,14 +55,22 @@ const Name = "runtime"
 // is empty.
 const DefaultNamespace = podexec.DefaultNamespace
 
+// PodOptions are the options every pod backend has (podexec.PodOptions):
+// the client, the namespace of the pods, the image, its pull policy,
+// secrets, priority class and requests, the run ID and the test hooks, each
+// field with its default. Options embeds them.
+type PodOptions = podexec.PodOptions
+
 // Options configure a Backend.
+//
+//	runtimeexec.Options{PodOptions: runtimeexec.PodOptions{Client: client, Config: cfg}, PodNamespace: "shop", Pod: "web-0"}
 type Options struct {
 	// PodOptions are the client, the namespace where the agent pods are
 	// created (default DefaultNamespace; its Pod Security level must be
 	// "privileged"), the agent image (default agent.DefaultImage), its pull
 	// policy, secrets, priority class and requests, the run ID and the test
-	// hooks; see podexec.PodOptions for each field's default.
-	podexec.PodOptions
+	// hooks; see PodOptions for each field's default.
+	PodOptions
 	// PodNamespace and Pod name the target pod. Pod is required;
 	// PodNamespace defaults to Namespace.
 	PodNamespace, Pod string
@@ -80,21 +89,33 @@ type Options struct {
 	NoProcFallback bool
 }
 
-// Backend is the runtime backend. It is safe for concurrent use.
+// Backend is the runtime backend. It is safe for concurrent use. RunID is
+// the value of the run-ID label on its agent pods.
 type Backend struct {
-	o    Options
-	base *podexec.PodBackend
+	*podBackend
+	o Options
+
+	mu        sync.Mutex
+	container string // the target container Target last found, for Pod
 }
 
+// podBackend is embedded unexported: Backend gets its RunID.
+type podBackend = podexec.PodBackend
+
+// The optional interfaces of package nodeexec the backend implements.
 var (
-	_ nodeexec.Backend     = (*Backend)(nil)
-	_ nodeexec.Preflighter = (*Backend)(nil)
+	_ nodeexec.Backend        = (*Backend)(nil)
+	_ nodeexec.Preflighter    = (*Backend)(nil)
+	_ nodeexec.PodDescriber   = (*Backend)(nil)
+	_ nodeexec.Requirer       = (*Backend)(nil)
+	_ nodeexec.TargetResolver = (*Backend)(nil)
 )
 
 // New validates o and returns a Backend. Errors name the bad field; the API
 // server is not contacted.
 func New(o Options) (*Backend, error) {
-	if err := o.Complete(Name, agent.DefaultImage); err != nil {
+	base, err := podexec.NewPodBackend(Name, agent.DefaultImage, &o.PodOptions)
+	if err != nil {
 		return nil, err
 	}
 	if o.PodNamespace == "" {
@@ -126,18 +147,11 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("runtime: runtime endpoint %q: give an absolute socket path on the node", ep)
 		}
 	}
-	base, err := podexec.NewPodBackend(Name, o.PodOptions)
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{o: o, base: base}, nil
+	return &Backend{podBackend: base, o: o}, nil
 }
 
 // Name returns "runtime".
 func (b *Backend) Name() string { return Name }
-
-// RunID is the value of the run-ID label on this backend's pods.
-func (b *Backend) RunID() string { return b.o.RunID }
 
 // Requirements are the privileged Pod Security level of the agent pod in
 // the backend's namespace and the RBAC to read the target pod, run an agent
@@ -172,7 +186,13 @@ func (b *Backend) Target(ctx context.Context) (node, container, containerID stri
 	case err != nil:
 		return "", "", "", fmt.Errorf("getting pod %s: %w", ref, err)
 	}
-	return ContainerTarget(pod, b.o.Container)
+	node, container, containerID, err = ContainerTarget(pod, b.o.Container)
+	if err == nil {
+		b.mu.Lock()
+		b.container = container
+		b.mu.Unlock()
+	}
+	return node, container, containerID, err
 }
 
 // ContainerTarget checks that container (default: the
@@ -242,24 +262,30 @@ func (b *Backend) agentArgv(id string, req nodeexec.Request) []string {
 	return agent.ContainerExecArgv(agent.ContainerExecArgs{ContainerID: id, Endpoints: b.o.RuntimeEndpoints, Namespaces: b.o.Namespaces, NoProcFallback: b.o.NoProcFallback, Env: req.Env, Argv: req.Argv()})
 }
 
-// Pod builds the agent pod Run would create on node for req, without creating it.
-func (b *Backend) Pod(node, container string, req nodeexec.Request) (*corev1.Pod, error) {
+// Pod builds the agent pod Run would create on req.Node for req, without
+// creating it or contacting the API server (nodeexec.PodDescriber, what
+// --explain prints). req.Node is the target pod's node (TargetNode). The
+// target container it records is Options.Container, else the one Target
+// (or TargetNode) last found; with neither, Pod returns an error saying so.
+func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
+	container := b.o.Container
+	if container == "" {
+		b.mu.Lock()
+		container = b.container
+		b.mu.Unlock()
+	}
+	if container == "" {
+		return nil, fmt.Errorf("runtime: the target container of pod %s/%s is not known yet: set Options.Container, or call TargetNode first", b.o.PodNamespace, b.o.Pod)
+	}
+	return b.pod(container, req)
+}
+
+// pod is the agent pod on req.Node for req, entering container.
+func (b *Backend) pod(container string, req nodeexec.Request) (*corev1.Pod, error) {
 	now := b.o.Clock.Now()
 	return BuildPod(PodSpec{
-		Node:              node,
-		Name:              podexec.PodName(node, b.o.NameSuffix()),
-		Namespace:         b.o.Namespace,
-		RunID:             b.o.RunID,
-		Image:             b.o.Image,
-		ImagePullPolicy:   b.o.ImagePullPolicy,
-		ImagePullSecrets:  b.o.ImagePullSecrets,
-		PriorityClassName: b.o.PriorityClassName,
-		Requests:          b.o.Requests,
-		Target:            b.o.PodNamespace + "/" + b.o.Pod + "/" + container,
-		Now:               now,
-		Deadline:          now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
-		Command:           req.Argv(),
-		Env:               req.Env,
+		PodBase: podexec.NewPodBase(&b.o.PodOptions, req, podexec.PodName(req.Node, b.o.NameSuffix()), now, req.Argv()),
+		Target:  b.o.PodNamespace + "/" + b.o.Pod + "/" + container,
 	})
 }
 
@@ -267,7 +293,7 @@ func (b *Backend) Pod(node, container string, req nodeexec.Request) (*corev1.Pod
 // agent command line that enters the container of ID id, resumable through
 // the agent's spool (agent.SpoolFor).
 func (b *Backend) launch(container, id string, req nodeexec.Request) (podexec.Launch, error) {
-	pod, err := b.Pod(req.Node, container, req)
+	pod, err := b.pod(container, req)
 	if err != nil {
 		return podexec.Launch{}, err
 	}
@@ -298,7 +324,7 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 	req.Node = node
 	tail := &agent.TailWriter{W: req.Stderr}
 	req.Stderr = tail
-	res, err := b.base.Run(ctx, req, func(req nodeexec.Request) (podexec.Launch, error) { return b.launch(container, id, req) })
+	res, err := b.podBackend.Run(ctx, req, func(req nodeexec.Request) (podexec.Launch, error) { return b.launch(container, id, req) })
 	return res, agent.NotRunError(err, tail)
 }
 
@@ -312,7 +338,7 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	return b.base.Preflight(ctx, node, func(req nodeexec.Request) (podexec.Launch, error) { return b.launch(container, id, req) })
+	return b.podBackend.Preflight(ctx, node, func(req nodeexec.Request) (podexec.Launch, error) { return b.launch(container, id, req) })
 }
 
 // noSecretEnv refuses Request.SecretEnv: the command runs in the target

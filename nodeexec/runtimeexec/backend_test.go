@@ -26,18 +26,20 @@ const cid = "containerd://0123456789abcdef0123456789abcdef0123456789abcdef012345
 func spec() PodSpec {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	return PodSpec{
-		Node:             "node-a",
-		Name:             "nodeexec-node-a-x2x2x",
-		Namespace:        "default",
-		RunID:            "run1234567",
-		Image:            agent.DefaultImage,
-		ImagePullPolicy:  corev1.PullIfNotPresent,
-		ImagePullSecrets: []string{"regcred"},
-		Requests:         corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
-		Target:           "apps/web-0/nginx",
-		Now:              now,
-		Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
-		Command:          []string{"cat", "/etc/hostname"},
+		PodBase: PodBase{
+			Node:             "node-a",
+			Name:             "nodeexec-node-a-x2x2x",
+			Namespace:        "default",
+			RunID:            "run1234567",
+			Image:            agent.DefaultImage,
+			ImagePullPolicy:  corev1.PullIfNotPresent,
+			ImagePullSecrets: []string{"regcred"},
+			Requests:         corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
+			Now:              now,
+			Deadline:         now.Add(90*time.Second + 500*time.Millisecond),
+			Command:          []string{"cat", "/etc/hostname"},
+		},
+		Target: "apps/web-0/nginx",
 	}
 }
 
@@ -200,7 +202,7 @@ func TestPodAndAgentCommand(t *testing.T) {
 		t.Errorf("a -e variable is on the agent's command line: %q", argv)
 	}
 	// The pod path: in the agent container's environment, as ExecEnvVar.
-	envPod, err := b.Pod("node-b", "nginx", nodeexec.Request{Command: []string{"id"}, Timeout: time.Minute, Env: map[string]string{"SECRETNAME": "s3cr3t-value"}})
+	envPod, err := b.Pod(nodeexec.Request{Node: "node-b", Command: []string{"id"}, Timeout: time.Minute, Env: map[string]string{"SECRETNAME": "s3cr3t-value"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestPodAndAgentCommand(t *testing.T) {
 	}
 	// What the kubelet's expansion of the container's environment gives the agent.
 	nasty := map[string]string{"A": "pa$$word", "B": "$(HOME)", "C": "x$(Y)z$$"}
-	envPod, err = b.Pod("node-b", "nginx", nodeexec.Request{Command: []string{"id"}, Timeout: time.Minute, Env: nasty})
+	envPod, err = b.Pod(nodeexec.Request{Node: "node-b", Command: []string{"id"}, Timeout: time.Minute, Env: nasty})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestPodAndAgentCommand(t *testing.T) {
 	if _, _, err := b.AgentCommand(t.Context(), nodeexec.Request{Node: "node-a", Command: []string{"id"}}); !errors.Is(err, nodeexec.ErrWrongNode) {
 		t.Errorf("wrong node: %v", err)
 	}
-	pod, err := b.Pod("node-b", "nginx", nodeexec.Request{Command: []string{"id"}, Timeout: time.Minute})
+	pod, err := b.Pod(nodeexec.Request{Node: "node-b", Command: []string{"id"}, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +267,35 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPodDescriber: Pod(req) (what --explain prints) needs the target
+// container's name, from Options.Container or from the last Target; it
+// makes no API call.
+func TestPodDescriber(t *testing.T) {
+	req := nodeexec.Request{Node: "node-b", Command: []string{"id"}, Timeout: time.Minute}
+	tp := targetPod()
+	tp.Annotations = map[string]string{"kubectl.kubernetes.io/default-container": "nginx"}
+	b, err := newTestBackend(t, fake.NewClientset(tp), func(o *Options) { o.Container = "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pod(req); err == nil || !strings.Contains(err.Error(), "not known yet") {
+		t.Errorf("Pod before TargetNode, no Options.Container: %v, want an error saying the container is not known", err)
+	}
+	if node, err := b.TargetNode(t.Context()); err != nil || node != "node-b" {
+		t.Fatalf("TargetNode = %q, %v", node, err)
+	}
+	pod, err := b.Pod(req)
+	if err != nil || pod.Annotations[AnnotationTarget] != "apps/web-0/nginx" || pod.Spec.NodeName != "node-b" {
+		t.Errorf("Pod after TargetNode: %v, %v", pod, err)
+	}
+	b, err = newTestBackend(t, fake.NewClientset(), nil) // Options.Container "nginx"
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod, err := b.Pod(req); err != nil || pod.Annotations[AnnotationTarget] != "apps/web-0/nginx" {
+		t.Errorf("Pod with Options.Container: %v, %v", pod, err)
 	}
 }

@@ -3,42 +3,36 @@ package runtimeexec
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
+	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 // AnnotationTarget names the target container, as NAMESPACE/POD/CONTAINER.
 const AnnotationTarget = "nodeexec.io/target"
 
+// PodBase is podexec.PodBase, the part every pod spec of nodeexec has (node,
+// name, namespace, run ID, image, pull policy and secrets, priority class,
+// requests, environment, deadline, command annotation), here so that a
+// PodSpec is built with this package alone.
+type PodBase = podexec.PodBase
+
 // PodSpec is everything BuildPod needs; it holds no client.
 type PodSpec struct {
-	// Node is the target pod's node (spec.nodeName of the agent pod).
-	Node string
-	// Name and Namespace of the agent pod.
-	Name, Namespace string
-	// RunID is the value of the nodeexec.LabelRunID label.
-	RunID string
-	// Image is the agent image; ImagePullPolicy, ImagePullSecrets,
-	// PriorityClassName and Requests are copied into the pod.
-	Image             string
-	ImagePullPolicy   corev1.PullPolicy
-	ImagePullSecrets  []string
-	PriorityClassName string
-	Requests          corev1.ResourceList
+	// PodBase is the agent pod's node (the target pod's node), name,
+	// namespace, run ID, image (the agent image), pull policy and secrets,
+	// priority class, requests, deadline and the user's command (recorded
+	// in nodeexec.AnnotationCommand). Its Env are the request's variables
+	// (-e), for the command in the target container: they go into the
+	// agent container's environment as agent.ExecEnvVar, which `agent
+	// container-exec --env-from-agent` reads, never onto a command line.
+	// SecretEnv must be empty: the command runs with the target
+	// container's own environment.
+	PodBase
 	// Target is NAMESPACE/POD/CONTAINER, recorded in AnnotationTarget.
 	Target string
-	// Now and Deadline set activeDeadlineSeconds and nodeexec.AnnotationDeadline.
-	Now, Deadline time.Time
-	// Command is the user's command, recorded in nodeexec.AnnotationCommand.
-	Command []string
-	// Env are the request's variables (-e), for the command in the target
-	// container: they go into the agent container's environment as
-	// agent.ExecEnvVar, which `agent container-exec --env-from-agent`
-	// reads, never onto a command line. Optional.
-	Env map[string]string
 }
 
 // BuildPod returns the agent pod: agent.BuildPod's privileged hostPID pod
@@ -56,6 +50,9 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	if s.Target == "" {
 		return nil, errors.New("Target is empty")
 	}
+	if len(s.SecretEnv) > 0 {
+		return nil, errors.New("SecretEnv is set: the command runs with the target container's own environment (plus Env)")
+	}
 	var env map[string]string
 	if len(s.Env) > 0 {
 		if err := agent.CheckExecEnv(s.Env); err != nil {
@@ -63,21 +60,9 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 		}
 		env = map[string]string{agent.ExecEnvVar: agent.EncodeExecEnv(s.Env)}
 	}
-	pod, err := agent.BuildPod(agent.PodSpec{
-		Node:              s.Node,
-		Name:              s.Name,
-		Namespace:         s.Namespace,
-		RunID:             s.RunID,
-		Image:             s.Image,
-		ImagePullPolicy:   s.ImagePullPolicy,
-		ImagePullSecrets:  s.ImagePullSecrets,
-		PriorityClassName: s.PriorityClassName,
-		Requests:          s.Requests,
-		Now:               s.Now,
-		Deadline:          s.Deadline,
-		Command:           s.Command,
-		Env:               env,
-	})
+	base := s.PodBase
+	base.Env = env
+	pod, err := agent.BuildPod(agent.PodSpec{PodBase: base})
 	if err != nil {
 		return nil, err
 	}

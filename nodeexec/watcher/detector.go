@@ -68,10 +68,22 @@ func UnprivilegedCheckPod(spec *v1alpha1.NodeScriptSpec, req nodeexec.Request, n
 	}
 	argv := []string{"sh", "-c", req.Script}
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{
-		Node: req.Node, Name: name, Namespace: RunNamespace(spec), Container: CheckContainer,
-		RunID: v1alpha1.SpecHash(spec), Image: img, ImagePullPolicy: podexec.DefaultPullPolicy, ImagePullSecrets: secrets,
-		Requests: podexec.DefaultRequests(), Env: req.Env, SecretEnv: req.SecretEnv,
-		Now: now, Deadline: now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack), Command: argv,
+		PodBase: podexec.PodBase{
+			Node:             req.Node,
+			Name:             name,
+			Namespace:        RunNamespace(spec),
+			RunID:            v1alpha1.SpecHash(spec),
+			Image:            img,
+			ImagePullPolicy:  podexec.DefaultPullPolicy,
+			ImagePullSecrets: secrets,
+			Requests:         podexec.DefaultRequests(),
+			Env:              req.Env,
+			SecretEnv:        req.SecretEnv,
+			Now:              now,
+			Deadline:         now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
+			Command:          argv,
+		},
+		Container: CheckContainer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("spec.check: %w", err)

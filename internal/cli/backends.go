@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,20 +12,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/agent"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
-	"github.com/nodeexec/nodeexec/nsenter"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 )
 
+// The backend flags, shared by run and shell: --backend and the flags of
+// the registered backends (backends.Flags), turned into urfave/cli flags.
+// What a backend checks, how its targets are given and how it is built
+// from the flags are its entry's (backends.Entry); nothing here names a
+// backend.
+
 // backendNames lists the values of --backend.
-func backendNames() []string {
-	return []string{debugpod.Name, nsenterpod.Name, ephemeral.Name, runtimeexec.Name}
-}
+func backendNames() []string { return backends.Names() }
 
 // backendFlags are the flags that choose and configure a backend; each maps
 // onto one field of that backend's Options. defaultBackend is --backend's
@@ -32,70 +31,77 @@ func backendNames() []string {
 func backendFlags(defaultBackend string) []ucli.Flag {
 	usage := "how to reach the node: " + strings.Join(backendNames(), ", ")
 	if defaultBackend == "" {
-		usage += " (default: " + nsenterpod.Name + ", the node's own namespaces from a pod without volumes; " + debugpod.Name + " when --image or --profile is given, which only a debug container has)"
+		usage += " (default: " + backends.RunDefaultName + ", the node's own namespaces from a pod without volumes; " + backends.DefaultName + " when --image or --profile is given, which only a debug container has)"
 	}
-	return append([]ucli.Flag{
-		&ucli.StringFlag{Name: "backend", Value: defaultBackend, Usage: usage},
-		&ucli.StringFlag{Name: "profile", Value: debugpod.DefaultProfile, Usage: "kubectl debug profile: " + strings.Join(debugpod.Profiles(), ", ")},
-		&ucli.StringFlag{Name: "image", Value: envOr("NODEEXEC_IMAGE", debugpod.DefaultImage), Usage: "image of the debugging container (default: $NODEEXEC_IMAGE when set and not empty)"},
-		&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
-		&ucli.StringSliceFlag{Name: "image-pull-secret", Usage: "secret `NAME` for pulling the image (repeatable)"},
-		&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the pods"},
-		&ucli.StringFlag{Name: "cpu-request", Value: "10m", Usage: "CPU request of the debugging container"},
-		&ucli.StringFlag{Name: "memory-request", Value: "16Mi", Usage: "memory request of the debugging container"},
-		&ucli.StringFlag{Name: "pod", Usage: "ephemeral backend: the running pod `[NAMESPACE/]NAME` to add the ephemeral container to; the run targets its node (no --node, --selector or --all)"},
-		&ucli.StringFlag{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
-		&ucli.StringFlag{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
-		&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", agent.DefaultImage), Usage: "nsenter backend: the agent image (nodeexec at " + agent.Path + "; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
-	}, runtimeFlags()...)
+	flags := []ucli.Flag{&ucli.StringFlag{Name: "backend", Value: defaultBackend, Usage: usage}}
+	for _, f := range backends.Flags() {
+		flags = append(flags, urfaveFlag(f))
+	}
+	return flags
+}
+
+// urfaveFlag is the urfave/cli flag of a backend flag.
+func urfaveFlag(f backends.Flag) ucli.Flag {
+	switch f.Kind {
+	case backends.BoolFlag:
+		return &ucli.BoolFlag{Name: f.Name, Usage: f.Usage}
+	case backends.StringSliceFlag:
+		return &ucli.StringSliceFlag{Name: f.Name, Usage: f.Usage}
+	default:
+		v := f.Value
+		if f.Env != "" {
+			v = envOr(f.Env, v)
+		}
+		return &ucli.StringFlag{Name: f.Name, Value: v, Usage: f.Usage}
+	}
 }
 
 // backendName is the backend the flags choose: --backend when given; else,
-// for run (whose --backend has no default value), debugpod when --image or
-// --profile is given (flags only a debug container has: the command then
-// runs in that image, with kubectl debug's profile), and the nsenter backend
-// otherwise — the fastest pod (no volume for the kubelet to wait on, about
-// 300 ms) and the one whose run survives a cut stream (see README, "The
-// default backend").
+// for run (whose --backend has no default value), backends.DefaultName
+// (debugpod) when --image or --profile is given (flags only a debug
+// container has: the command then runs in that image, with kubectl debug's
+// profile), and backends.RunDefaultName (nsenter) otherwise — the fastest
+// pod (no volume for the kubelet to wait on, about 300 ms) and the one
+// whose run survives a cut stream (see README, "The default backend").
 func backendName(c *ucli.Context) string {
 	if name := c.String("backend"); name != "" {
 		return name
 	}
 	if c.IsSet("image") || c.IsSet("profile") {
-		return debugpod.Name
+		return backends.DefaultName
 	}
-	return nsenterpod.Name
+	return backends.RunDefaultName
+}
+
+// backendEntry is the registration of the backend the flags choose.
+func backendEntry(c *ucli.Context) (backends.Entry, error) {
+	name := backendName(c)
+	e, ok := backends.Lookup(name)
+	if !ok {
+		return e, fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	}
+	return e, nil
 }
 
 // checkBackendFlags validates the backend flags without touching the cluster.
 func checkBackendFlags(c *ucli.Context) error {
-	name := backendName(c)
-	if !slices.Contains(backendNames(), name) {
-		return fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	e, err := backendEntry(c)
+	if err != nil {
+		return err
 	}
 	if _, err := requests(c); err != nil {
 		return err
 	}
-	if err := checkBackendOnlyFlags(c, name); err != nil {
+	if err := checkExclusiveFlags(c, e); err != nil {
 		return err
 	}
-	if name == nsenterpod.Name || name == runtimeexec.Name {
-		if _, err := nsenter.ParseNamespaces(c.String("namespaces")); err != nil {
-			return fmt.Errorf("--namespaces: %w", err)
+	if e.Check != nil {
+		if err := e.Check(c); err != nil {
+			return err
 		}
 	}
-	if name == debugpod.Name || name == ephemeral.Name {
-		if p := c.String("profile"); !slices.Contains(debugpod.Profiles(), p) {
-			return fmt.Errorf("unknown --profile %q: want one of %s", p, strings.Join(debugpod.Profiles(), ", "))
-		}
-	}
-	// The image the backend's pod or container runs: --image for debugpod
-	// and ephemeral, --agent-image for nsenter and runtime.
-	image := "image"
-	if name == nsenterpod.Name || name == runtimeexec.Name {
-		image = "agent-image"
-	}
-	if err := checkImage(image, c.String(image)); err != nil {
+	// The image the backend's pod or container runs: --image or --agent-image.
+	if err := checkImage(e.ImageFlag, c.String(e.ImageFlag)); err != nil {
 		return err
 	}
 	switch p := corev1.PullPolicy(c.String("image-pull-policy")); p {
@@ -114,78 +120,94 @@ func checkBackendFlags(c *ucli.Context) error {
 	return nil
 }
 
-// backendOnlyFlags are flags only some backends use, and those backends.
-// (--pod and --container, which also change the targets, are checked with
-// them: checkTargets, checkShellTargets.)
-var backendOnlyFlags = []struct {
-	flag     string
-	backends []string
-}{
-	{"no-proc-fallback", []string{runtimeexec.Name}},
-	{"runtime-endpoint", []string{runtimeexec.Name}},
-	{"use-resident", []string{nsenterpod.Name, runtimeexec.Name}},
-}
-
-// checkBackendOnlyFlags refuses a flag that backend name would ignore,
-// naming the backends that use it.
-func checkBackendOnlyFlags(c *ucli.Context, name string) error {
-	for _, f := range backendOnlyFlags {
-		set := c.Bool(f.flag) || len(c.StringSlice(f.flag)) > 0
-		if !set || slices.Contains(f.backends, name) {
+// checkExclusiveFlags refuses a flag only some backends use
+// (backends.Flag.Exclusive) that backend e would ignore, naming the
+// backends that use it. (--pod and --container, which also change the
+// targets, are checked with them: checkBackendTargets.)
+func checkExclusiveFlags(c *ucli.Context, e backends.Entry) error {
+	for _, f := range backends.Flags() {
+		set := c.Bool(f.Name) || len(c.StringSlice(f.Name)) > 0
+		if !f.Exclusive || !set || slices.Contains(e.Flags, f.Name) {
 			continue
 		}
-		return fmt.Errorf("--%s is for --backend %s; --backend %s does not use it: drop it, or choose that backend", f.flag, strings.Join(f.backends, " or "), name)
+		return fmt.Errorf("--%s is for --backend %s; --backend %s does not use it: drop it, or choose that backend", f.Name, strings.Join(backends.FlagUsers(f.Name), " or "), e.Name)
 	}
 	return nil
 }
 
-// newBackend builds the backend --backend names from its flags.
+// checkBackendTargets validates the targets with --pod and --container:
+// the backend's own check (backends.Entry.CheckTargets) for one that
+// targets a container; for a node backend, --pod and --container are
+// refused, and run's targets must name nodes.
+func checkBackendTargets(c *ucli.Context, t backends.TargetFlags) error {
+	e, _ := backends.Lookup(backendName(c)) // an unknown name is refused by checkBackendFlags
+	if e.CheckTargets != nil {
+		return e.CheckTargets(c, t)
+	}
+	if t.Shell {
+		for _, f := range []string{"pod", "container"} {
+			if c.String(f) != "" {
+				return fmt.Errorf("--%s is for --backend %s; --backend %s opens a pod of its own on NODE: drop --%s, or choose one of those backends", f, strings.Join(backends.ContainerNames(), " or "), backendName(c), f)
+			}
+		}
+		return nil
+	}
+	switch {
+	case c.String("container") != "":
+		return errors.New("--container is for --backend ephemeral")
+	case c.String("pod") == "":
+		return nodeexec.Targets{Nodes: t.Nodes, Selector: t.Selector, All: t.All}.Validate()
+	default:
+		return fmt.Errorf("--pod is for --backend ephemeral (got --backend %s)", backendName(c))
+	}
+}
+
+// newBackend builds the backend --backend names from its flags
+// (backends.Entry.Build).
 func newBackend(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns string) (nodeexec.Backend, error) {
 	reqs, err := requests(c)
 	if err != nil {
 		return nil, err
 	}
-	switch name := backendName(c); name {
-	case ephemeral.Name:
-		return newEphemeral(c, client, cfg, ns)
-	case debugpod.Name:
-		return debugpod.New(debugpod.Options{
-			PodOptions: podOptions(c, client, cfg, ns, c.String("image"), reqs),
-			Profile:    c.String("profile"),
-		})
-	case nsenterpod.Name:
-		nss, err := nsenter.ParseNamespaces(c.String("namespaces"))
-		if err != nil {
-			return nil, fmt.Errorf("--namespaces: %w", err)
-		}
-		b, err := nsenterpod.New(nsenterpod.Options{
-			PodOptions: podOptions(c, client, cfg, ns, c.String("agent-image"), reqs),
-			Namespaces: nss,
-		})
-		if err != nil {
-			return nil, err
-		}
-		return withResident(c, client, cfg, b)
-	case runtimeexec.Name:
-		return newRuntime(c, client, cfg, ns, reqs)
-	default:
-		return nil, fmt.Errorf("unknown --backend %q: want one of %s", name, strings.Join(backendNames(), ", "))
+	e, err := backendEntry(c)
+	if err != nil {
+		return nil, err
 	}
+	errOut := c.App.ErrWriter
+	return e.Build(c.Context, c, backends.Env{
+		Client: client, Config: cfg, Namespace: ns, Requests: reqs, Node: oneNode(c),
+		Warn: func(msg string) { fmt.Fprintf(errOut, "warning: %s\n", msg) },
+	})
 }
 
-// podOptions are the pod backends' shared options from the flags: image is
-// --image or --agent-image, reqs from requests.
-func podOptions(c *ucli.Context, client kubernetes.Interface, cfg *rest.Config, ns, image string, reqs corev1.ResourceList) podexec.PodOptions {
-	return podexec.PodOptions{
-		Client:            client,
-		Config:            cfg,
-		Namespace:         ns,
-		Image:             image,
-		ImagePullPolicy:   corev1.PullPolicy(c.String("image-pull-policy")),
-		ImagePullSecrets:  c.StringSlice("image-pull-secret"),
-		PriorityClassName: c.String("priority-class"),
-		Requests:          reqs,
+// oneNode is the one target node of the command line: shell's NODE, or
+// run's one --node ("" if none or several).
+func oneNode(c *ucli.Context) string {
+	if c.Command != nil && c.Command.Name == "shell" {
+		return c.Args().First()
 	}
+	if nodes := splitCSV(c.StringSlice("node")); len(nodes) == 1 {
+		return nodes[0]
+	}
+	return ""
+}
+
+// podTargets returns targets unchanged, or, for a backend that targets a
+// pod's container (nodeexec.TargetResolver: --pod), the pod's node, after
+// checking (without creating anything) that the pod and target container
+// run. The preflight that follows (runPreflight) asks the API server
+// whether it would admit what the backend adds (dry run: RBAC, Pod
+// Security).
+func podTargets(c *ucli.Context, backend nodeexec.Backend, targets nodeexec.Targets) (nodeexec.Targets, error) {
+	r, ok := nodeexec.As[nodeexec.TargetResolver](backend)
+	if !ok {
+		return targets, nil
+	}
+	node, err := r.TargetNode(c.Context)
+	if err != nil {
+		return targets, err
+	}
+	return nodeexec.Targets{Nodes: []string{node}}, nil
 }
 
 // requests reads --cpu-request and --memory-request.

@@ -16,8 +16,7 @@ import (
 	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 )
 
 func runCommand(streams Streams) *ucli.Command {
@@ -166,8 +165,8 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 	if req.SecretEnv, err = parseSecretEnv(c.StringSlice("env-from-secret")); err != nil {
 		return req, targets, err
 	}
-	if len(req.SecretEnv) > 0 && backendName(c) == runtimeexec.Name {
-		return req, targets, errors.New("--env-from-secret: --backend runtime runs the command in the running container, whose environment the kubelet set when it started: it cannot add variables from a Secret; give -e KEY=VALUE, or run beside the container with --backend ephemeral --pod [NAMESPACE/]NAME")
+	if e, ok := backends.Lookup(backendName(c)); ok && len(req.SecretEnv) > 0 && e.SecretEnvRefusal != "" {
+		return req, targets, errors.New(e.SecretEnvRefusal)
 	}
 	if err := checkRunTimeout(c, "30s or 5m"); err != nil {
 		return req, targets, err
@@ -182,7 +181,7 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 	if err := checkSelectorFlag(c); err != nil {
 		return req, targets, err
 	}
-	if err := checkTargets(c, targets); err != nil {
+	if err := checkBackendTargets(c, backends.TargetFlags{Nodes: targets.Nodes, Selector: targets.Selector, All: targets.All}); err != nil {
 		return req, targets, err
 	}
 	if err := req.Validate(); err != nil {
@@ -252,7 +251,7 @@ func splitCSV(vals []string) []string {
 // defaultBackendHint adds to a Pod Security refusal of the default backend
 // (nsenter, which needs "privileged") the debug containers that may fit.
 func defaultBackendHint(c *ucli.Context, err error) error {
-	if c.IsSet("backend") || backendName(c) != nsenterpod.Name || !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), "Pod Security level") {
+	if c.IsSet("backend") || backendName(c) != backends.RunDefaultName || !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), "Pod Security level") {
 		return err
 	}
 	return fmt.Errorf("%w; or run in a debug container whose profile needs less: --profile baseline or --profile restricted (kubectl debug's profiles)", err)

@@ -22,11 +22,6 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 )
 
-// explainFlag is --explain, shared by run and shell.
-func explainFlag() ucli.Flag {
-	return &ucli.BoolFlag{Name: "explain", Usage: "print the pod the backend would create and why (profile, Pod Security level, RBAC, preflight result); create nothing"}
-}
-
 // preflightOptions is preflight.For(b): b's (or the backend it wraps)
 // Requirements and dry-run, in ns when b declares no namespace.
 func preflightOptions(b nodeexec.Backend, client kubernetes.Interface, ns, node string) preflight.Options {

@@ -17,10 +17,16 @@ import (
 )
 
 // The backend flags, shared by run and shell: --backend and the flags of
-// the registered backends (backends.Flags), turned into urfave/cli flags.
+// the registered backends (backends.Flags), turned into urfave/cli flags,
+// and --explain.
 // What a backend checks, how its targets are given and how it is built
 // from the flags are its entry's (backends.Entry); nothing here names a
 // backend.
+
+// explainFlag is --explain, shared by run and shell.
+func explainFlag() ucli.Flag {
+	return &ucli.BoolFlag{Name: "explain", Usage: "print the pod the backend would create and why (profile, Pod Security level, RBAC, preflight result); create nothing"}
+}
 
 // backendNames lists the values of --backend.
 func backendNames() []string { return backends.Names() }

@@ -52,28 +52,32 @@ func shellArgv(b nodeexec.Backend) []string {
 	return []string{"sh", "-c", pick}
 }
 
-func shellAction(c *ucli.Context, streams Streams) error {
+// shellOptions turns shell's NODE, command and flags into the Request
+// (its Command empty when none was given: the backend's login shell,
+// shellArgv) after checking them and the backend flags without touching
+// the cluster; tty says whether standard input is a terminal (fd).
+func shellOptions(c *ucli.Context, streams Streams) (req nodeexec.Request, fd uintptr, tty bool, err error) {
 	if c.NArg() < 1 || c.Args().First() == "" {
-		return errors.New("give the node: shell NODE")
+		return req, 0, false, errors.New("give the node: shell NODE")
 	}
 	node := c.Args().First()
 	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
-		return fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
+		return req, 0, false, fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
 	}
 	if err := checkRunTimeout(c, "30m or 2h"); err != nil {
-		return err
+		return req, 0, false, err
 	}
 	if err := checkBackendFlags(c); err != nil {
-		return err
+		return req, 0, false, err
 	}
 	if err := checkBackendTargets(c, backends.TargetFlags{Shell: true, Nodes: []string{node}}); err != nil {
-		return err
+		return req, 0, false, err
 	}
 	if err := checkClientFlags(c); err != nil {
-		return err
+		return req, 0, false, err
 	}
-	fd, tty := term.Fd(streams.In)
-	req := nodeexec.Request{Node: node, Command: c.Args().Tail(), Stdin: streams.In, Stdout: streams.Out, Timeout: c.Duration("timeout")}
+	fd, tty = term.Fd(streams.In)
+	req = nodeexec.Request{Node: node, Command: c.Args().Tail(), Stdin: streams.In, Stdout: streams.Out, Timeout: c.Duration("timeout")}
 	if tty {
 		req.TTY = true
 		if t := os.Getenv("TERM"); t != "" {
@@ -82,6 +86,15 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	} else {
 		req.Stderr = streams.ErrOut
 	}
+	return req, fd, tty, nil
+}
+
+func shellAction(c *ucli.Context, streams Streams) error {
+	req, fd, tty, err := shellOptions(c, streams)
+	if err != nil {
+		return err
+	}
+	node := req.Node
 	client, cfg, ns, err := client(c)
 	if err != nil {
 		return err

@@ -140,9 +140,10 @@ bench-kwok: ## kwok itself at 1,000 and 5,000 SIMULATED nodes: time to Ready, co
 	$(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkKwokScale' -benchtime 1x -timeout 60m -v ./internal/testcluster/ | grep -E 'MEASURE|^(ok|FAIL|PASS)'
 
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
-generate: ## deepcopy and the NodeScript CRD (deploy/crd) from nodeexec/watcher/api; the Helm chart's copy of the CRDs
+generate: ## deepcopy and the NodeScript CRD (deploy/crd) from nodeexec/watcher/api, spec.backend.name's enum from nodeexec/backends; the Helm chart's copy of the CRDs
 	$(CONTROLLER_GEN) object paths=./nodeexec/watcher/api/...
 	$(CONTROLLER_GEN) crd paths=./nodeexec/watcher/api/... output:crd:dir=deploy/crd
+	$(GO) run ./internal/crdenum/cmd/crdenum deploy/crd/nodeexec.io_nodescripts.yaml
 	rm -f charts/nodeexec/crds/*.yaml && cp deploy/crd/*.yaml charts/nodeexec/crds/
 
 # Release archives and the krew manifest (internal/release). Reproducible: the

@@ -1,5 +1,22 @@
-// Package cli is the nodeexec command line: urfave/cli flags mapped one to one
-// onto library options, then one library call. All printing happens here.
+// Package cli is the nodeexec command line, on urfave/cli v2. All printing
+// happens here; the library prints nothing.
+//
+// Each command is one file with its flags (run.go, shell.go, gc.go, image.go,
+// agent.go, version.go, completion.go; the NodeScript verbs in
+// nodescript*.go, windows.go, budget.go); flag groups shared by several
+// commands have files of their own: the client flags (cli.go), the backend
+// flags and --explain (backendflags.go). A command's flags become the
+// library's options in one function (run: runOptions), which checks them
+// without touching the cluster (errors name the flag, exit status 2); then
+// come the library calls (run: Runner.Resolve, the preflight, RunNodes).
+//
+// Backends are known only through their registration table
+// (nodeexec/backends): --backend's values, the backend flags, their checks
+// and the backend each builds are its entries'; no file here names a
+// backend.
+//
+// Run is the entry point: it reorders argv (permuteArgs, for what urfave/cli
+// v2 cannot parse), runs the app and maps errors to exit statuses.
 package cli
 
 import (
@@ -208,9 +225,17 @@ func withLogger(ctx context.Context, w io.Writer, v int) context.Context {
 var positionalBeforeCommand = map[string]int{"run": 0, "shell": 1}
 
 // permuteArgs returns args (args[0] the program) reordered so that
-// urfave/cli, which stops at the first positional argument, parses flags
-// given anywhere before "--", as kubectl does: the command's flags after its
-// positional arguments move before them (`shell NODE --profile baseline`,
+// urfave/cli parses flags given anywhere before "--", as kubectl does.
+//
+// urfave/cli v2 (v2.27) cannot do this itself: it parses a command's flags
+// with the standard flag package (flag.FlagSet.Parse), which stops at the
+// first argument that is not a flag, and v2 has no setting to change that
+// (UseShortOptionHandling only splits -abc, AllowExtFlags only admits go
+// test's flags, SkipFlagParsing turns parsing off). Without permuteArgs,
+// `shell NODE --profile baseline` would run "--profile baseline" on NODE,
+// and a global flag after the command (`run -n ops ...`) would be an
+// unknown flag of the command. So, before parsing: the command's flags
+// after its positional arguments move before them (`shell NODE --profile baseline`,
 // `promote NAME --to all`), and global flags after the command (-n,
 // --kubeconfig, ...) move before it. A flag's value stays with it; "--"
 // ends the flags, and is put before the positional arguments so that none

@@ -24,9 +24,8 @@ import (
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/resident"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
 )
 
 // Mixed-architecture fleets: which manifest of nodeexec's image each node
@@ -64,11 +63,12 @@ type platformCheck struct {
 }
 
 // startPlatformCheck starts reading the platforms of the agent image
-// (--agent-image) of the backends that run nodeexec's own image (nsenter,
-// runtime; and the resident agents, which wrap them). Other backends run
+// (--agent-image) of the backends that run nodeexec's own image
+// (backends.Entry.RunsAgentImage: nsenter, runtime; and the resident
+// agents, which wrap them). Other backends run
 // the user's image: nil, nothing is checked.
 func startPlatformCheck(c *ucli.Context) *platformCheck {
-	if n := backendName(c); n != nsenterpod.Name && n != runtimeexec.Name {
+	if e, ok := backends.Lookup(backendName(c)); !ok || !e.RunsAgentImage() {
 		return nil
 	}
 	p := &platformCheck{image: c.String("agent-image"), done: make(chan struct{})}

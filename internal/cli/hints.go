@@ -6,10 +6,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 )
 
 // pullHint is the fix for an image that cannot be pulled, naming the flags
@@ -27,13 +25,14 @@ func pullHint(err error, command, backend string) string {
 	if errors.Is(err, nodeexec.ErrImageNeverPull) {
 		return fmt.Sprintf("hint: %s is not on node %q and --image-pull-policy is Never: %s", image, pe.Node, neverPullFix(command, backend))
 	}
+	e, known := backends.Lookup(backend)
 	switch {
 	case command == "agent install":
 		return fmt.Sprintf("hint: the nodes cannot pull %s: give an image they can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE; `nodeexec image push` puts one in your registry), "+
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s (kubectl create secret docker-registry NAME -n %s ...)", image, pe.Namespace, pe.Namespace)
-	case backend == ephemeral.Name:
+	case known && !e.OwnPod: // an ephemeral container
 		return fmt.Sprintf("hint: the node cannot pull %s: give another --image; an ephemeral container pulls with its pod's own imagePullSecrets", image)
-	case backend == nsenterpod.Name || backend == runtimeexec.Name:
+	case known && e.RunsAgentImage():
 		return fmt.Sprintf("hint: the node cannot pull %s: give an image it can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE; `nodeexec image push` puts one in your registry), "+
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s; or run in a debug container instead: --backend debugpod --image IMAGE", image, pe.Namespace)
 	default:
@@ -57,7 +56,7 @@ func printPullHint(w io.Writer, backend string, results []nodeexec.NodeResult) {
 // ephemeral containers) run: --agent-image for agent install and the
 // agent-based backends, --image for the others.
 func imageFlag(command, backend string) string {
-	if command == "agent install" || backend == nsenterpod.Name || backend == runtimeexec.Name {
+	if e, ok := backends.Lookup(backend); command == "agent install" || ok && e.RunsAgentImage() {
 		return "--agent-image"
 	}
 	return "--image"

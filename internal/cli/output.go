@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -22,80 +21,6 @@ const (
 	formatJSON   = "json"
 	formatNDJSON = "ndjson"
 )
-
-// Largest values of run's --retries and --tail-bytes.
-const (
-	// maxRetries bounds --retries: each retry creates another pod after a
-	// doubling backoff; a node that failed ten times in a row needs a
-	// person, not an eleventh pod.
-	maxRetries = 10
-	// maxTailBytes bounds --tail-bytes (1 MiB): twice this per node is kept
-	// in memory until the run ends.
-	maxTailBytes = 1 << 20
-)
-
-// rolloutFlags are the rollout controls of a one-shot run and its output format.
-func rolloutFlags() []ucli.Flag {
-	return []ucli.Flag{
-		&ucli.IntFlag{Name: "canary", Usage: "run on the first `N` target nodes first; the others only if all of them succeed"},
-		&ucli.StringSliceFlag{Name: "batch", Usage: "stage sizes after the canary, counts or percentages, e.g. --batch 1,5,20% (the last repeats)"},
-		&ucli.StringFlag{Name: "max-errors", Usage: "error budget `N|P%`: once more nodes failed, start no more (default: no limit)"},
-		&ucli.IntFlag{Name: "retries", Usage: fmt.Sprintf("retry a node `N` times (at most %d) after an infrastructure failure (image pull, kubelet rejection, eviction), with backoff", maxRetries)},
-		&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatText, Usage: "text (streamed, prefixed output and a summary), json (one array at the end) or ndjson (one record per node as it finishes)"},
-		&ucli.IntFlag{Name: "tail-bytes", Value: nodeexec.DefaultTailBytes, Usage: fmt.Sprintf("bytes of each node's stdout and stderr kept for json/ndjson and the summary (at most %d, 1 MiB)", maxTailBytes)},
-	}
-}
-
-// newRunner applies the rollout flags to o and builds the Runner. Flag errors
-// name the flag; nothing has touched the cluster yet.
-func newRunner(c *ucli.Context, streams Streams, o nodeexec.RunnerOptions) (*nodeexec.Runner, error) {
-	o.Canary = c.Int("canary")
-	o.Retries = c.Int("retries")
-	o.TailBytes = c.Int("tail-bytes")
-	for _, f := range []string{"canary", "retries", "tail-bytes"} {
-		if n := c.Int(f); n < 0 {
-			return nil, fmt.Errorf("--%s %d: give 0 or more", f, n)
-		}
-	}
-	if o.Retries > maxRetries {
-		return nil, fmt.Errorf("--retries %d: too large, at most %d", o.Retries, maxRetries)
-	}
-	if o.TailBytes > maxTailBytes {
-		return nil, fmt.Errorf("--tail-bytes %d: too large, at most %d (1 MiB)", o.TailBytes, maxTailBytes)
-	}
-	for _, s := range splitCSV(c.StringSlice("batch")) {
-		v, err := parseCountOrPercentFlag("batch", s, false)
-		if err != nil {
-			return nil, err
-		}
-		o.Batches = append(o.Batches, v)
-	}
-	if s := c.String("max-errors"); s != "" || c.IsSet("max-errors") {
-		v, err := parseCountOrPercentFlag("max-errors", s, true)
-		if err != nil {
-			return nil, err
-		}
-		o.MaxErrors = &v
-	}
-	switch c.String("output") {
-	case formatText, formatJSON:
-	case formatNDJSON:
-		var mu sync.Mutex
-		enc := json.NewEncoder(streams.Out)
-		o.OnResult = func(r nodeexec.NodeResult) {
-			mu.Lock()
-			defer mu.Unlock()
-			_ = enc.Encode(record(r))
-		}
-	default:
-		return nil, fmt.Errorf("--output %q: want text, json or ndjson", c.String("output"))
-	}
-	r, err := nodeexec.NewRunner(o)
-	if err != nil {
-		return nil, fmt.Errorf("%w (check --canary, --batch, --max-errors, --retries, --tail-bytes)", err)
-	}
-	return r, nil
-}
 
 // outputRequest: with -o json or ndjson the command's output goes only into
 // the records, not onto stdout.

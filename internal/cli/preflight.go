@@ -16,16 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
 )
-
-// explainFlag is --explain, shared by run and shell.
-func explainFlag() ucli.Flag {
-	return &ucli.BoolFlag{Name: "explain", Usage: "print the pod the backend would create and why (profile, Pod Security level, RBAC, preflight result); create nothing"}
-}
 
 // preflightOptions is preflight.For(b): b's (or the backend it wraps)
 // Requirements and dry-run, in ns when b declares no namespace.
@@ -125,10 +120,11 @@ func skipPreflight(ctx context.Context, b nodeexec.Backend, node string) bool {
 // checkCluster checks, before anything is created, what the API server or
 // the kubelet would refuse only after a pod was: a --priority-class that
 // does not exist, and --cpu-request or --memory-request above a target
-// node's allocatable (the kubelet's OutOfcpu, OutOfmemory). The ephemeral
-// backend's containers take neither.
+// node's allocatable (the kubelet's OutOfcpu, OutOfmemory). A backend
+// that creates no pod of its own (backends.Entry.OwnPod: ephemeral's
+// containers) takes neither.
 func checkCluster(c *ucli.Context, client kubernetes.Interface, nodes []*corev1.Node) error {
-	if backendName(c) == ephemeral.Name {
+	if e, ok := backends.Lookup(backendName(c)); ok && !e.OwnPod {
 		return nil
 	}
 	if err := checkPriorityClass(c.Context, client, c.String("priority-class")); err != nil {

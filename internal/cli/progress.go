@@ -64,11 +64,6 @@ func newProgress(w io.Writer, width func() int, now func() time.Time) *progress 
 	return &progress{term: w, width: width, now: now}
 }
 
-// progressFlag is run's --no-progress.
-func progressFlag() ucli.Flag {
-	return &ucli.BoolFlag{Name: "no-progress", Usage: "no live progress line on stderr (shown by default for several nodes with -o text when stderr is a terminal)"}
-}
-
 // runProgress is the progress indicator for `run` when it applies: text
 // output, stderr a terminal, no --no-progress. Else nil, and nothing extra
 // is ever written.

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -16,8 +18,18 @@ import (
 	"github.com/nodeexec/nodeexec/internal/envflag"
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
+)
+
+// Largest values of run's --retries and --tail-bytes.
+const (
+	// maxRetries bounds --retries: each retry creates another pod after a
+	// doubling backoff; a node that failed ten times in a row needs a
+	// person, not an eleventh pod.
+	maxRetries = 10
+	// maxTailBytes bounds --tail-bytes (1 MiB): twice this per node is kept
+	// in memory until the run ends.
+	maxTailBytes = 1 << 20
 )
 
 func runCommand(streams Streams) *ucli.Command {
@@ -29,7 +41,7 @@ func runCommand(streams Streams) *ucli.Command {
 			"output with a [node] prefix, then prints a summary (node, exit code, duration) on stderr.\n" +
 			"Exit status: one node: its exit code (124 on timeout; 125 when the outcome was lost: the connection broke\n" +
 			"after the command started); several nodes: 1 if any failed.",
-		Flags: append([]ucli.Flag{
+		Flags: append(append([]ucli.Flag{
 			&ucli.StringSliceFlag{Name: "node", Usage: "target node `NAME` (repeatable, or comma-separated)"},
 			&ucli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "target nodes matching this label `SELECTOR` (kubectl syntax)"},
 			&ucli.BoolFlag{Name: "all", Usage: "target every node"},
@@ -41,9 +53,17 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.StringSliceFlag{Name: "env-from-secret", Usage: "environment variables from a Secret in the pod's namespace, read by the kubelet (the value is never in the pod spec): `NAME:KEY` for the variable KEY, NAME for every key; repeatable. debugpod, nsenter and ephemeral"},
 			&ucli.BoolFlag{Name: "no-prefix", Usage: "do not prefix output lines with [node]"},
 			&ucli.BoolFlag{Name: "include-not-ready", Usage: "also run on nodes that are not Ready"},
-			progressFlag(),
+			&ucli.BoolFlag{Name: "no-progress", Usage: "no live progress line on stderr (shown by default for several nodes with -o text when stderr is a terminal)"},
 			explainFlag(),
-		}, append(backendFlags(""), rolloutFlags()...)...),
+		}, backendFlags("")...),
+			// The rollout controls of a one-shot run and its output format.
+			&ucli.IntFlag{Name: "canary", Usage: "run on the first `N` target nodes first; the others only if all of them succeed"},
+			&ucli.StringSliceFlag{Name: "batch", Usage: "stage sizes after the canary, counts or percentages, e.g. --batch 1,5,20% (the last repeats)"},
+			&ucli.StringFlag{Name: "max-errors", Usage: "error budget `N|P%`: once more nodes failed, start no more (default: no limit)"},
+			&ucli.IntFlag{Name: "retries", Usage: fmt.Sprintf("retry a node `N` times (at most %d) after an infrastructure failure (image pull, kubelet rejection, eviction), with backoff", maxRetries)},
+			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatText, Usage: "text (streamed, prefixed output and a summary), json (one array at the end) or ndjson (one record per node as it finishes)"},
+			&ucli.IntFlag{Name: "tail-bytes", Value: nodeexec.DefaultTailBytes, Usage: fmt.Sprintf("bytes of each node's stdout and stderr kept for json/ndjson and the summary (at most %d, 1 MiB)", maxTailBytes)},
+		),
 		Action: func(c *ucli.Context) error {
 			return runAction(c, streams)
 		},
@@ -56,7 +76,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	// and stdout when it is a terminal too (the same screen, presumably).
 	prog := runProgress(c, streams)
 	errOut := prog.writer(streams.ErrOut, true)
-	req, targets, err := runRequest(c, streams, prog, errOut)
+	req, targets, opts, err := runOptions(c, streams, prog, errOut)
 	if err != nil {
 		return err
 	}
@@ -69,16 +89,10 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return err
 	}
 	plat := startPlatformCheck(c)
-	opts := nodeexec.RunnerOptions{
-		Client:          client,
-		Backend:         backend,
-		MaxConcurrency:  c.Int("max-concurrency"),
-		NoPrefix:        c.Bool("no-prefix"),
-		IncludeNotReady: c.Bool("include-not-ready"),
-		// The text summary compares outputs (by digest) only of several
-		// nodes; one named node's output is passed on without hashing.
-		SkipDigest: c.String("output") == formatText && len(targets.Nodes) == 1,
-	}
+	opts.Client, opts.Backend = client, backend
+	// The text summary compares outputs (by digest) only of several
+	// nodes; one named node's output is passed on without hashing.
+	opts.SkipDigest = c.String("output") == formatText && len(targets.Nodes) == 1
 	ctx := withLogger(c.Context, errOut, c.Int("v"))
 	// Refusals (Pod Security, RBAC, admission) are reported before anything
 	// is created: the full preflight report, which includes the backend's
@@ -97,9 +111,9 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return nil
 	}
 	prog.hooks(&opts)
-	runner, err := newRunner(c, streams, opts)
+	runner, err := nodeexec.NewRunner(opts)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (check --canary, --batch, --max-errors, --retries, --tail-bytes)", err)
 	}
 	nodes, err := runner.Resolve(ctx, targets)
 	if err != nil {
@@ -133,9 +147,23 @@ func runAction(c *ucli.Context, streams Streams) error {
 	return exitStatus(results)
 }
 
-// runRequest turns run's flags into the Request and the Targets, and checks
-// them and the backend flags, before anything touches the cluster: errors
-// name the flag (exit 2).
+// runOptions turns run's flags into the library's options: the Request
+// (validated here, once), the Targets, and the RunnerOptions but for what
+// needs the cluster (Client, Backend, Preflight: runAction). The backend's
+// own flags become its options in newBackend (backends.Entry.Build), after
+// checkBackendFlags here. Nothing touches the cluster; errors name the flag
+// (exit 2).
+func runOptions(c *ucli.Context, streams Streams, prog *progress, errOut io.Writer) (nodeexec.Request, nodeexec.Targets, nodeexec.RunnerOptions, error) {
+	req, targets, err := runRequest(c, streams, prog, errOut)
+	if err != nil {
+		return req, targets, nodeexec.RunnerOptions{}, err
+	}
+	o, err := runnerOptions(c, streams)
+	return req, targets, o, err
+}
+
+// runRequest is runOptions' Request and Targets, checked with the backend
+// flags.
 func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writer) (nodeexec.Request, nodeexec.Targets, error) {
 	targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
 	_, outOnTerm := term.Fd(streams.Out)
@@ -166,8 +194,8 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 	if req.SecretEnv, err = parseSecretEnv(c.StringSlice("env-from-secret")); err != nil {
 		return req, targets, err
 	}
-	if len(req.SecretEnv) > 0 && backendName(c) == runtimeexec.Name {
-		return req, targets, errors.New("--env-from-secret: --backend runtime runs the command in the running container, whose environment the kubelet set when it started: it cannot add variables from a Secret; give -e KEY=VALUE, or run beside the container with --backend ephemeral --pod [NAMESPACE/]NAME")
+	if e, ok := backends.Lookup(backendName(c)); ok && len(req.SecretEnv) > 0 && e.SecretEnvRefusal != "" {
+		return req, targets, errors.New(e.SecretEnvRefusal)
 	}
 	if err := checkRunTimeout(c, "30s or 5m"); err != nil {
 		return req, targets, err
@@ -182,7 +210,7 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 	if err := checkSelectorFlag(c); err != nil {
 		return req, targets, err
 	}
-	if err := checkTargets(c, targets); err != nil {
+	if err := checkBackendTargets(c, backends.TargetFlags{Nodes: targets.Nodes, Selector: targets.Selector, All: targets.All}); err != nil {
 		return req, targets, err
 	}
 	if err := req.Validate(); err != nil {
@@ -192,6 +220,58 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 		return req, targets, err
 	}
 	return req, targets, nil
+}
+
+// runnerOptions is runOptions' RunnerOptions: concurrency, prefix, the
+// rollout flags and -o ndjson's stream. Flag errors name the flag.
+func runnerOptions(c *ucli.Context, streams Streams) (nodeexec.RunnerOptions, error) {
+	o := nodeexec.RunnerOptions{
+		MaxConcurrency:  c.Int("max-concurrency"),
+		NoPrefix:        c.Bool("no-prefix"),
+		IncludeNotReady: c.Bool("include-not-ready"),
+	}
+	o.Canary = c.Int("canary")
+	o.Retries = c.Int("retries")
+	o.TailBytes = c.Int("tail-bytes")
+	for _, f := range []string{"canary", "retries", "tail-bytes"} {
+		if n := c.Int(f); n < 0 {
+			return o, fmt.Errorf("--%s %d: give 0 or more", f, n)
+		}
+	}
+	if o.Retries > maxRetries {
+		return o, fmt.Errorf("--retries %d: too large, at most %d", o.Retries, maxRetries)
+	}
+	if o.TailBytes > maxTailBytes {
+		return o, fmt.Errorf("--tail-bytes %d: too large, at most %d (1 MiB)", o.TailBytes, maxTailBytes)
+	}
+	for _, s := range splitCSV(c.StringSlice("batch")) {
+		v, err := parseCountOrPercentFlag("batch", s, false)
+		if err != nil {
+			return o, err
+		}
+		o.Batches = append(o.Batches, v)
+	}
+	if s := c.String("max-errors"); s != "" || c.IsSet("max-errors") {
+		v, err := parseCountOrPercentFlag("max-errors", s, true)
+		if err != nil {
+			return o, err
+		}
+		o.MaxErrors = &v
+	}
+	switch c.String("output") {
+	case formatText, formatJSON:
+	case formatNDJSON:
+		var mu sync.Mutex
+		enc := json.NewEncoder(streams.Out)
+		o.OnResult = func(r nodeexec.NodeResult) {
+			mu.Lock()
+			defer mu.Unlock()
+			_ = enc.Encode(record(r))
+		}
+	default:
+		return o, fmt.Errorf("--output %q: want text, json or ndjson", c.String("output"))
+	}
+	return o, nil
 }
 
 // runBackend builds the backend of run's flags and, for a backend that
@@ -252,7 +332,7 @@ func splitCSV(vals []string) []string {
 // defaultBackendHint adds to a Pod Security refusal of the default backend
 // (nsenter, which needs "privileged") the debug containers that may fit.
 func defaultBackendHint(c *ucli.Context, err error) error {
-	if c.IsSet("backend") || backendName(c) != nsenterpod.Name || !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), "Pod Security level") {
+	if c.IsSet("backend") || backendName(c) != backends.RunDefaultName || !errors.Is(err, nodeexec.ErrForbidden) || !strings.Contains(err.Error(), "Pod Security level") {
 		return err
 	}
 	return fmt.Errorf("%w; or run in a debug container whose profile needs less: --profile baseline or --profile restricted (kubectl debug's profiles)", err)

@@ -13,11 +13,9 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/runtimeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 )
 
 // DefaultShellTimeout is shell's --timeout: an interactive session lasts longer than a command.
@@ -37,7 +35,7 @@ func shellCommand(streams Streams) *ucli.Command {
 		Flags: append([]ucli.Flag{
 			&ucli.DurationFlag{Name: "timeout", Value: DefaultShellTimeout, Usage: "time limit of the session, pod start included"},
 			explainFlag(),
-		}, backendFlags(debugpod.Name)...),
+		}, backendFlags(backends.DefaultName)...),
 		Action: func(c *ucli.Context) error {
 			return shellAction(c, streams)
 		},
@@ -54,28 +52,32 @@ func shellArgv(b nodeexec.Backend) []string {
 	return []string{"sh", "-c", pick}
 }
 
-func shellAction(c *ucli.Context, streams Streams) error {
+// shellOptions turns shell's NODE, command and flags into the Request
+// (its Command empty when none was given: the backend's login shell,
+// shellArgv) after checking them and the backend flags without touching
+// the cluster; tty says whether standard input is a terminal (fd).
+func shellOptions(c *ucli.Context, streams Streams) (req nodeexec.Request, fd uintptr, tty bool, err error) {
 	if c.NArg() < 1 || c.Args().First() == "" {
-		return errors.New("give the node: shell NODE")
+		return req, 0, false, errors.New("give the node: shell NODE")
 	}
 	node := c.Args().First()
 	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
-		return fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
+		return req, 0, false, fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
 	}
 	if err := checkRunTimeout(c, "30m or 2h"); err != nil {
-		return err
+		return req, 0, false, err
 	}
 	if err := checkBackendFlags(c); err != nil {
-		return err
+		return req, 0, false, err
 	}
-	if err := checkShellTargets(c); err != nil {
-		return err
+	if err := checkBackendTargets(c, backends.TargetFlags{Shell: true, Nodes: []string{node}}); err != nil {
+		return req, 0, false, err
 	}
 	if err := checkClientFlags(c); err != nil {
-		return err
+		return req, 0, false, err
 	}
-	fd, tty := term.Fd(streams.In)
-	req := nodeexec.Request{Node: node, Command: c.Args().Tail(), Stdin: streams.In, Stdout: streams.Out, Timeout: c.Duration("timeout")}
+	fd, tty = term.Fd(streams.In)
+	req = nodeexec.Request{Node: node, Command: c.Args().Tail(), Stdin: streams.In, Stdout: streams.Out, Timeout: c.Duration("timeout")}
 	if tty {
 		req.TTY = true
 		if t := os.Getenv("TERM"); t != "" {
@@ -84,6 +86,15 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	} else {
 		req.Stderr = streams.ErrOut
 	}
+	return req, fd, tty, nil
+}
+
+func shellAction(c *ucli.Context, streams Streams) error {
+	req, fd, tty, err := shellOptions(c, streams)
+	if err != nil {
+		return err
+	}
+	node := req.Node
 	client, cfg, ns, err := client(c)
 	if err != nil {
 		return err
@@ -155,35 +166,6 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	}
 	_, err = backend.Run(ctx, req)
 	return shellExit(streams, backendName(c), err)
-}
-
-// checkShellTargets checks shell's --pod and --container: the runtime
-// backend needs --pod (the container the shell opens in, on NODE); the
-// ephemeral backend takes it or joins NODE's resident agent; the others
-// open a pod of their own on NODE and take neither.
-func checkShellTargets(c *ucli.Context) error {
-	name, pod := backendName(c), c.String("pod")
-	switch name {
-	case runtimeexec.Name:
-		if pod == "" {
-			return errors.New("--backend runtime needs --pod [NAMESPACE/]NAME: the running pod whose container the shell opens in (on NODE), and --container NAME unless its default container will do")
-		}
-	case ephemeral.Name:
-		if pod == "" && c.String("container") != "" {
-			return errors.New("--container goes with --pod; without --pod the shell joins NODE's resident agent")
-		}
-	default:
-		for _, f := range []string{"pod", "container"} {
-			if c.String(f) != "" {
-				return fmt.Errorf("--%s is for --backend ephemeral or runtime; --backend %s opens a pod of its own on NODE: drop --%s, or choose one of those backends", f, name, f)
-			}
-		}
-	}
-	if pod == "" {
-		return nil
-	}
-	_, _, err := podRef(c, "default")
-	return err
 }
 
 // checkShellWords refuses shell's words before "--" (words, when dash

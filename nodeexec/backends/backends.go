@@ -1,9 +1,11 @@
-// Package backends builds a node backend from its name, for callers that
+// Package backends is the table of nodeexec's backends (registry.go): one
+// Entry per backend, which the command line, the NodeScript watcher and the
+// CRD's enum all read. It builds a backend from its name, for callers that
 // read the backend from data at run time: the NodeScript watcher takes it
-// from spec.backend. It is the one package that imports the node backends
-// (debugpod, nsenterpod); its callers know them only as nodeexec.Backend and
-// the optional interfaces of package nodeexec (CompletionPodBuilder,
-// Requirer, PodDescriber, ...).
+// from spec.backend. It is the one package that imports the backends
+// (debugpod, nsenterpod, ephemeral, runtimeexec); its callers know them only
+// as nodeexec.Backend and the optional interfaces of package nodeexec
+// (CompletionPodBuilder, Requirer, PodDescriber, ...).
 package backends
 
 import (
@@ -14,11 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
-	"github.com/nodeexec/nodeexec/nodeexec/agent"
-	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
-	"github.com/nodeexec/nodeexec/nsenter"
 )
 
 // NodeOptions choose and configure a node backend: one that runs on a node
@@ -52,29 +50,48 @@ type NodeOptions struct {
 	HostNetwork, HostIPC *bool
 }
 
-// NodeNames are the names NewNode accepts, the default first.
-func NodeNames() []string { return []string{debugpod.Name, nsenterpod.Name} }
+// NodeNames are the names NewNode accepts, the default first: the
+// backends the watcher may run (WatcherNames).
+func NodeNames() []string { return WatcherNames() }
 
-// DefaultImage is the image the node backend name ("" for the default,
-// debugpod) runs when NodeOptions.Image is empty: debugpod.DefaultImage
-// for debugpod, agent.DefaultImage for nsenter. It fails for a name
-// NewNode does not accept. deploy/policy's admission policy computes the
-// same images for a NodeScript without spec.backend.image (a test pins it
-// to this function).
-func DefaultImage(name string) (string, error) {
-	switch name {
-	case "", debugpod.Name:
-		return debugpod.DefaultImage, nil
-	case nsenterpod.Name:
-		return agent.DefaultImage, nil
-	default:
-		return "", fmt.Errorf("unknown backend %q: want one of %s", name, strings.Join(NodeNames(), ", "))
+// nodeEntry is the entry of the node backend name ("" for DefaultName),
+// or an error naming the names NewNode accepts.
+func nodeEntry(name string) (Entry, error) {
+	if name == "" {
+		name = DefaultName
 	}
+	e, ok := Lookup(name)
+	if !ok || !e.RunToCompletion {
+		return Entry{}, fmt.Errorf("unknown backend %q: want one of %s", name, strings.Join(NodeNames(), ", "))
+	}
+	return e, nil
 }
 
-// NewNode returns the node backend o.Name names, built with its package's
-// New. Errors name the option (Name, and those of the backend's New); nothing is created and the API server is not contacted.
+// DefaultImage is the image the node backend name ("" for the default,
+// debugpod) runs when NodeOptions.Image is empty: Entry.DefaultImage
+// (debugpod.DefaultImage for debugpod, agent.DefaultImage for nsenter). It
+// fails for a name NewNode does not accept. deploy/policy's admission
+// policy computes the same images for a NodeScript without
+// spec.backend.image (a test pins it to this function).
+func DefaultImage(name string) (string, error) {
+	e, err := nodeEntry(name)
+	if err != nil {
+		return "", err
+	}
+	return e.DefaultImage, nil
+}
+
+// NewNode returns the node backend o.Name names, built with its entry's
+// Node (its package's New). Errors name the option (Name, and those of the
+// backend's New); nothing is created and the API server is not contacted.
 func NewNode(o NodeOptions) (nodeexec.Backend, error) {
+	e, err := nodeEntry(o.Name)
+	if err != nil {
+		if len(ContainerNames()) > 0 {
+			err = fmt.Errorf("%w (%s target a container, not a node)", err, strings.Join(ContainerNames(), " and "))
+		}
+		return nil, err
+	}
 	cfg := o.Config
 	if cfg == nil {
 		cfg = &rest.Config{}
@@ -83,16 +100,5 @@ func NewNode(o NodeOptions) (nodeexec.Backend, error) {
 		Client: o.Client, Config: cfg, Namespace: o.Namespace, RunID: o.RunID,
 		Image: o.Image, ImagePullSecrets: o.ImagePullSecrets,
 	}
-	switch o.Name {
-	case "", debugpod.Name:
-		return debugpod.New(debugpod.Options{PodOptions: po, Profile: o.Profile})
-	case nsenterpod.Name:
-		var nss []nsenter.Namespace
-		for _, n := range o.Namespaces {
-			nss = append(nss, nsenter.Namespace(n))
-		}
-		return nsenterpod.New(nsenterpod.Options{PodOptions: po, Namespaces: nss, HostNetwork: o.HostNetwork, HostIPC: o.HostIPC})
-	default:
-		return nil, fmt.Errorf("unknown backend %q: want one of %s (runtime and ephemeral target a container, not a node)", o.Name, strings.Join(NodeNames(), ", "))
-	}
+	return e.Node(o, po)
 }

@@ -332,9 +332,8 @@ type BackendSpec struct {
 	// runs in `chroot /host` for profiles that mount the node's root) or
 	// nsenter (a privileged hostPID pod entering PID 1's namespaces).
 	// Defaults to debugpod.
-	// +kubebuilder:validation:Enum=debugpod;nsenter
 	// +optional
-	Name string `json:"name,omitempty"`
+	Name string `json:"name,omitempty"` // its CRD enum: backends.WatcherNames, written by make generate
 	// Namespace for the pods the backend creates; it needs the Pod Security
 	// level the backend requires (privileged for debugpod's sysadmin profile
 	// and for nsenter). Defaults to nodeexec-system.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeexec/nodeexec/internal/durationcheck"
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 )
 
 // Limits of a NodeScript's fields (see Validate).
@@ -58,9 +59,10 @@ func TaintEffects() []string {
 	return []string{string(corev1.TaintEffectNoSchedule), string(corev1.TaintEffectPreferNoSchedule), string(corev1.TaintEffectNoExecute)}
 }
 
-// Backends are the values of spec.backend.name: the backends that reach a
-// node (runtime and ephemeral reach a container, and are for one-shot runs).
-func Backends() []string { return []string{"debugpod", "nsenter"} }
+// Backends are the values of spec.backend.name: the backends the watcher
+// may run, read from the registration table (backends.WatcherNames; those
+// that reach a container are for one-shot runs).
+func Backends() []string { return backends.WatcherNames() }
 
 // Validate checks a NodeScript as `nodeexec apply` and the watcher see it,
 // beyond what the CRD's OpenAPI schema can express. Each error names its

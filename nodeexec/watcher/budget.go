@@ -290,6 +290,7 @@ func (c *controller) scriptList() []*v1alpha1.NodeScript {
 	var out []*v1alpha1.NodeScript
 	for _, o := range c.scripts.List() {
 		if ns, err := toNodeScript(o); err == nil {
+			v1alpha1.SetDefaults(ns)
 			out = append(out, ns)
 		}
 	}

@@ -249,6 +249,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 	if err != nil {
 		return nil, err
 	}
+	v1alpha1.SetDefaults(ns) // the one place: the rest reads the defaulted spec
 	if ns.DeletionTimestamp != nil {
 		all, err := c.nodes.List(labels.Everything())
 		if err != nil {

@@ -26,10 +26,11 @@ const (
 	StageHalted            = "Halted"
 )
 
-// Defaults of the rollout fields of a NodeScript.
+// Defaults of the rollout fields of a NodeScript (v1alpha1.SetDefaults
+// writes them).
 const (
-	DefaultCanary     = 1
-	DefaultRetryLimit = 3
+	DefaultCanary     = v1alpha1.DefaultCanary
+	DefaultRetryLimit = v1alpha1.DefaultRetryLimit
 )
 
 // Node is what Decide needs to know of one node.
@@ -140,7 +141,8 @@ const (
 // starts nothing (Decision.Hold says why); runs in progress count as
 // before. A run-now override in effect at now (AnnotationRunNow, see
 // RunNowUntil) lets runs start while the window is closed, not while
-// paused. Errors come from an invalid spec.
+// paused. Errors come from an invalid spec. ns's spec is read with its
+// defaults (v1alpha1.Defaulted); ns is not changed.
 func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
 	d, err := decideRollout(ns, nodes, now)
 	if err != nil || d.Stage == StageComplete || d.Stage == StageHalted {
@@ -168,6 +170,7 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 
 // decideRollout is Decide without the holds (pause, maintenance window).
 func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
+	ns = v1alpha1.Defaulted(ns) // ns itself when the watcher read it (SetDefaults)
 	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
 		return Decision{}, errs.ToAggregate()
 	}
@@ -203,10 +206,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		d.Order[i] = e.Name
 	}
 
-	retryLimit := DefaultRetryLimit
-	if s.Retry.Limit != nil {
-		retryLimit = int(*s.Retry.Limit)
-	}
+	retryLimit := int(*s.Retry.Limit) // defaulted
 	// retryable: a failure of the infrastructure, not of the script, with retries left.
 	retryable := func(e entry) bool {
 		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts-e.State.AttemptsBefore <= retryLimit
@@ -246,11 +246,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 			needing = append(needing, e)
 		}
 	}
-	canaryN := DefaultCanary
-	if s.Rollout.Canary != nil {
-		canaryN = int(*s.Rollout.Canary)
-	}
-	canaryN = min(canaryN, len(needing))
+	canaryN := min(int(*s.Rollout.Canary), len(needing)) // defaulted
 	canaries, rest := needing[:canaryN], needing[canaryN:]
 	for _, c := range canaries {
 		d.Canaries = append(d.Canaries, c.Name)

@@ -89,11 +89,8 @@ func evictRetryDelay(timeout time.Duration) time.Duration {
 // drainOptionsOf are the drain options of ns's spec.maintenance.drain
 // (which must be set).
 func drainOptionsOf(ns *v1alpha1.NodeScript) drainOptions {
-	d := ns.Spec.Maintenance.Drain
-	o := drainOptions{Timeout: DefaultDrainTimeout, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: -1}
-	if d.Timeout != nil {
-		o.Timeout = d.Timeout.Duration
-	}
+	d := v1alpha1.Defaulted(ns).Spec.Maintenance.Drain
+	o := drainOptions{Timeout: d.Timeout.Duration, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: -1}
 	if d.GracePeriodSeconds != nil {
 		o.GracePeriodSeconds = int(*d.GracePeriodSeconds)
 	}
@@ -377,7 +374,7 @@ func skipDelay(ns *v1alpha1.NodeScript) time.Duration {
 	if b := ns.Spec.Retry.MaxBackoff; b != nil {
 		return b.Duration
 	}
-	return 5 * time.Minute
+	return v1alpha1.DefaultMaxBackoff
 }
 
 // forceDrain applies spec.maintenance.drain.onTimeout: Force to node n,

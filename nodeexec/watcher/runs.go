@@ -360,7 +360,7 @@ func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev
 // backoff is the pause before retry number attempt: InitialBackoff doubled
 // per attempt, capped at MaxBackoff, with 10% jitter.
 func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
-	initial, maxB := 10*time.Second, 5*time.Minute
+	initial, maxB := v1alpha1.DefaultInitialBackoff, v1alpha1.DefaultMaxBackoff
 	if r := ns.Spec.Retry.InitialBackoff; r != nil {
 		initial = r.Duration
 	}

@@ -120,5 +120,4 @@ func maintenanceDrainTimeoutField(s *NodeScriptSpec) **metav1.Duration {
 	return &s.Maintenance.Drain.Timeout
 }
 
-
 func intPtr(v int32) *int32 { return &v }

@@ -29,7 +29,7 @@ func TestSetDefaults(t *testing.T) {
 		Maintenance:    &MaintenanceSpec{Cordon: true, Drain: &DrainSpec{Timeout: dur(2 * time.Minute)}},
 	}
 	for name, tc := range map[string]struct{ in, want NodeScriptSpec }{
-		"empty": {NodeScriptSpec{}, base(NodeScriptSpec{})},
+		"empty":       {NodeScriptSpec{}, base(NodeScriptSpec{})},
 		"script only": {NodeScriptSpec{Script: "true"}, base(NodeScriptSpec{Script: "true"})},
 		// Set fields, zeros included, are kept.
 		"all set": {full, full},

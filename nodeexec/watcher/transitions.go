@@ -4,8 +4,9 @@ package watcher
 // for the current spec hash (NodeState.Phase) and what the watcher sees of
 // it (an event) give what the watcher does (an action). Phase 2 of a
 // reconcile (nodePolicies) sees a node's state and its pods; a finished
-// pod (finish) brings its action's outcome. The table is documented in
-// docs/nodescript-lifecycle.md's terms:
+// pod (finish) brings its action's outcome (docs/nodescript-lifecycle.md
+// tells the lifecycle for users). The table (TestLifecycleTableDocumented
+// pins it to this list):
 //
 //	Running   × rebooting        → rebooting: wait for the new boot ID (reboot.go)
 //	Running   × drained          → run: start the run pod on the drained node
@@ -95,9 +96,9 @@ func (a lifecycleAction) String() string { return lifecycleActionNames[a] }
 // lifecyclePhases are the phases of the table's rows, in order.
 var lifecyclePhases = []string{PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseRolledBack, PhaseNotNeeded}
 
-// finishedPod are the events of a finished pod: recorded in any phase
-// (their guards, in finish, tell a current outcome from a stale one).
-var finishedPod = map[lifecycleEvent]lifecycleAction{
+// podOutcomeActions are the events of a finished pod: recorded in any phase
+// (finishedPod.current tells a current outcome from a stale one).
+var podOutcomeActions = map[lifecycleEvent]lifecycleAction{
 	evRunSucceeded: actRecordRun, evRunRebootAsked: actRecordRun, evRunFailed: actRecordRun, evRunInfrastructure: actRecordRun,
 	evCheckFinished:     actRecordCheck,
 	evRollbackSucceeded: actRecordRollback, evRollbackFailed: actRecordRollback,
@@ -109,7 +110,7 @@ var lifecycle = func() map[string][numLifecycleEvents]lifecycleAction {
 	rows := map[string][numLifecycleEvents]lifecycleAction{}
 	for _, p := range lifecyclePhases {
 		var row [numLifecycleEvents]lifecycleAction
-		for ev, act := range finishedPod {
+		for ev, act := range podOutcomeActions {
 			row[ev] = act
 		}
 		switch p {

@@ -259,71 +259,13 @@ func New(o Options) (*Watcher, error) {
 	if o.Dynamic == nil {
 		return nil, errors.New("watcher: Options.Dynamic is nil: give a dynamic client (dynamic.NewForConfig)")
 	}
-	if o.Backends == nil {
-		o.Backends = backends.NewNode
-	}
-	if o.Workers == 0 {
-		o.Workers = 2
-	}
-	if o.CreateParallelism == 0 {
-		o.CreateParallelism = 16
-	}
-	if o.Resync == 0 {
-		o.Resync = 30 * time.Second
-	}
-	if o.PodBatchPeriod == 0 {
-		o.PodBatchPeriod = DefaultPodBatchPeriod
-	}
-	if o.NotReadyGrace == 0 {
-		o.NotReadyGrace = DefaultNotReadyGrace
-	}
-	if o.SuccessLogLines == 0 {
-		o.SuccessLogLines = 20
-	}
-	if o.CollectInterval == 0 {
-		o.CollectInterval = podexec.DefaultCollectInterval
-	}
-	if o.SyncTimeout == 0 {
-		o.SyncTimeout = DefaultSyncTimeout
-	}
-	switch {
-	case o.SyncTimeout < 0:
-		return nil, fmt.Errorf("watcher: Options.SyncTimeout is %s: give a positive duration, or 0 for the default %s", o.SyncTimeout, DefaultSyncTimeout)
-	case o.Workers < 0:
-		return nil, fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
-	case o.CreateParallelism < 0:
-		return nil, fmt.Errorf("watcher: Options.CreateParallelism is %d: give a positive number, or 0 for the default 16", o.CreateParallelism)
-	case o.NotReadyGrace < 0:
-		return nil, fmt.Errorf("watcher: Options.NotReadyGrace is %s: give a positive duration, or 0 for the default %s", o.NotReadyGrace, DefaultNotReadyGrace)
-	case o.Resync < 0:
-		return nil, fmt.Errorf("watcher: Options.Resync is %s: give a positive duration, or 0 for the default 30s", o.Resync)
+	if err := runOptions(&o); err != nil {
+		return nil, err
 	}
 	if le := o.LeaderElection; le != nil {
-		l := *le
-		if l.Namespace == "" {
-			return nil, errors.New("watcher: Options.LeaderElection.Namespace is empty: name the namespace of the Lease")
-		}
-		if l.Name == "" {
-			l.Name = "nodeexec-watcher"
-		}
-		if msgs := validation.IsDNS1123Subdomain(l.Name); len(msgs) > 0 {
-			return nil, fmt.Errorf("watcher: Options.LeaderElection.Name %q: %v", l.Name, msgs)
-		}
-		if l.Identity == "" {
-			host, _ := os.Hostname()
-			l.Identity = host + "_" + podexec.RandomSuffix(8)
-		}
-		if l.LeaseDuration == 0 {
-			l.LeaseDuration = 15 * time.Second
-		}
-		if l.RenewDeadline == 0 {
-			l.RenewDeadline = 10 * time.Second
-		}
-		if l.RetryPeriod == 0 {
-			l.RetryPeriod = 2 * time.Second
-		}
-		if !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
-			return nil, fmt.Errorf("watcher: Options.LeaderElection: want LeaseDuration > RenewDeadline > RetryPeriod > 0, got %s, %s, %s", l.LeaseDuration, l.RenewDeadline, l.RetryPeriod)
+		l, err := leaderElectionOptions(*le)
+		if err != nil {
+			return nil, err
 		}
 		o.LeaderElection = &l
 	}
@@ -826,6 +768,66 @@ func (w *Watcher) recorder(ctx context.Context) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.o.Client.CoreV1().Events("")})
 	return b.NewRecorder(s, corev1.EventSource{Component: "nodeexec-watcher"}), b.Shutdown
+}
+
+// runOptions fills o's run options left 0 with their defaults and checks
+// them (Backends, Workers, CreateParallelism, Resync, PodBatchPeriod,
+// NotReadyGrace, SuccessLogLines, CollectInterval, SyncTimeout).
+func runOptions(o *Options) error {
+	if o.Backends == nil {
+		o.Backends = backends.NewNode
+	}
+	setDefault(&o.Workers, 2)
+	setDefault(&o.CreateParallelism, 16)
+	setDefault(&o.Resync, 30*time.Second)
+	setDefault(&o.PodBatchPeriod, DefaultPodBatchPeriod)
+	setDefault(&o.NotReadyGrace, DefaultNotReadyGrace)
+	setDefault(&o.SuccessLogLines, 20)
+	setDefault(&o.CollectInterval, podexec.DefaultCollectInterval)
+	setDefault(&o.SyncTimeout, DefaultSyncTimeout)
+	switch {
+	case o.SyncTimeout < 0:
+		return fmt.Errorf("watcher: Options.SyncTimeout is %s: give a positive duration, or 0 for the default %s", o.SyncTimeout, DefaultSyncTimeout)
+	case o.Workers < 0:
+		return fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
+	case o.CreateParallelism < 0:
+		return fmt.Errorf("watcher: Options.CreateParallelism is %d: give a positive number, or 0 for the default 16", o.CreateParallelism)
+	case o.NotReadyGrace < 0:
+		return fmt.Errorf("watcher: Options.NotReadyGrace is %s: give a positive duration, or 0 for the default %s", o.NotReadyGrace, DefaultNotReadyGrace)
+	case o.Resync < 0:
+		return fmt.Errorf("watcher: Options.Resync is %s: give a positive duration, or 0 for the default 30s", o.Resync)
+	}
+	return nil
+}
+
+// setDefault sets *v to def when it is 0.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// leaderElectionOptions is l with its defaults, checked.
+func leaderElectionOptions(l LeaderElection) (LeaderElection, error) {
+	if l.Namespace == "" {
+		return l, errors.New("watcher: Options.LeaderElection.Namespace is empty: name the namespace of the Lease")
+	}
+	setDefault(&l.Name, "nodeexec-watcher")
+	if msgs := validation.IsDNS1123Subdomain(l.Name); len(msgs) > 0 {
+		return l, fmt.Errorf("watcher: Options.LeaderElection.Name %q: %v", l.Name, msgs)
+	}
+	if l.Identity == "" {
+		host, _ := os.Hostname()
+		l.Identity = host + "_" + podexec.RandomSuffix(8)
+	}
+	setDefault(&l.LeaseDuration, 15*time.Second)
+	setDefault(&l.RenewDeadline, 10*time.Second)
+	setDefault(&l.RetryPeriod, 2*time.Second)
+	if !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
+		return l, fmt.Errorf("watcher: Options.LeaderElection: want LeaseDuration > RenewDeadline > RetryPeriod > 0, got %s, %s, %s", l.LeaseDuration, l.RenewDeadline, l.RetryPeriod)
+	}
+	return l, nil
 }
 
 // toNodeScript converts an informer's object to a typed NodeScript.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeexec/nodeexec/internal/rollout"
 )
 
 // DefaultTailBytes is how much of the end of each stream a NodeResult keeps
@@ -198,9 +200,7 @@ func plan(n, canary int, batches []intstr.IntOrString) [][]int {
 		return stages
 	}
 	for i := 0; next < n; i++ {
-		b := batches[min(i, len(batches)-1)]
-		k, _ := intstr.GetScaledValueFromIntOrPercent(&b, n, true) // validated
-		take(k)
+		take(rollout.BatchSize(rollout.Nth(batches, i), n)) // validated
 	}
 	return stages
 }
@@ -210,8 +210,7 @@ func errorBudget(maxErrors *intstr.IntOrString, n int) int {
 	if maxErrors == nil {
 		return -1
 	}
-	k, _ := intstr.GetScaledValueFromIntOrPercent(maxErrors, n, false) // validated
-	return k
+	return rollout.Tolerated(*maxErrors, n) // validated
 }
 
 // MaxRetryBackoff caps the pause between two retries of a node

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nodeexec/nodeexec/internal/rollout"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -322,8 +323,7 @@ func errorBudget(maxFailures *intstr.IntOrString, total int) int {
 	if maxFailures == nil {
 		return 0
 	}
-	budget, _ := intstr.GetScaledValueFromIntOrPercent(maxFailures, total, false) // validated
-	return budget
+	return rollout.Tolerated(*maxFailures, total) // validated
 }
 
 // promotion is the promotion step: which entries may run now. The
@@ -391,11 +391,10 @@ func openSlots(s *v1alpha1.NodeScriptSpec, all []entry, running int) int {
 // concurrency is maxConcurrency of total nodes (a percentage rounded up),
 // at least 1; 1 when nil.
 func concurrency(maxConcurrency *intstr.IntOrString, total int) int {
-	slots := 1
-	if maxConcurrency != nil {
-		slots, _ = intstr.GetScaledValueFromIntOrPercent(maxConcurrency, total, true) // validated
+	if maxConcurrency == nil {
+		return 1
 	}
-	return max(slots, 1)
+	return rollout.BatchSize(*maxConcurrency, total) // validated
 }
 
 // startable are the first of allowed, at most slots, that are due (pending
@@ -503,9 +502,7 @@ func batch(entries []entry, batches []intstr.IntOrString, total int, retryable f
 	}
 	pos := 0
 	for i := 0; pos < len(entries); i++ {
-		b := batches[min(i, len(batches)-1)]
-		size, _ := intstr.GetScaledValueFromIntOrPercent(&b, total, true) // validated
-		end := min(pos+max(size, 1), len(entries))
+		end := min(pos+rollout.BatchSize(rollout.Nth(batches, i), total), len(entries)) // validated
 		for _, e := range entries[pos:end] {
 			if !finished(e) {
 				return entries[:end]

@@ -144,6 +144,15 @@ const (
 // RunNowUntil) lets runs start while the window is closed, not while
 // paused. Errors come from an invalid spec. ns's spec is read with its
 // defaults (v1alpha1.Defaulted); ns is not changed.
+//
+// Decide is one of the project's two rollout engines; the other is
+// nodeexec.Runner's. They share the batch and error budget arithmetic
+// (internal/rollout) and the stage rule, and differ in their defaults
+// (canary 1 here, 0 there; error budget 0 here, none there; concurrency 1
+// here, 20 there; 3 retries here, 0 there), in their order (a hash here,
+// the targets' own there) and in what follows the canaries (soak, verify,
+// analysis or manual promotion here; the rest at once there): see
+// nodeexec/rollout.go, and TestWatcherEngineDifferences.
 func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
 	d, err := decideRollout(ns, nodes, now)
 	if err != nil || d.Stage == StageComplete || d.Stage == StageHalted {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeexec/nodeexec/internal/rollout"
 )
 
 // DefaultTailBytes is how much of the end of each stream a NodeResult keeps
@@ -173,6 +175,28 @@ func CheckCountOrPercent(v intstr.IntOrString, zeroOK bool) error {
 	return checkCountOrPercent(v, zeroOK)
 }
 
+// The Runner's rollout (RunnerOptions Canary, Batches, MaxErrors, Retries)
+// and the watcher's (a NodeScript's spec.rollout, package watcher's
+// Decide) share their arithmetic (internal/rollout: batch sizes, counts or
+// percentages rounded up, at least 1, the last repeating; the error
+// budget, rounded down) and their stage rule (a stage starts once the one
+// before has finished). They differ, on purpose, where a one-shot run and
+// a standing rollout need different things (TestRunnerEngineDifferences
+// and the watcher's TestWatcherEngineDifferences pin each):
+//   - canary: 0 by default here (a run someone watches), 1 in the watcher;
+//   - error budget: none by default here (MaxErrors nil), 0 in the
+//     watcher (the first failure halts);
+//   - order: the targets' own here; in the watcher a hash of node,
+//     NodeScript and spec, and its canaries skip nodes its checkScript
+//     found fine;
+//   - after the canaries: the rest starts at once here; the watcher waits
+//     for soakTime, verifyScript and analysis, or a manual promotion;
+//   - a failed canary: the rest is skipped (ErrSkipped) and the run ends
+//     here; the watcher halts until the spec changes;
+//   - concurrency: DefaultMaxConcurrency (20) here, 1 in the watcher;
+//   - retries: 0 by default here, from DefaultRetryBackoff (1s) with up to
+//     50% jitter; 3 in the watcher, from 10s with 10%; both double up to 5m.
+
 // plan splits n target nodes (by index, in target order) into stages: the
 // canary (if any), then batches; the last batch size repeats until every node
 // is in a stage. Percentages are of n, rounded up, at least 1.
@@ -198,9 +222,7 @@ func plan(n, canary int, batches []intstr.IntOrString) [][]int {
 		return stages
 	}
 	for i := 0; next < n; i++ {
-		b := batches[min(i, len(batches)-1)]
-		k, _ := intstr.GetScaledValueFromIntOrPercent(&b, n, true) // validated
-		take(k)
+		take(rollout.BatchSize(rollout.Nth(batches, i), n)) // validated
 	}
 	return stages
 }
@@ -210,8 +232,7 @@ func errorBudget(maxErrors *intstr.IntOrString, n int) int {
 	if maxErrors == nil {
 		return -1
 	}
-	k, _ := intstr.GetScaledValueFromIntOrPercent(maxErrors, n, false) // validated
-	return k
+	return rollout.Tolerated(*maxErrors, n) // validated
 }
 
 // MaxRetryBackoff caps the pause between two retries of a node

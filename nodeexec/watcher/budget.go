@@ -290,6 +290,7 @@ func (c *controller) scriptList() []*v1alpha1.NodeScript {
 	var out []*v1alpha1.NodeScript
 	for _, o := range c.scripts.List() {
 		if ns, err := toNodeScript(o); err == nil {
+			v1alpha1.SetDefaults(ns)
 			out = append(out, ns)
 		}
 	}
@@ -426,89 +427,14 @@ func (c *controller) budgetGate(ctx context.Context, ns *v1alpha1.NodeScript, d 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held := c.holders(ctx, scripts, cached)
-
-	// Exclusivity.
-	var kept []string
-	for _, node := range d.Start {
-		if other := conflict(ns, held[node]); other != "" {
-			msg := node + ": nodescript " + other + " runs here (exclusive)"
-			d.Blocked = append(d.Blocked, msg)
-			if n := cached.byName[node]; n != nil && !slices.Contains(ns.Status.Blocked, msg) {
-				c.events.Eventf(n, corev1.EventTypeNormal, ReasonExclusiveWait, "nodescript %s: not started while nodescript %s runs here (spec.exclusive)", ns.Name, other)
-			}
-			continue
-		}
-		kept = append(kept, node)
-	}
-	d.Start = kept
-	slices.Sort(d.Blocked)
-
-	// The budget.
+	c.exclusivity(ns, &d, held, cached)
 	var costly []string
 	if name != "" && disrupts(&ns.Spec) {
-		prev := map[string]NodeState{}
-		for _, n := range nodes {
-			prev[n.Name] = n.State
-		}
-		for _, node := range d.Start {
-			s := prev[node]
-			if !(ns.Spec.CheckScript != "" && !(s.Hash == d.Hash && s.Checked)) {
-				costly = append(costly, node)
-			}
-		}
+		costly = costlyStarts(ns, d, nodes)
 	}
 	var waits bool
 	if name != "" && d.Stage != StageComplete && d.Stage != StageHalted {
-		b, err := c.getBudget(name)
-		var count BudgetCount
-		if err == nil {
-			var src BudgetSources
-			if src, err = c.budgetSources(ctx, now); err == nil {
-				count, err = CountBudget(b, cached.all, src, held)
-			}
-		}
-		if err == nil {
-			c.w.metrics.budgetUnavailable.WithLabelValues(name).Set(float64(count.Unavailable()))
-			c.w.metrics.budgetMax.WithLabelValues(name).Set(float64(count.Max))
-		}
-		switch {
-		case err != nil:
-			// Closed: nothing that disrupts starts.
-			d.Start = slices.DeleteFunc(d.Start, func(n string) bool { return slices.Contains(costly, n) })
-			d.Waiting, waits = fmt.Sprintf("maintenancebudget %s cannot be counted, so no node that it covers starts: %v", name, err), len(costly) > 0
-			if d.Hold == "" && len(d.Start) == 0 {
-				d.Hold = HoldBudget
-			}
-		case len(costly) > 0:
-			room := count.Room()
-			if first := c.firstWaiter(name, ns, scripts); first != "" {
-				room = 0
-				d.Waiting = fmt.Sprintf("nodescript %s (priority ahead of %d) waits for room on maintenancebudget %s first", first, ns.Spec.Priority, name)
-			}
-			var out []string
-			trimmed := 0
-			for _, node := range d.Start {
-				switch {
-				case !slices.Contains(costly, node), count.Reasons[node] != nil:
-					out = append(out, node)
-				case room > 0:
-					out = append(out, node)
-					room--
-				default:
-					trimmed++
-				}
-			}
-			d.Start = out
-			if trimmed > 0 {
-				waits = true
-				if d.Waiting == "" {
-					d.Waiting = budgetMessage(name, count)
-				}
-				if len(d.Start) == 0 {
-					d.Hold = HoldBudget
-				}
-			}
-		}
+		waits = c.applyBudget(ctx, ns, &d, costly, scripts, held, cached, now)
 	}
 	if name != "" {
 		l.wait(name, ns.Name, ns.Spec.Priority, waits)
@@ -524,6 +450,120 @@ func (c *controller) budgetGate(ctx context.Context, ns *v1alpha1.NodeScript, d 
 			l.unreserve(node, ns.Name)
 		}
 	}
+}
+
+// exclusivity drops from d.Start each node where a NodeScript runs (held)
+// that cannot share it with ns (spec.exclusive on either side): d.Blocked
+// says which, and a node newly blocked gets an Event.
+func (c *controller) exclusivity(ns *v1alpha1.NodeScript, d *Decision, held map[string][]Holder, cached nodeSet) {
+	var kept []string
+	for _, node := range d.Start {
+		if other := conflict(ns, held[node]); other != "" {
+			msg := node + ": nodescript " + other + " runs here (exclusive)"
+			d.Blocked = append(d.Blocked, msg)
+			if n := cached.byName[node]; n != nil && !slices.Contains(ns.Status.Blocked, msg) {
+				c.events.Eventf(n, corev1.EventTypeNormal, ReasonExclusiveWait, "nodescript %s: not started while nodescript %s runs here (spec.exclusive)", ns.Name, other)
+			}
+			continue
+		}
+		kept = append(kept, node)
+	}
+	d.Start = kept
+	slices.Sort(d.Blocked)
+}
+
+// costlyStarts are the nodes of d.Start a start takes out of service: all
+// but those whose next step is spec.checkScript's check.
+func costlyStarts(ns *v1alpha1.NodeScript, d Decision, nodes []Node) []string {
+	prev := map[string]NodeState{}
+	for _, n := range nodes {
+		prev[n.Name] = n.State
+	}
+	var costly []string
+	for _, node := range d.Start {
+		s := prev[node]
+		if !(ns.Spec.CheckScript != "" && !(s.Hash == d.Hash && s.Checked)) {
+			costly = append(costly, node)
+		}
+	}
+	return costly
+}
+
+// applyBudget trims d.Start's costly nodes to the room on ns's
+// MaintenanceBudget (none when it cannot be read or counted, or a
+// NodeScript ahead waits for room); it reports whether ns now waits for
+// room. The caller holds the ledger's mu.
+func (c *controller) applyBudget(ctx context.Context, ns *v1alpha1.NodeScript, d *Decision, costly []string, scripts []*v1alpha1.NodeScript, held map[string][]Holder, cached nodeSet, now time.Time) bool {
+	name := ns.Spec.MaintenanceBudget
+	count, err := c.countBudget(ctx, name, cached, held, now)
+	switch {
+	case err != nil:
+		// Closed: nothing that disrupts starts.
+		d.Start = slices.DeleteFunc(d.Start, func(n string) bool { return slices.Contains(costly, n) })
+		d.Waiting = fmt.Sprintf("maintenancebudget %s cannot be counted, so no node that it covers starts: %v", name, err)
+		if d.Hold == "" && len(d.Start) == 0 {
+			d.Hold = HoldBudget
+		}
+		return len(costly) > 0
+	case len(costly) == 0:
+		return false
+	}
+	room := count.Room()
+	if first := c.firstWaiter(name, ns, scripts); first != "" {
+		room = 0
+		d.Waiting = fmt.Sprintf("nodescript %s (priority ahead of %d) waits for room on maintenancebudget %s first", first, ns.Spec.Priority, name)
+	}
+	trimmed := trimToRoom(d, costly, count, room)
+	if trimmed == 0 {
+		return false
+	}
+	if d.Waiting == "" {
+		d.Waiting = budgetMessage(name, count)
+	}
+	if len(d.Start) == 0 {
+		d.Hold = HoldBudget
+	}
+	return true
+}
+
+// countBudget counts MaintenanceBudget name (and sets its metrics).
+func (c *controller) countBudget(ctx context.Context, name string, cached nodeSet, held map[string][]Holder, now time.Time) (BudgetCount, error) {
+	b, err := c.getBudget(name)
+	if err != nil {
+		return BudgetCount{}, err
+	}
+	src, err := c.budgetSources(ctx, now)
+	if err != nil {
+		return BudgetCount{}, err
+	}
+	count, err := CountBudget(b, cached.all, src, held)
+	if err != nil {
+		return count, err
+	}
+	c.w.metrics.budgetUnavailable.WithLabelValues(name).Set(float64(count.Unavailable()))
+	c.w.metrics.budgetMax.WithLabelValues(name).Set(float64(count.Max))
+	return count, nil
+}
+
+// trimToRoom keeps in d.Start the nodes that cost nothing (not costly, or
+// already out of service) and room of the costly ones; the result is how
+// many it dropped.
+func trimToRoom(d *Decision, costly []string, count BudgetCount, room int) int {
+	var out []string
+	trimmed := 0
+	for _, node := range d.Start {
+		switch {
+		case !slices.Contains(costly, node), count.Reasons[node] != nil:
+			out = append(out, node)
+		case room > 0:
+			out = append(out, node)
+			room--
+		default:
+			trimmed++
+		}
+	}
+	d.Start = out
+	return trimmed
 }
 
 // conflict names a NodeScript among running (those on a node) that ns

@@ -249,6 +249,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 	if err != nil {
 		return nil, err
 	}
+	v1alpha1.SetDefaults(ns) // the one place: the rest reads the defaulted spec
 	if ns.DeletionTimestamp != nil {
 		all, err := c.nodes.List(labels.Everything())
 		if err != nil {
@@ -412,106 +413,149 @@ func (s *succeeded) event(r record.EventRecorder, ns *v1alpha1.NodeScript) {
 func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, going runPods, now time.Time) ([]Node, time.Time, error) {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var (
-		nodes   []Node
-		work    []func() error
-		retryAt time.Time
+		nodes []Node
+		p     policyPass
 	)
 	for _, n := range cached.all {
-		s, ok := c.w.state(ctx, ns.Name, n)
-		if !ok {
-			continue
-		}
-		// selectsNode, with ignored kept for the Node below.
-		ign := ignored(n, ns.Name)
-		selected := !ign && selects(&ns.Spec, sel, n.Name, n.Labels)
-		s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
-		if write != nil {
-			work = append(work, write)
-		}
-		if selected && write == nil {
-			var due time.Time
-			s, write, due = c.reapply(ctx, ns, hash, n, s, going, now)
-			if write != nil {
-				work = append(work, write)
-			}
-			if !due.IsZero() && (retryAt.IsZero() || due.Before(retryAt)) {
-				retryAt = due
-			}
-		}
-		ready, _ := nodeReady(n)
-		if going.busy[n.Name] && !(s.Hash == hash && s.Phase == PhaseRunning) {
-			// A run of an older spec still going: it counts as running.
-			s = NodeState{Hash: hash, Phase: PhaseRunning}
-		}
-		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ign, State: s})
-		if w, at := c.annotationWork(ctx, ns, hash, n, s, selected, going.busy[n.Name], now); w != nil || !at.IsZero() {
-			retryAt = earliest(retryAt, at) // spec.hooks.beforeRun, afterRun (annotations.go)
-			if w != nil {
-				work = append(work, w)
-				continue
-			}
-		}
-		if !selected || s.Hash != hash {
-			continue
-		}
-		switch {
-		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceRebooting:
-			if t := now.Add(RebootRecheck); retryAt.IsZero() || t.Before(retryAt) {
-				retryAt = t
-			}
-			work = append(work, func() error { return c.rebooting(ctx, ns, hash, n, s, now) })
-		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceDrained && !going.busy[n.Name]:
-			work = append(work, func() error { return c.start(ctx, ns, hash, n, s, ActionRun, now) })
-		case s.Phase == PhaseRunning && s.Maintenance == MaintenanceDraining:
-			if !c.w.drainGoing(n.Name) && ns.Spec.Maintenance != nil && ns.Spec.Maintenance.Drain != nil {
-				c.drainBefore(ctx, ns, n) // after a restart of the watcher
-			}
-		case s.Phase == PhaseRunning && s.Maintenance == MaintenancePulling:
-			retryAt = earliest(retryAt, now.Add(PrePullRecheck))
-			work = append(work, func() error { return c.pulling(ctx, ns, hash, n, s, now) })
-		case s.Phase == PhaseRunning && s.Hook == hookState(HookPreNode, HookRunning) && s.Maintenance == "" && !going.busy[n.Name]:
-			retryAt = earliest(retryAt, now.Add(HookRecheck)) // spec.hooks.preNode (hooks.go)
-			work = append(work, func() error { return c.preNodeWaiting(ctx, ns, hash, n, s, now) })
-		case s.Phase == PhaseRunning && !going.busy[n.Name] && !c.w.expected(s.Pod):
-			work = append(work, func() error { return c.lost(ctx, ns, n, s, now) })
-		case s.Phase == PhaseFailed && s.Infrastructure && s.NextRetry != nil:
-			if retryAt.IsZero() || s.NextRetry.Before(retryAt) {
-				retryAt = *s.NextRetry
-			}
-			if s.CordonedByUs && n.Spec.Unschedulable && !ns.Spec.OnFailure.Cordon {
-				// Back in service while it waits: the retry cordons again.
-				work = append(work, func() error {
-					return c.uncordon(ctx, ns, n, s, "its run failed for the infrastructure ("+s.Reason+") and waits to be retried")
-				})
-			}
-		case s.Phase == PhaseFailed && !s.Infrastructure && s.Reason != ReasonCheckFailed && s.Reason != ReasonRebootTimeout && s.Reason != ReasonAfterRunTimeout:
-			work = append(work, func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
-		case s.Phase == PhaseSucceeded || s.Phase == PhaseNotNeeded:
-			if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
-				work = append(work, func() error { return c.removeTaint(ctx, n, t) })
-			}
-			if s.CordonedByUs && n.Spec.Unschedulable {
-				work = append(work, func() error { return c.uncordon(ctx, ns, n, s, "it succeeded here") })
-			} else if awaitingAfterRun(s) {
-				work = append(work, func() error { return c.awaitAfter(ctx, ns, n, s, now) }) // spec.hooks.afterRun
-			} else if wantsLabels(ns, hash, n, s) {
-				work = append(work, func() error { return c.labelNode(ctx, ns, n) })
-			}
-		}
-		if !going.busy[n.Name] && postNodeDue(ns, hash, n, s) { // spec.hooks.postNode (hooks.go)
-			retryAt = earliest(retryAt, now.Add(HookRecheck))
-			work = append(work, func() error { return c.postNode(ctx, ns, hash, n, s, now) })
+		if node, ok := c.nodePolicy(ctx, ns, hash, sel, n, going, now, &p); ok {
+			nodes = append(nodes, node)
 		}
 	}
-	if err := c.parallel(work); err != nil {
-		return nodes, retryAt, err
+	if err := c.parallel(p.work); err != nil {
+		return nodes, p.retryAt, err
 	}
 	// Silences of nodes back in service expired (after the uncordons above).
 	t, err := c.silenceUpkeep(ctx, ns, cached, now)
-	if !t.IsZero() && (retryAt.IsZero() || t.Before(retryAt)) {
-		retryAt = t
+	p.at(t)
+	return nodes, p.retryAt, err
+}
+
+// policyPass gathers phase 2's work and the earliest time to look again.
+type policyPass struct {
+	work    []func() error
+	retryAt time.Time
+}
+
+func (p *policyPass) add(w func() error) {
+	if w != nil {
+		p.work = append(p.work, w)
 	}
-	return nodes, retryAt, err
+}
+
+// at keeps t as retryAt when it is earlier (a zero t is none).
+func (p *policyPass) at(t time.Time) { p.retryAt = earliest(p.retryAt, t) }
+
+// nodePolicy is phase 2 for node n (sel ns's parsed nodeSelector): its
+// requests (rerun, reapply), its annotations' work, then the lifecycle's
+// (lifecycleWork) and spec.hooks.postNode. The result is n as Decide
+// takes it; ok is false when n's state is unreadable.
+func (c *controller) nodePolicy(ctx context.Context, ns *v1alpha1.NodeScript, hash string, sel labels.Selector, n *corev1.Node, going runPods, now time.Time, p *policyPass) (Node, bool) {
+	s, ok := c.w.state(ctx, ns.Name, n)
+	if !ok {
+		return Node{}, false
+	}
+	// selectsNode, with ignored kept for the Node below.
+	ign := ignored(n, ns.Name)
+	selected := !ign && selects(&ns.Spec, sel, n.Name, n.Labels)
+	s = c.requests(ctx, ns, hash, n, s, selected, going, now, p)
+	ready, _ := nodeReady(n)
+	busy := going.busy[n.Name]
+	if busy && !(s.Hash == hash && s.Phase == PhaseRunning) {
+		// A run of an older spec still going: it counts as running.
+		s = NodeState{Hash: hash, Phase: PhaseRunning}
+	}
+	node := Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ign, State: s}
+	if w, at := c.annotationWork(ctx, ns, hash, n, s, selected, busy, now); w != nil || !at.IsZero() {
+		p.at(at) // spec.hooks.beforeRun, afterRun (annotations.go)
+		if w != nil {
+			p.add(w)
+			return node, true
+		}
+	}
+	if !selected || s.Hash != hash {
+		return node, true
+	}
+	c.lifecycleWork(ctx, ns, hash, n, s, going, now, p)
+	if !busy && postNodeDue(ns, hash, n, s) { // spec.hooks.postNode (hooks.go)
+		p.at(now.Add(HookRecheck))
+		p.add(func() error { return c.postNode(ctx, ns, hash, n, s, now) })
+	}
+	return node, true
+}
+
+// requests applies node n's rerun request (the node becomes Pending), then
+// for a selected node without one spec.reapply (a success due again
+// becomes Pending): the state after them.
+func (c *controller) requests(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, selected bool, going runPods, now time.Time, p *policyPass) NodeState {
+	s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
+	p.add(write)
+	if selected && write == nil {
+		var due time.Time
+		s, write, due = c.reapply(ctx, ns, hash, n, s, going, now)
+		p.add(write)
+		p.at(due)
+	}
+	return s
+}
+
+// lifecycleWork is the work the transition table (transitions.go) gives
+// node n in state s, of the current hash.
+func (c *controller) lifecycleWork(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, going runPods, now time.Time, p *policyPass) {
+	busy := going.busy[n.Name]
+	switch transition(s.Phase, nodeEvent(s, busy, func() bool { return c.w.expected(s.Pod) })) {
+	case actRebooting:
+		p.at(now.Add(RebootRecheck))
+		p.add(func() error { return c.rebooting(ctx, ns, hash, n, s, now) })
+	case actRunDrained:
+		p.add(func() error { return c.start(ctx, ns, hash, n, s, ActionRun, now) })
+	case actResumeDrain:
+		c.resumeDrain(ctx, ns, n)
+	case actPulling:
+		p.at(now.Add(PrePullRecheck))
+		p.add(func() error { return c.pulling(ctx, ns, hash, n, s, now) })
+	case actPreNodeWait:
+		p.at(now.Add(HookRecheck)) // spec.hooks.preNode (hooks.go)
+		p.add(func() error { return c.preNodeWaiting(ctx, ns, hash, n, s, now) })
+	case actLost:
+		p.add(func() error { return c.lost(ctx, ns, n, s, now) })
+	case actAwaitRetry:
+		p.at(*s.NextRetry)
+		if s.CordonedByUs && n.Spec.Unschedulable && !ns.Spec.OnFailure.Cordon {
+			// Back in service while it waits: the retry cordons again.
+			p.add(func() error {
+				return c.uncordon(ctx, ns, n, s, "its run failed for the infrastructure ("+s.Reason+") and waits to be retried")
+			})
+		}
+	case actFailurePolicy:
+		p.add(func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
+	case actAfterSuccess:
+		c.afterSuccess(ctx, ns, hash, n, s, now, p)
+	}
+}
+
+// resumeDrain drains node n again, recorded Draining, when no drain of it
+// goes (after a restart of the watcher).
+func (c *controller) resumeDrain(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node) {
+	if !c.w.drainGoing(n.Name) && ns.Spec.Maintenance != nil && ns.Spec.Maintenance.Drain != nil {
+		c.drainBefore(ctx, ns, n)
+	}
+}
+
+// afterSuccess adds the work on node n after a success (or NotNeeded):
+// the startup taint removed; the watcher's own cordon undone, or
+// spec.hooks.afterRun awaited, or the node labelled.
+func (c *controller) afterSuccess(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time, p *policyPass) {
+	if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
+		p.add(func() error { return c.removeTaint(ctx, n, t) })
+	}
+	switch {
+	case s.CordonedByUs && n.Spec.Unschedulable:
+		p.add(func() error { return c.uncordon(ctx, ns, n, s, "it succeeded here") })
+	case awaitingAfterRun(s):
+		p.add(func() error { return c.awaitAfter(ctx, ns, n, s, now) }) // spec.hooks.afterRun
+	case wantsLabels(ns, hash, n, s):
+		p.add(func() error { return c.labelNode(ctx, ns, n) })
+	}
 }
 
 // startRuns is phase 3. Inputs: ns, the decision d taken on nodes (the

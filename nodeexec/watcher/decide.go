@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nodeexec/nodeexec/internal/rollout"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -26,10 +27,11 @@ const (
 	StageHalted            = "Halted"
 )
 
-// Defaults of the rollout fields of a NodeScript.
+// Defaults of the rollout fields of a NodeScript (v1alpha1.SetDefaults
+// writes them).
 const (
-	DefaultCanary     = 1
-	DefaultRetryLimit = 3
+	DefaultCanary     = v1alpha1.DefaultCanary
+	DefaultRetryLimit = v1alpha1.DefaultRetryLimit
 )
 
 // Node is what Decide needs to know of one node.
@@ -140,7 +142,17 @@ const (
 // starts nothing (Decision.Hold says why); runs in progress count as
 // before. A run-now override in effect at now (AnnotationRunNow, see
 // RunNowUntil) lets runs start while the window is closed, not while
-// paused. Errors come from an invalid spec.
+// paused. Errors come from an invalid spec. ns's spec is read with its
+// defaults (v1alpha1.Defaulted); ns is not changed.
+//
+// Decide is one of the project's two rollout engines; the other is
+// nodeexec.Runner's. They share the batch and error budget arithmetic
+// (internal/rollout) and the stage rule, and differ in their defaults
+// (canary 1 here, 0 there; error budget 0 here, none there; concurrency 1
+// here, 20 there; 3 retries here, 0 there), in their order (a hash here,
+// the targets' own there) and in what follows the canaries (soak, verify,
+// analysis or manual promotion here; the rest at once there): see
+// nodeexec/rollout.go, and TestWatcherEngineDifferences.
 func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
 	d, err := decideRollout(ns, nodes, now)
 	if err != nil || d.Stage == StageComplete || d.Stage == StageHalted {
@@ -166,137 +178,187 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 	return d, nil
 }
 
-// decideRollout is Decide without the holds (pause, maintenance window).
+// decideRollout is Decide without the holds (pause, maintenance window):
+// its steps are select (the selected nodes in order, with their phase),
+// count (the phases, and the failures), budget (halt on a failed canary
+// or the error budget spent), promotion (which nodes may run: the
+// canaries, then the promoted nodes batch by batch) and slots (how many
+// of those start now).
 func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
+	ns = v1alpha1.Defaulted(ns) // ns itself when the watcher read it (SetDefaults)
 	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
 		return Decision{}, errs.ToAggregate()
 	}
 	s := &ns.Spec
 	d := Decision{Hash: v1alpha1.SpecHash(s)}
-	sel, _ := metav1.LabelSelectorAsSelector(&s.NodeSelector) // validated
-
-	// The selected nodes, in their deterministic order, with the phase they
-	// have for the current hash.
-	// The order key is sha256(nodeUID "/" nodeScriptUID "/" hash), its
-	// bytes compared as its hex string would be.
-	all := make([]entry, 0, len(nodes))
-	suffix := "/" + string(ns.UID) + "/" + d.Hash
-	var buf []byte
-	for i := range nodes {
-		n := &nodes[i]
-		if n.Ignored || !selects(s, sel, n.Name, n.Labels) {
-			continue
-		}
-		phase := PhasePending
-		if n.State.Hash == d.Hash {
-			phase = n.State.Phase
-			if awaitingAfterRun(n.State) {
-				phase = PhaseRunning // spec.hooks.afterRun not passed yet (annotations.go)
-			}
-		}
-		buf = append(append(buf[:0], n.UID...), suffix...)
-		all = append(all, entry{Node: n, key: sha256.Sum256(buf), phase: phase})
-	}
-	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key[:], b.key[:]) })
+	all := selectEntries(ns, nodes, d.Hash)
 	d.Order = make([]string, len(all))
 	for i, e := range all {
 		d.Order[i] = e.Name
 	}
-
-	retryLimit := DefaultRetryLimit
-	if s.Retry.Limit != nil {
-		retryLimit = int(*s.Retry.Limit)
-	}
-	// retryable: a failure of the infrastructure, not of the script, with retries left.
-	retryable := func(e entry) bool {
-		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts-e.State.AttemptsBefore <= retryLimit
-	}
-	failures := 0
-	for _, e := range all {
-		d.Counts.Nodes++
-		switch {
-		case e.phase == PhaseRunning:
-			d.Counts.Running++
-		case e.phase == PhaseSucceeded:
-			d.Counts.Succeeded++
-		case e.phase == PhaseNotNeeded:
-			d.Counts.NotNeeded++
-		case e.phase == PhaseRolledBack:
-			d.Counts.RolledBack++
-			failures++
-		case retryable(e):
-			d.Counts.Pending++
-		case e.phase == PhaseFailed:
-			d.Counts.Failed++
-			failures++
-		default:
-			d.Counts.Pending++
-		}
-	}
+	retryable := retryableFunc(int(*s.Retry.Limit)) // defaulted
+	failures := countPhases(all, retryable, &d.Counts)
 	if d.Counts.Nodes > 0 && d.Counts.Succeeded+d.Counts.NotNeeded == d.Counts.Nodes {
 		d.Stage = StageComplete
 		return d, nil
 	}
+	canaries, rest := splitCanaries(all, int(*s.Rollout.Canary)) // defaulted
+	for _, c := range canaries {
+		d.Canaries = append(d.Canaries, c.Name)
+	}
+	if budgetStop(s, &d, canaries, failures, len(all), retryable) {
+		return d, nil
+	}
+	allowed, stop, err := promotion(ns, &d, canaries, rest, len(all), retryable, now)
+	if err != nil || stop {
+		return d, err
+	}
+	d.Start = startable(allowed, openSlots(s, all, d.Counts.Running), d.Hash, retryable, now)
+	return d, nil
+}
 
-	// The canaries are the first nodes in order that need the script: a
-	// node spec.checkScript found fine (NotNeeded) proves nothing about it.
+// selectEntries is the select step: the nodes ns selects, in their
+// deterministic order, with the phase they have for hash. The order key is
+// sha256(nodeUID "/" nodeScriptUID "/" hash), its bytes compared as its
+// hex string would be.
+func selectEntries(ns *v1alpha1.NodeScript, nodes []Node, hash string) []entry {
+	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
+	all := make([]entry, 0, len(nodes))
+	suffix := "/" + string(ns.UID) + "/" + hash
+	var buf []byte
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Ignored || !selects(&ns.Spec, sel, n.Name, n.Labels) {
+			continue
+		}
+		buf = append(append(buf[:0], n.UID...), suffix...)
+		all = append(all, entry{Node: n, key: sha256.Sum256(buf), phase: phaseFor(n.State, hash)})
+	}
+	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key[:], b.key[:]) })
+	return all
+}
+
+// phaseFor is the phase of a node in state s for the spec hash: Pending
+// for another hash, Running while spec.hooks.afterRun has not passed.
+func phaseFor(s NodeState, hash string) string {
+	switch {
+	case s.Hash != hash:
+		return PhasePending
+	case awaitingAfterRun(s):
+		return PhaseRunning // spec.hooks.afterRun not passed yet (annotations.go)
+	}
+	return s.Phase
+}
+
+// retryableFunc: an entry failed by the infrastructure, not by the script,
+// with retries left of limit.
+func retryableFunc(limit int) func(entry) bool {
+	return func(e entry) bool {
+		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts-e.State.AttemptsBefore <= limit
+	}
+}
+
+// countPhases is the count step: c gets the entries per phase (a
+// retryable failure counts as Pending); the result is the failures that
+// count against the error budget.
+func countPhases(all []entry, retryable func(entry) bool, c *Counts) (failures int) {
+	for _, e := range all {
+		c.Nodes++
+		switch {
+		case e.phase == PhaseRunning:
+			c.Running++
+		case e.phase == PhaseSucceeded:
+			c.Succeeded++
+		case e.phase == PhaseNotNeeded:
+			c.NotNeeded++
+		case e.phase == PhaseRolledBack:
+			c.RolledBack++
+			failures++
+		case retryable(e):
+			c.Pending++
+		case e.phase == PhaseFailed:
+			c.Failed++
+			failures++
+		default:
+			c.Pending++
+		}
+	}
+	return failures
+}
+
+// splitCanaries: the canaries are the first n entries in order that need
+// the script (a node spec.checkScript found fine, NotNeeded, proves
+// nothing about it); rest are the other entries that need it.
+func splitCanaries(all []entry, n int) (canaries, rest []entry) {
 	needing := make([]entry, 0, len(all))
 	for _, e := range all {
 		if e.phase != PhaseNotNeeded {
 			needing = append(needing, e)
 		}
 	}
-	canaryN := DefaultCanary
-	if s.Rollout.Canary != nil {
-		canaryN = int(*s.Rollout.Canary)
-	}
-	canaryN = min(canaryN, len(needing))
-	canaries, rest := needing[:canaryN], needing[canaryN:]
-	for _, c := range canaries {
-		d.Canaries = append(d.Canaries, c.Name)
-	}
+	n = min(n, len(needing))
+	return needing[:n], needing[n:]
+}
 
-	budget := 0
-	if s.Rollout.MaxFailures != nil {
-		budget, _ = intstr.GetScaledValueFromIntOrPercent(s.Rollout.MaxFailures, len(all), false)
-	}
+// budgetStop is the budget step: it sets d's stage and reports true when
+// the rollout stops here: a canary failed for good (Halted), the failures
+// exceed the error budget (spec.rollout.maxFailures of total, Halted), or
+// every node finished within it (Complete).
+func budgetStop(s *v1alpha1.NodeScriptSpec, d *Decision, canaries []entry, failures, total int, retryable func(entry) bool) bool {
 	for _, c := range canaries {
 		if (c.phase == PhaseFailed && !retryable(c)) || c.phase == PhaseRolledBack {
 			d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("canary %s failed", c.Name)
 			if c.State.Reason == ReasonAnalysisFailed {
 				d.HaltReason = analysisHaltReason(c.Name, c.State)
 			}
-			return d, nil
+			return true
 		}
 	}
-	if failures > budget {
+	if budget := errorBudget(s.Rollout.MaxFailures, total); failures > budget {
 		d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("%d nodes failed, more than the error budget of %d", failures, budget)
-		return d, nil
+		return true
 	}
 	if d.Counts.Pending == 0 && d.Counts.Running == 0 && d.Counts.Nodes > 0 {
 		// Every node finished, the failures within the error budget.
 		d.Stage = StageComplete
-		return d, nil
+		return true
 	}
+	return false
+}
 
-	// Which nodes may run now: the canaries until they all succeeded and
-	// the rollout is promoted; then the promoted nodes, batch by batch.
-	var allowed []entry
+// errorBudget is the failures a rollout of total nodes tolerates:
+// maxFailures (a count, or a percentage of total rounded down), 0 when nil.
+func errorBudget(maxFailures *intstr.IntOrString, total int) int {
+	if maxFailures == nil {
+		return 0
+	}
+	return rollout.Tolerated(*maxFailures, total) // validated
+}
+
+// promotion is the promotion step: which entries may run now. The
+// canaries until they all succeeded; then, under manual promotion, the
+// promoted nodes (none yet: AwaitingPromotion, stop), under automatic
+// promotion the rest once the soak time, verifyScript and analysis passed
+// (else Soaking, stop); the rest batch by batch.
+func promotion(ns *v1alpha1.NodeScript, d *Decision, canaries, rest []entry, total int, retryable func(entry) bool, now time.Time) (allowed []entry, stop bool, err error) {
+	s := &ns.Spec
 	canariesDone := true
 	for _, c := range canaries {
 		canariesDone = canariesDone && c.phase == PhaseSucceeded
 	}
 	switch {
 	case !canariesDone:
-		d.Stage, allowed = StageCanary, canaries
+		d.Stage = StageCanary
+		return canaries, false, nil
 	case s.Rollout.Promotion == v1alpha1.PromotionManual:
 		promoted, err := promotedNodes(s.Rollout.PromoteTo)
 		if err != nil {
-			return Decision{}, err
+			*d = Decision{}
+			return nil, true, err
 		}
 		if promoted == nil {
 			d.Stage = StageAwaitingPromotion
-			return d, nil
+			return nil, true, nil
 		}
 		var eligible []entry
 		for _, e := range rest {
@@ -304,23 +366,25 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 				eligible = append(eligible, e)
 			}
 		}
-		d.Stage, allowed = StageRolling, batch(eligible, s.Rollout.Batches, len(all), retryable)
-	default:
-		if wait, verify := soaking(s, canaries, now); wait || analysisHolds(ns, d.Hash, canaries, now) {
-			d.Stage, d.Verify = StageSoaking, verify
-			return d, nil
-		}
-		d.Stage, allowed = StageRolling, batch(rest, s.Rollout.Batches, len(all), retryable)
+		d.Stage = StageRolling
+		return batch(eligible, s.Rollout.Batches, total, retryable), false, nil
 	}
+	if wait, verify := soaking(s, canaries, now); wait || analysisHolds(ns, d.Hash, canaries, now) {
+		d.Stage, d.Verify = StageSoaking, verify
+		return nil, true, nil
+	}
+	d.Stage = StageRolling
+	return batch(rest, s.Rollout.Batches, total, retryable), false, nil
+}
 
-	slots := 1
-	if s.Rollout.MaxConcurrency != nil {
-		slots, _ = intstr.GetScaledValueFromIntOrPercent(s.Rollout.MaxConcurrency, len(all), true)
-	}
-	slots = max(slots, 1) - d.Counts.Running
+// openSlots is the slots step: how many more nodes may run now, with
+// running of them running: spec.rollout.maxConcurrency (a count or a
+// percentage of the selected nodes rounded up, at least 1; default 1),
+// and with spec.maintenance.maxUnavailable no more than that many nodes
+// out of service for us (running, or left cordoned by us after a failure).
+func openSlots(s *v1alpha1.NodeScriptSpec, all []entry, running int) int {
+	slots := concurrency(s.Rollout.MaxConcurrency, len(all)) - running
 	if m := s.Maintenance; m != nil && m.MaxUnavailable != nil {
-		// Out of service for us: running (cordoned, draining or with its
-		// pod) or left cordoned by us after a failure.
 		maxUnavailable, _ := intstr.GetScaledValueFromIntOrPercent(m.MaxUnavailable, len(all), true)
 		unavailable := 0
 		for _, e := range all {
@@ -330,17 +394,34 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 		}
 		slots = min(slots, max(maxUnavailable, 1)-unavailable)
 	}
+	return slots
+}
+
+// concurrency is maxConcurrency of total nodes (a percentage rounded up),
+// at least 1; 1 when nil.
+func concurrency(maxConcurrency *intstr.IntOrString, total int) int {
+	if maxConcurrency == nil {
+		return 1
+	}
+	return rollout.BatchSize(*maxConcurrency, total) // validated
+}
+
+// startable are the first of allowed, at most slots, that are due (pending
+// and not skipped, or retryable with their backoff passed), Ready and not
+// blocked.
+func startable(allowed []entry, slots int, hash string, retryable func(entry) bool, now time.Time) []string {
+	var start []string
 	for _, e := range allowed {
 		if slots <= 0 {
 			break
 		}
-		due := (e.phase == PhasePending && !skippedUntil(e.State, d.Hash, now)) || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
+		due := (e.phase == PhasePending && !skippedUntil(e.State, hash, now)) || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
 		if due && e.Ready && !e.Blocked {
-			d.Start = append(d.Start, e.Name)
+			start = append(start, e.Name)
 			slots--
 		}
 	}
-	return d, nil
+	return start
 }
 
 // selects reports whether the spec selects the node named name with
@@ -430,9 +511,7 @@ func batch(entries []entry, batches []intstr.IntOrString, total int, retryable f
 	}
 	pos := 0
 	for i := 0; pos < len(entries); i++ {
-		b := batches[min(i, len(batches)-1)]
-		size, _ := intstr.GetScaledValueFromIntOrPercent(&b, total, true) // validated
-		end := min(pos+max(size, 1), len(entries))
+		end := min(pos+rollout.BatchSize(rollout.Nth(batches, i), total), len(entries)) // validated
 		for _, e := range entries[pos:end] {
 			if !finished(e) {
 				return entries[:end]

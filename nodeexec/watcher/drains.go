@@ -89,11 +89,8 @@ func evictRetryDelay(timeout time.Duration) time.Duration {
 // drainOptionsOf are the drain options of ns's spec.maintenance.drain
 // (which must be set).
 func drainOptionsOf(ns *v1alpha1.NodeScript) drainOptions {
-	d := ns.Spec.Maintenance.Drain
-	o := drainOptions{Timeout: DefaultDrainTimeout, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: -1}
-	if d.Timeout != nil {
-		o.Timeout = d.Timeout.Duration
-	}
+	d := v1alpha1.Defaulted(ns).Spec.Maintenance.Drain
+	o := drainOptions{Timeout: d.Timeout.Duration, PodSelector: d.PodSelector, DeleteEmptyDirData: d.DeleteEmptyDirData, GracePeriodSeconds: -1}
 	if d.GracePeriodSeconds != nil {
 		o.GracePeriodSeconds = int(*d.GracePeriodSeconds)
 	}
@@ -196,92 +193,131 @@ func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScrip
 		c.w.metrics.drainBlocked.DeleteLabelValues(ns.Name)
 		return d, time.Time{}, err
 	}
-	var recheck time.Time
-	for _, n := range nodes {
-		if t := n.State.NextRetry; n.State.Hash == d.Hash && n.State.Phase == PhasePending && t != nil && t.After(now) && (recheck.IsZero() || t.Before(recheck)) {
-			recheck = *t
+	recheck := pendingRetry(nodes, d.Hash, now)
+	dc := &drainChecks{index: map[string]int{}, checked: map[string]bool{}, blocked: map[string]string{}}
+	for i, n := range nodes {
+		dc.index[n.Name] = i
+	}
+	if d, err = c.checkDrains(ctx, ns, d, nodes, cached, dc, now); err != nil {
+		return Decision{}, time.Time{}, err
+	}
+	d.Start = slices.DeleteFunc(d.Start, func(node string) bool { return !dc.checked[node] })
+	// The nodes recorded blocked that were not checked this time (no slot
+	// for them now) stay so while they still wait to run.
+	for _, e := range ns.Status.DrainBlocked {
+		node, why, _ := strings.Cut(e, ": ")
+		i, ok := dc.index[node]
+		if _, seen := dc.blocked[node]; ok && !seen && !dc.checked[node] && waitsToRun(nodes[i], d.Hash) {
+			dc.blocked[node] = why
 		}
 	}
-	index := map[string]int{}
-	for i, n := range nodes {
-		index[n.Name] = i
+	d.DrainBlocked = c.drainBlockedList(ns, dc.blocked, cached)
+	if len(d.DrainBlocked) > 0 {
+		recheck = earliest(recheck, now.Add(DrainRecheck))
 	}
+	c.w.metrics.drainBlocked.WithLabelValues(ns.Name).Set(float64(len(d.DrainBlocked)))
+	haltOnBlocked(&d, m.MaxBlockedNodes)
+	return d, recheck, nil
+}
+
+// pendingRetry is the earliest NextRetry after now of the nodes Pending
+// at hash (a skipped drain sent them back), zero when none.
+func pendingRetry(nodes []Node, hash string, now time.Time) time.Time {
+	var recheck time.Time
+	for _, n := range nodes {
+		if t := n.State.NextRetry; n.State.Hash == hash && n.State.Phase == PhasePending && t != nil && t.After(now) {
+			recheck = earliest(recheck, *t)
+		}
+	}
+	return recheck
+}
+
+// drainChecks is decideDrainable's record: nodes' index by name, the
+// nodes checked this time, the blocked ones and why.
+type drainChecks struct {
+	index   map[string]int
+	checked map[string]bool
+	blocked map[string]string
+}
+
+// checkDrains checks the drain of each node d starts whose next step is
+// the cordon and drain (at most MaxDrainChecks), marks the blocked ones
+// in nodes and decides again while a check found a node newly blocked.
+func (c *controller) checkDrains(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, nodes []Node, cached nodeSet, dc *drainChecks, now time.Time) (Decision, error) {
 	// needsDrain: the node's next step is the cordon and drain, not a check.
 	needsDrain := func(node string) bool {
-		s := nodes[index[node]].State
+		s := nodes[dc.index[node]].State
 		if ns.Spec.CheckScript != "" && !(s.Hash == d.Hash && s.Checked) {
 			return false
 		}
 		return needsPreparation(ns, d.Hash, s)
 	}
-	checked := map[string]bool{}
-	blocked := map[string]string{}
 	for checks := 0; ; {
 		var fresh []string
 		for _, node := range d.Start {
-			if !checked[node] {
+			if !dc.checked[node] {
 				fresh = append(fresh, node)
 			}
 		}
 		if len(fresh) == 0 || checks >= MaxDrainChecks {
-			break
+			return d, nil
 		}
 		newly := false
 		for _, node := range fresh {
 			if !needsDrain(node) {
-				checked[node] = true
+				dc.checked[node] = true
 				continue
 			}
 			if checks >= MaxDrainChecks {
 				break
 			}
 			checks++
-			checked[node] = true
+			dc.checked[node] = true
 			if why := c.drainVerdict(ctx, ns, d.Hash, node, now); why != "" {
-				nodes[index[node]].Blocked = true
-				blocked[node] = why
+				nodes[dc.index[node]].Blocked = true
+				dc.blocked[node] = why
 				newly = true
 			}
 		}
 		if !newly {
-			break
+			return d, nil
 		}
+		var err error
 		if d, err = c.decideUnblocked(ctx, ns, nodes, cached, now); err != nil {
-			return Decision{}, time.Time{}, err
+			return Decision{}, err
 		}
 	}
-	d.Start = slices.DeleteFunc(d.Start, func(node string) bool { return !checked[node] })
-	// The nodes recorded blocked that were not checked this time (no slot
-	// for them now) stay so while they still wait to run.
-	for _, e := range ns.Status.DrainBlocked {
-		node, why, _ := strings.Cut(e, ": ")
-		i, ok := index[node]
-		if _, seen := blocked[node]; ok && !seen && !checked[node] && waitsToRun(nodes[i], d.Hash) {
-			blocked[node] = why
-		}
-	}
-	d.DrainBlocked = make([]string, 0, len(blocked))
+}
+
+// drainBlockedList is blocked as Decision.DrainBlocked ("NODE: WHY",
+// sorted; nil when empty); a node newly blocked gets an Event on it and on
+// ns.
+func (c *controller) drainBlockedList(ns *v1alpha1.NodeScript, blocked map[string]string, cached nodeSet) []string {
+	list := make([]string, 0, len(blocked))
 	for node, why := range blocked {
 		e := node + ": " + why
-		d.DrainBlocked = append(d.DrainBlocked, e)
+		list = append(list, e)
 		if n := cached.byName[node]; n != nil && !slices.Contains(ns.Status.DrainBlocked, e) {
 			msg := fmt.Sprintf("nodescript %s: node %s not cordoned: its drain would not finish: %s; checked again every %s", ns.Name, node, why, DrainRecheck)
 			c.events.Event(n, corev1.EventTypeWarning, ReasonDrainBlocked, msg)
 			c.events.Event(ns, corev1.EventTypeWarning, ReasonDrainBlocked, msg)
 		}
 	}
-	slices.Sort(d.DrainBlocked)
-	if len(d.DrainBlocked) == 0 {
-		d.DrainBlocked = nil
-	} else if t := now.Add(DrainRecheck); recheck.IsZero() || t.Before(recheck) {
-		recheck = t
+	slices.Sort(list)
+	if len(list) == 0 {
+		return nil
 	}
-	c.w.metrics.drainBlocked.WithLabelValues(ns.Name).Set(float64(len(d.DrainBlocked)))
-	if limit := m.MaxBlockedNodes; limit > 0 && len(d.DrainBlocked) >= int(limit) && d.Stage != StageComplete && d.Stage != StageHalted {
+	return list
+}
+
+// haltOnBlocked halts d (reason HaltDrainBlocked), starting nothing, when
+// limit (spec.maintenance.maxBlockedNodes; 0: none) nodes or more are
+// blocked and the rollout is neither Complete nor Halted.
+func haltOnBlocked(d *Decision, limit int32) {
+	if limit > 0 && len(d.DrainBlocked) >= int(limit) && d.Stage != StageComplete && d.Stage != StageHalted {
 		d.Stage, d.Start, d.Verify, d.Hold = StageHalted, nil, nil, ""
 		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", HaltDrainBlocked, len(d.DrainBlocked), limit, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
 	}
-	return d, recheck, nil
 }
 
 // HaltDrainBlocked begins Decision.HaltReason when the rollout halts on
@@ -377,7 +413,7 @@ func skipDelay(ns *v1alpha1.NodeScript) time.Duration {
 	if b := ns.Spec.Retry.MaxBackoff; b != nil {
 		return b.Duration
 	}
-	return 5 * time.Minute
+	return v1alpha1.DefaultMaxBackoff
 }
 
 // forceDrain applies spec.maintenance.drain.onTimeout: Force to node n,

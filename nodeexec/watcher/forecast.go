@@ -187,12 +187,9 @@ func (c *controller) learnPod(ns *v1alpha1.NodeScript, action string, pod *corev
 	}
 }
 
-// windowMargin is spec.rollout.windowMargin or v1alpha1.DefaultWindowMargin.
+// windowMargin is spec.rollout.windowMargin, defaulted (v1alpha1.DefaultWindowMargin).
 func windowMargin(ns *v1alpha1.NodeScript) time.Duration {
-	if m := ns.Spec.Rollout.WindowMargin; m != nil {
-		return m.Duration
-	}
-	return v1alpha1.DefaultWindowMargin
+	return v1alpha1.Defaulted(ns).Spec.Rollout.WindowMargin.Duration
 }
 
 // expected is how long a node in state s is expected to take for ns at

@@ -21,7 +21,7 @@ const (
 
 // DefaultDrainTimeout bounds a drain when spec.maintenance.drain.timeout
 // (or spec.onFailure.drainTimeout) is not set.
-const DefaultDrainTimeout = 5 * time.Minute
+const DefaultDrainTimeout = v1alpha1.DefaultDrainTimeout
 
 // needsPreparation reports whether the run of ns at hash on a node whose
 // state is s must first take the node out of service (spec.maintenance

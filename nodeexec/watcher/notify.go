@@ -556,10 +556,7 @@ func (c *controller) notifyNodeFailed(ctx context.Context, ns *v1alpha1.NodeScri
 		return
 	}
 	s, ok := c.w.state(ctx, ns.Name, n)
-	limit := DefaultRetryLimit
-	if ns.Spec.Retry.Limit != nil {
-		limit = int(*ns.Spec.Retry.Limit)
-	}
+	limit := int(*v1alpha1.Defaulted(ns).Spec.Retry.Limit)
 	if !ok || s.Phase != PhaseFailed || (s.Infrastructure && s.Attempts-s.AttemptsBefore <= limit) {
 		return // not failed, or an infrastructure failure Decide retries
 	}

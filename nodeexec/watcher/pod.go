@@ -55,8 +55,8 @@ const (
 
 // Defaults of a NodeScript's backend and timeout.
 const (
-	DefaultNamespace = "nodeexec-system"
-	DefaultTimeout   = 10 * time.Minute
+	DefaultNamespace = v1alpha1.DefaultNamespace
+	DefaultTimeout   = v1alpha1.DefaultTimeout
 )
 
 // Environment variables the scripts see.
@@ -75,9 +75,9 @@ const (
 
 // Defaults of spec.reboot's fields.
 const (
-	DefaultRebootSentinel = "/var/run/reboot-required"
-	DefaultRebootCommand  = "systemctl reboot"
-	DefaultRebootTimeout  = 15 * time.Minute
+	DefaultRebootSentinel = v1alpha1.DefaultRebootSentinel
+	DefaultRebootCommand  = v1alpha1.DefaultRebootCommand
+	DefaultRebootTimeout  = v1alpha1.DefaultRebootTimeout
 )
 
 // RebootSentinel is spec.rebootSentinel or its default.

@@ -102,10 +102,7 @@ func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 	if !c.w.claim(c.w.draining, n.Name) {
 		return
 	}
-	timeout := DefaultDrainTimeout
-	if t := ns.Spec.OnFailure.DrainTimeout; t != nil {
-		timeout = t.Duration
-	}
+	timeout := v1alpha1.Defaulted(ns).Spec.OnFailure.DrainTimeout.Duration
 	go func() {
 		defer func() {
 			c.w.release(c.w.draining, n.Name)

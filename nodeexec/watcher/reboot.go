@@ -55,10 +55,7 @@ func rebootAsked(ns *v1alpha1.NodeScript, out Outcome) bool {
 // boot ID and Ready), "timeout" (not back within ns's rebootTimeout),
 // "issue" (the reboot not yet asked for) or "" (wait). Pure.
 func rebootStep(ns *v1alpha1.NodeScript, s NodeState, boot string, ready bool, now time.Time) string {
-	timeout := DefaultRebootTimeout
-	if t := ns.Spec.RebootTimeout; t != nil {
-		timeout = t.Duration
-	}
+	timeout := v1alpha1.Defaulted(ns).Spec.RebootTimeout.Duration
 	switch {
 	case boot != "" && boot != s.BootID && ready:
 		return "back"

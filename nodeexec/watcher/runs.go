@@ -137,138 +137,38 @@ func attemptsBefore(s NodeState, hash string) int {
 	return s.AttemptsBefore
 }
 
-// finish records a finished run pod's outcome on its node, then deletes the pod.
+// finish records a finished run pod's outcome on its node, then deletes
+// the pod. The outcome is an event of the lifecycle's transition table
+// (podEvent); the table's action for the node's phase records it
+// (recordRun, recordCheck, recordVerify, recordRollback), unless the
+// outcome is recorded already or no longer current (finishedPod.current).
 func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out Outcome, ok *succeeded, now time.Time) error {
 	s, readable := c.w.state(ctx, ns.Name, n)
 	if !readable {
 		return nil
 	}
-	podHash := pod.Labels[nodeexec.LabelRunID]
-	action := pod.Labels[LabelAction]
-	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
-	result := "succeeded"
-	switch {
-	case out.Infrastructure:
-		result = "infrastructure"
-	case out.Reason == "Timeout":
-		result = "timeout"
-	case out.ExitCode != 0:
-		result = "failed"
-	}
-	reboot := action == ActionRun && rebootAsked(ns, out)
-	if reboot {
-		result = "succeeded"
-	}
-	msg := func() string {
-		if out.Reason != "" {
-			return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: %s %s", ns.Name, podHash, action, pod.Namespace, pod.Name, out.Reason, out.Message)
+	f := newFinishedPod(ns, pod, out)
+	if ev, known := podEvent(f.action, f.result, f.reboot); known && f.current(s) {
+		var err error
+		switch transition(s.Phase, ev) {
+		case actRecordRun:
+			err = c.recordRun(ctx, ns, n, s, f, ok, now)
+		case actRecordCheck:
+			err = c.recordCheck(ctx, ns, n, s, f, now)
+		case actRecordVerify:
+			err = c.recordVerify(ctx, ns, n, s, f, now)
+		case actRecordRollback:
+			err = c.recordRollback(ctx, ns, n, s, f, now)
 		}
-		return fmt.Sprintf("nodescript %s (spec %s) %s attempt %d on pod %s/%s: exit code %d", ns.Name, podHash, action, attempt, pod.Namespace, pod.Name, out.ExitCode)
-	}
-	recorded := false
-	switch action {
-	case ActionRun:
-		if s.Pod == pod.Name && (s.Phase != PhaseRunning || s.Maintenance == MaintenanceRebooting) {
-			break // recorded before; only the pod's deletion is left
-		}
-		next := NodeState{Hash: podHash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, podHash), Since: now, Pod: pod.Name, Reason: out.Reason,
-			CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
-		output := out.Tail
-		switch result {
-		case "infrastructure":
-			next.Phase, next.Infrastructure, next.Message = PhaseFailed, true, out.Message
-			t := now.Add(backoff(ns, attempt))
-			next.NextRetry = &t
-			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
-		case "succeeded":
-			next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
-			next.Awaiting = afterRunArmed(ns) // spec.hooks.afterRun (annotations.go)
-			// The boot the fix was made in (spec.reapply.onReboot): the
-			// run's own start boot, which a success cannot outlive.
-			next.BootID = cmpOr(startBootID(pod, s), n.Status.NodeInfo.BootID)
-			if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
-				output = c.logTail(ctx, pod)
-			}
-			ok.add(n.Name) // one Event on the NodeScript for the reconcile's successes
-			if reboot {
-				// Succeeded once the node is back with a new boot ID (reboot.go).
-				next.Phase, next.Maintenance, next.Reason = PhaseRunning, MaintenanceRebooting, ""
-				c.events.Eventf(n, corev1.EventTypeNormal, ReasonRebooting, "nodescript %s: the script succeeded (exit %d); rebooting the node (spec.reboot: %s)", ns.Name, out.ExitCode, ns.Spec.Reboot)
-			}
-		default:
-			next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
-			c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, msg())
-		}
-		c.recordOutput(ctx, ns, n, podHash, action, output, now)
-		if err := c.w.writeState(ctx, ns, n, next); err != nil {
+		if err != nil {
 			return err
 		}
-		recorded = true
-	case ActionCheck:
-		if s.Pod == pod.Name && s.Phase != PhaseRunning {
-			break // recorded before; only the pod's deletion is left
-		}
-		next := checked(s, podHash, attempt, pod.Name, cmpOr(startBootID(pod, s), n.Status.NodeInfo.BootID), out, now)
-		output := out.Tail
-		if next.Phase == PhaseNotNeeded && ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
-			output = c.logTail(ctx, pod) // exit 0 leaves no termination message
-		}
-		switch {
-		case next.Infrastructure:
-			t := now.Add(backoff(ns, attempt))
-			next.NextRetry = &t
-			c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, msg())
-		case next.Phase == PhaseNotNeeded:
-			c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNotNeeded, msg()+": the node does not need the script")
-		case next.Phase == PhasePending:
-			c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNeeded, msg()+": the script runs next")
-		default:
-			c.events.Event(n, corev1.EventTypeWarning, ReasonCheckFailed, msg()+": "+next.Message)
-		}
-		c.recordOutput(ctx, ns, n, podHash, action, output, now)
-		if err := c.w.writeState(ctx, ns, n, next); err != nil {
-			return err
-		}
-		recorded = true
-	case ActionVerify:
-		if s.Hash != podHash || s.Phase != PhaseSucceeded || s.Verified || out.Infrastructure {
-			break
-		}
-		if result == "succeeded" {
-			s.Verified = true
-			c.events.Event(n, corev1.EventTypeNormal, ReasonVerified, msg())
-		} else {
-			s.Phase, s.Reason, s.ExitCode, s.Since = PhaseFailed, "VerifyFailed", ptr.To(out.ExitCode), now
-			c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
-			c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, msg())
-		}
-		if err := c.w.writeState(ctx, ns, n, s); err != nil {
-			return err
-		}
-		recorded = true
-	case ActionRollback:
-		if s.Hash != podHash || s.Rollback != "Running" {
-			break
-		}
-		s.RollbackExitCode = ptr.To(out.ExitCode)
-		c.recordOutput(ctx, ns, n, podHash, action, out.Tail, now)
-		if result == "succeeded" {
-			s.Rollback, s.Phase, s.Since = PhaseSucceeded, PhaseRolledBack, now
-			c.events.Event(n, corev1.EventTypeNormal, ReasonRolledBack, msg())
-		} else {
-			s.Rollback = PhaseFailed
-			c.events.Event(n, corev1.EventTypeWarning, ReasonRollbackFailed, msg())
-		}
-		if err := c.w.writeState(ctx, ns, n, s); err != nil {
-			return err
-		}
-		recorded = true
 	}
-	if recorded {
-		c.notifyNodeFailed(ctx, ns, n, action, msg(), now)
-		c.w.metrics.runs.WithLabelValues(ns.Name, action, result).Inc()
-		c.w.metrics.duration.WithLabelValues(action).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
-		c.learnPod(ns, action, pod, result, now) // status.durations (forecast.go)
+	if f.recorded {
+		c.notifyNodeFailed(ctx, ns, n, f.action, f.msg(), now)
+		c.w.metrics.runs.WithLabelValues(ns.Name, f.action, f.result).Inc()
+		c.w.metrics.duration.WithLabelValues(f.action).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
+		c.learnPod(ns, f.action, pod, f.result, now) // status.durations (forecast.go)
 	}
 	err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &pod.UID}, PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
@@ -278,6 +178,167 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 	}
 	c.w.recorded(pod.UID, now)
 	return nil
+}
+
+// finishedPod is a finished pod of NodeScript ns as finish reads it.
+type finishedPod struct {
+	ns      *v1alpha1.NodeScript
+	pod     *corev1.Pod
+	out     Outcome
+	hash    string // the spec hash the pod ran
+	action  string
+	attempt int
+	// result is "succeeded", "infrastructure", "timeout" or "failed"
+	// (a run that asked for a reboot succeeded).
+	result string
+	// reboot: a run that asked for the node's reboot (rebootAsked).
+	reboot bool
+	// recorded: the outcome was written to the node's state.
+	recorded bool
+}
+
+func newFinishedPod(ns *v1alpha1.NodeScript, pod *corev1.Pod, out Outcome) *finishedPod {
+	f := &finishedPod{ns: ns, pod: pod, out: out, hash: pod.Labels[nodeexec.LabelRunID], action: pod.Labels[LabelAction], result: "succeeded"}
+	f.attempt, _ = strconv.Atoi(pod.Annotations[AnnotationAttempt])
+	switch {
+	case out.Infrastructure:
+		f.result = "infrastructure"
+	case out.Reason == "Timeout":
+		f.result = "timeout"
+	case out.ExitCode != 0:
+		f.result = "failed"
+	}
+	f.reboot = f.action == ActionRun && rebootAsked(ns, out)
+	if f.reboot {
+		f.result = "succeeded"
+	}
+	return f
+}
+
+// current reports whether f's outcome is still to be recorded on a node in
+// state s: a run or check not recorded before (only the pod's deletion is
+// left then), a verify of the node's current success not yet verified, a
+// rollback the state says runs.
+func (f *finishedPod) current(s NodeState) bool {
+	switch f.action {
+	case ActionRun:
+		return !(s.Pod == f.pod.Name && (s.Phase != PhaseRunning || s.Maintenance == MaintenanceRebooting))
+	case ActionCheck:
+		return !(s.Pod == f.pod.Name && s.Phase != PhaseRunning)
+	case ActionVerify:
+		return s.Hash == f.hash && s.Phase == PhaseSucceeded && !s.Verified && !f.out.Infrastructure
+	case ActionRollback:
+		return s.Hash == f.hash && s.Rollback == "Running"
+	}
+	return false
+}
+
+// msg describes f's outcome for Events and notifications.
+func (f *finishedPod) msg() string {
+	ns, pod, out := f.ns, f.pod, f.out
+	if out.Reason != "" {
+		return fmt.Sprintf("nodescript %s (spec %s) %s on pod %s/%s: %s %s", ns.Name, f.hash, f.action, pod.Namespace, pod.Name, out.Reason, out.Message)
+	}
+	return fmt.Sprintf("nodescript %s (spec %s) %s attempt %d on pod %s/%s: exit code %d", ns.Name, f.hash, f.action, f.attempt, pod.Namespace, pod.Name, out.ExitCode)
+}
+
+// writeFinished records next as node n's state, f's outcome then recorded.
+func (c *controller) writeFinished(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, f *finishedPod, next NodeState) error {
+	if err := c.w.writeState(ctx, ns, n, next); err != nil {
+		return err
+	}
+	f.recorded = true
+	return nil
+}
+
+// recordRun records a run's outcome: Failed for the infrastructure (with
+// its retry's time), Succeeded (Running and Rebooting when it asked for a
+// reboot), or Failed.
+func (c *controller) recordRun(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, ok *succeeded, now time.Time) error {
+	out := f.out
+	next := NodeState{Hash: f.hash, Attempts: f.attempt, AttemptsBefore: attemptsBefore(s, f.hash), Since: now, Pod: f.pod.Name, Reason: out.Reason,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
+	output := out.Tail
+	switch f.result {
+	case "infrastructure":
+		next.Phase, next.Infrastructure, next.Message = PhaseFailed, true, out.Message
+		t := now.Add(backoff(ns, f.attempt))
+		next.NextRetry = &t
+		c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, f.msg())
+	case "succeeded":
+		next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
+		next.Awaiting = afterRunArmed(ns) // spec.hooks.afterRun (annotations.go)
+		// The boot the fix was made in (spec.reapply.onReboot): the
+		// run's own start boot, which a success cannot outlive.
+		next.BootID = cmpOr(startBootID(f.pod, s), n.Status.NodeInfo.BootID)
+		if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
+			output = c.logTail(ctx, f.pod)
+		}
+		ok.add(n.Name) // one Event on the NodeScript for the reconcile's successes
+		if f.reboot {
+			// Succeeded once the node is back with a new boot ID (reboot.go).
+			next.Phase, next.Maintenance, next.Reason = PhaseRunning, MaintenanceRebooting, ""
+			c.events.Eventf(n, corev1.EventTypeNormal, ReasonRebooting, "nodescript %s: the script succeeded (exit %d); rebooting the node (spec.reboot: %s)", ns.Name, out.ExitCode, ns.Spec.Reboot)
+		}
+	default:
+		next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
+		c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, f.msg())
+	}
+	c.recordOutput(ctx, ns, n, f.hash, f.action, output, now)
+	return c.writeFinished(ctx, ns, n, f, next)
+}
+
+// recordCheck records a check's outcome (checked): NotNeeded, Pending
+// (the script runs next), or Failed.
+func (c *controller) recordCheck(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, now time.Time) error {
+	next := checked(s, f.hash, f.attempt, f.pod.Name, cmpOr(startBootID(f.pod, s), n.Status.NodeInfo.BootID), f.out, now)
+	output := f.out.Tail
+	if next.Phase == PhaseNotNeeded && ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
+		output = c.logTail(ctx, f.pod) // exit 0 leaves no termination message
+	}
+	switch {
+	case next.Infrastructure:
+		t := now.Add(backoff(ns, f.attempt))
+		next.NextRetry = &t
+		c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, f.msg())
+	case next.Phase == PhaseNotNeeded:
+		c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNotNeeded, f.msg()+": the node does not need the script")
+	case next.Phase == PhasePending:
+		c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNeeded, f.msg()+": the script runs next")
+	default:
+		c.events.Event(n, corev1.EventTypeWarning, ReasonCheckFailed, f.msg()+": "+next.Message)
+	}
+	c.recordOutput(ctx, ns, n, f.hash, f.action, output, now)
+	return c.writeFinished(ctx, ns, n, f, next)
+}
+
+// recordVerify records a verify's outcome: Verified, or Failed
+// (VerifyFailed).
+func (c *controller) recordVerify(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, now time.Time) error {
+	if f.result == "succeeded" {
+		s.Verified = true
+		c.events.Event(n, corev1.EventTypeNormal, ReasonVerified, f.msg())
+	} else {
+		s.Phase, s.Reason, s.ExitCode, s.Since = PhaseFailed, "VerifyFailed", ptr.To(f.out.ExitCode), now
+		c.recordOutput(ctx, ns, n, f.hash, f.action, f.out.Tail, now)
+		c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, f.msg())
+	}
+	return c.writeFinished(ctx, ns, n, f, s)
+}
+
+// recordRollback records a rollback's outcome: RolledBack, or the
+// rollback Failed (the node stays Failed).
+func (c *controller) recordRollback(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, now time.Time) error {
+	s.RollbackExitCode = ptr.To(f.out.ExitCode)
+	c.recordOutput(ctx, ns, n, f.hash, f.action, f.out.Tail, now)
+	if f.result == "succeeded" {
+		s.Rollback, s.Phase, s.Since = PhaseSucceeded, PhaseRolledBack, now
+		c.events.Event(n, corev1.EventTypeNormal, ReasonRolledBack, f.msg())
+	} else {
+		s.Rollback = PhaseFailed
+		c.events.Event(n, corev1.EventTypeWarning, ReasonRollbackFailed, f.msg())
+	}
+	return c.writeFinished(ctx, ns, n, f, s)
 }
 
 // recordOutput keeps the output of action on node n in its output record
@@ -360,7 +421,7 @@ func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev
 // backoff is the pause before retry number attempt: InitialBackoff doubled
 // per attempt, capped at MaxBackoff, with 10% jitter.
 func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
-	initial, maxB := 10*time.Second, 5*time.Minute
+	initial, maxB := v1alpha1.DefaultInitialBackoff, v1alpha1.DefaultMaxBackoff
 	if r := ns.Spec.Retry.InitialBackoff; r != nil {
 		initial = r.Duration
 	}

@@ -122,16 +122,58 @@ func (c *controller) uninstall(ctx context.Context, ns *v1alpha1.NodeScript, nod
 	}
 	now := c.w.o.Clock.Now()
 	hash := uninstallHash(ns)
+	pods, err := c.uninstallPods(ns)
+	if err != nil {
+		return false, nil, err
+	}
+	targets := c.uninstallTargets(ctx, ns, nodes, hash)
+	work, result := c.uninstallWork(ctx, ns, targets, pods, now)
+	if ns.Status.Uninstall == nil && len(targets) > 0 {
+		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallStarted,
+			"nodescript deleted: running spec.uninstallScript on %d node(s) where spec %s succeeded, %d at once", len(targets), hash, uninstallSlots(ns, len(targets)))
+	}
+	err = c.parallel(work)
+	t := c.uninstallTally(ctx, ns, targets, result)
+	done = err == nil && len(t.pending) == 0
+	if done {
+		for _, p := range pods {
+			if derr := c.deleteUninstallPod(ctx, p); derr != nil {
+				err, done = derr, false
+			}
+		}
+	}
+	if len(targets) > 0 || ns.Status.Uninstall != nil {
+		if serr := c.writeUninstallStatus(ctx, ns, t.status()); serr != nil && err == nil {
+			err, done = serr, false
+		}
+	}
+	if done && len(targets) > 0 {
+		c.uninstallDoneEvent(ns, t, len(targets))
+	}
+	if !done && c.queue != nil {
+		c.queue.AddAfter(ns.Name, UninstallRecheck)
+	}
+	return done, t.failed, err
+}
+
+// uninstallPods are ns's uninstall pods in the cache, by node.
+func (c *controller) uninstallPods(ns *v1alpha1.NodeScript) (map[string]*corev1.Pod, error) {
 	pods := map[string]*corev1.Pod{} // node: its uninstall pod
 	objs, err := c.pods.ByIndex(byNodeScript, ns.Name)
 	if err != nil {
-		return false, nil, err
+		return nil, err
 	}
 	for _, o := range objs {
 		if p := o.(*corev1.Pod); p.Labels[LabelAction] == ActionUninstall {
 			pods[p.Spec.NodeName] = p
 		}
 	}
+	return pods, nil
+}
+
+// uninstallTargets are the nodes (not ignored) uninstallTarget selects at
+// hash, by name.
+func (c *controller) uninstallTargets(ctx context.Context, ns *v1alpha1.NodeScript, nodes []*corev1.Node, hash string) []uninstallStep {
 	var targets []uninstallStep
 	for _, n := range nodes {
 		if ignored(n, ns.Name) {
@@ -142,113 +184,125 @@ func (c *controller) uninstall(ctx context.Context, ns *v1alpha1.NodeScript, nod
 		}
 	}
 	slices.SortFunc(targets, func(a, b uninstallStep) int { return strings.Compare(a.node.Name, b.node.Name) })
+	return targets
+}
+
+// uninstallWork is the work on each target (a pod to record, to start,
+// a node not Ready to wait for or give up on) and each target's
+// uninstall record as it will be.
+func (c *controller) uninstallWork(ctx context.Context, ns *v1alpha1.NodeScript, targets []uninstallStep, pods map[string]*corev1.Pod, now time.Time) ([]func() error, []*UninstallRecord) {
 	slots := uninstallSlots(ns, len(targets))
 	for _, t := range targets {
 		if u := t.state.Uninstall; u != nil && u.Phase == UninstallRunning {
 			slots--
 		}
 	}
-	var (
-		work   []func() error
-		result = make([]*UninstallRecord, len(targets))
-	)
+	var work []func() error
+	result := make([]*UninstallRecord, len(targets))
 	for i, t := range targets {
-		n, s := t.node, t.state
-		u := s.Uninstall
-		ready, notReadySince := nodeReady(n)
-		switch {
-		case u != nil && (u.Phase == UninstallSucceeded || u.Phase == UninstallFailed):
-			result[i] = u
-		case u != nil && u.Phase == UninstallRunning:
-			result[i] = u
-			pod := pods[n.Name]
-			if pod == nil || pod.Name != u.Pod {
-				work = append(work, func() error { return c.uninstallLost(ctx, ns, n, s, now) })
-				continue
-			}
-			out := PodOutcome(pod, ready, notReadySince, now, c.w.o.NotReadyGrace)
-			if !out.Done {
-				continue
-			}
-			work = append(work, func() error { return c.uninstallFinished(ctx, ns, n, s, pod, out, now) })
-		case !ready:
-			next := &UninstallRecord{Phase: UninstallPending, Since: now}
-			if u != nil {
-				next = u
-			}
-			result[i] = next
-			if now.Sub(next.Since) >= UninstallNodeWait {
-				failed := &UninstallRecord{Phase: UninstallFailed, Reason: fmt.Sprintf("NodeNotReady: the node was not Ready for %s", UninstallNodeWait), Since: now}
-				result[i] = failed
-				work = append(work, func() error {
-					c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall script not run: %s", ns.Name, failed.Reason)
-					return c.writeUninstall(ctx, ns, n, s, failed)
-				})
-			} else if u == nil {
-				work = append(work, func() error { return c.writeUninstall(ctx, ns, n, s, next) })
-			}
-		case slots > 0:
-			slots--
-			result[i] = &UninstallRecord{Phase: UninstallRunning, Since: now}
-			work = append(work, func() error { return c.uninstallStart(ctx, ns, n, s, now) })
-		default:
-			result[i] = &UninstallRecord{Phase: UninstallPending, Since: now}
+		var w func() error
+		result[i], w = c.uninstallNode(ctx, ns, t, pods[t.node.Name], &slots, now)
+		if w != nil {
+			work = append(work, w)
 		}
 	}
-	first := ns.Status.Uninstall == nil
-	if first && len(targets) > 0 {
-		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallStarted,
-			"nodescript deleted: running spec.uninstallScript on %d node(s) where spec %s succeeded, %d at once", len(targets), hash, uninstallSlots(ns, len(targets)))
+	return work, result
+}
+
+// uninstallNode is one target's uninstall record as it will be, and the
+// work it needs (nil for none): pod the node's uninstall pod, if any;
+// slots the pods that may still start (one taken when this one starts).
+func (c *controller) uninstallNode(ctx context.Context, ns *v1alpha1.NodeScript, t uninstallStep, pod *corev1.Pod, slots *int, now time.Time) (*UninstallRecord, func() error) {
+	n, s := t.node, t.state
+	u := s.Uninstall
+	ready, notReadySince := nodeReady(n)
+	switch {
+	case u != nil && (u.Phase == UninstallSucceeded || u.Phase == UninstallFailed):
+		return u, nil
+	case u != nil && u.Phase == UninstallRunning:
+		if pod == nil || pod.Name != u.Pod {
+			return u, func() error { return c.uninstallLost(ctx, ns, n, s, now) }
+		}
+		if out := PodOutcome(pod, ready, notReadySince, now, c.w.o.NotReadyGrace); out.Done {
+			return u, func() error { return c.uninstallFinished(ctx, ns, n, s, pod, out, now) }
+		}
+		return u, nil
+	case !ready:
+		return c.uninstallNotReady(ctx, ns, n, s, now)
+	case *slots > 0:
+		*slots--
+		return &UninstallRecord{Phase: UninstallRunning, Since: now}, func() error { return c.uninstallStart(ctx, ns, n, s, now) }
 	}
-	err = c.parallel(work)
-	// Re-read what the work wrote (this process's overlay) for the status.
+	return &UninstallRecord{Phase: UninstallPending, Since: now}, nil
+}
+
+// uninstallNotReady: a node not Ready waits (Pending) at most
+// UninstallNodeWait, then its uninstall fails.
+func (c *controller) uninstallNotReady(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) (*UninstallRecord, func() error) {
+	u := s.Uninstall
+	next := &UninstallRecord{Phase: UninstallPending, Since: now}
+	if u != nil {
+		next = u
+	}
+	if now.Sub(next.Since) >= UninstallNodeWait {
+		failed := &UninstallRecord{Phase: UninstallFailed, Reason: fmt.Sprintf("NodeNotReady: the node was not Ready for %s", UninstallNodeWait), Since: now}
+		return failed, func() error {
+			c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall script not run: %s", ns.Name, failed.Reason)
+			return c.writeUninstall(ctx, ns, n, s, failed)
+		}
+	}
+	if u == nil {
+		return next, func() error { return c.writeUninstall(ctx, ns, n, s, next) }
+	}
+	return next, nil
+}
+
+// uninstallCount is the targets by their uninstall phase.
+type uninstallCount struct {
+	pending, succeeded, failedNames []string
+	failed                          map[string]bool
+}
+
+func (t *uninstallCount) status() *v1alpha1.UninstallStatus {
 	st := &v1alpha1.UninstallStatus{}
-	var pending, succeeded, failedNames []string
-	failed = map[string]bool{}
-	for i, t := range targets {
+	st.Pending, st.PendingCount = firstNames(t.pending)
+	st.Succeeded, st.SucceededCount = firstNames(t.succeeded)
+	st.Failed, st.FailedCount = firstNames(t.failedNames)
+	return st
+}
+
+// uninstallTally counts the targets by phase: what the work wrote (this
+// process's overlay), else result.
+func (c *controller) uninstallTally(ctx context.Context, ns *v1alpha1.NodeScript, targets []uninstallStep, result []*UninstallRecord) *uninstallCount {
+	t := &uninstallCount{failed: map[string]bool{}}
+	for i, tg := range targets {
 		u := result[i]
-		if s, ok := c.w.state(ctx, ns.Name, t.node); ok && s.Uninstall != nil {
+		if s, ok := c.w.state(ctx, ns.Name, tg.node); ok && s.Uninstall != nil {
 			u = s.Uninstall
 		}
 		switch u.Phase {
 		case UninstallSucceeded:
-			succeeded = append(succeeded, t.node.Name)
+			t.succeeded = append(t.succeeded, tg.node.Name)
 		case UninstallFailed:
-			failed[t.node.Name] = true
-			failedNames = append(failedNames, t.node.Name+": "+uninstallWhy(u))
+			t.failed[tg.node.Name] = true
+			t.failedNames = append(t.failedNames, tg.node.Name+": "+uninstallWhy(u))
 		default:
-			pending = append(pending, t.node.Name)
+			t.pending = append(t.pending, tg.node.Name)
 		}
 	}
-	st.Pending, st.PendingCount = firstNames(pending)
-	st.Succeeded, st.SucceededCount = firstNames(succeeded)
-	st.Failed, st.FailedCount = firstNames(failedNames)
-	done = err == nil && len(pending) == 0
-	if done {
-		for _, p := range pods {
-			if derr := c.deleteUninstallPod(ctx, p); derr != nil {
-				err, done = derr, false
-			}
-		}
+	return t
+}
+
+// uninstallDoneEvent is the Event on ns once the uninstall is done on
+// its targets.
+func (c *controller) uninstallDoneEvent(ns *v1alpha1.NodeScript, t *uninstallCount, targets int) {
+	if len(t.failedNames) > 0 {
+		c.events.Eventf(ns, corev1.EventTypeWarning, ReasonUninstallFailed,
+			"spec.uninstallScript failed on %d of %d node(s): %s; their state annotations (%s) stay on them: kubectl annotate node NODE %s-",
+			len(t.failedNames), targets, strings.Join(t.status().Failed, "; "), StateAnnotation(ns.Name), StateAnnotation(ns.Name))
+		return
 	}
-	if len(targets) > 0 || ns.Status.Uninstall != nil {
-		if serr := c.writeUninstallStatus(ctx, ns, st); serr != nil && err == nil {
-			err, done = serr, false
-		}
-	}
-	if done && len(targets) > 0 {
-		if len(failedNames) > 0 {
-			c.events.Eventf(ns, corev1.EventTypeWarning, ReasonUninstallFailed,
-				"spec.uninstallScript failed on %d of %d node(s): %s; their state annotations (%s) stay on them: kubectl annotate node NODE %s-",
-				len(failedNames), len(targets), strings.Join(st.Failed, "; "), StateAnnotation(ns.Name), StateAnnotation(ns.Name))
-		} else {
-			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallSucceeded, "spec.uninstallScript succeeded on %d node(s)", len(succeeded))
-		}
-	}
-	if !done && c.queue != nil {
-		c.queue.AddAfter(ns.Name, UninstallRecheck)
-	}
-	return done, failed, err
+	c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallSucceeded, "spec.uninstallScript succeeded on %d node(s)", len(t.succeeded))
 }
 
 // firstNames is names sorted, cut to v1alpha1.MaxUninstallNames, and

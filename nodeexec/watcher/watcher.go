@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -257,71 +259,13 @@ func New(o Options) (*Watcher, error) {
 	if o.Dynamic == nil {
 		return nil, errors.New("watcher: Options.Dynamic is nil: give a dynamic client (dynamic.NewForConfig)")
 	}
-	if o.Backends == nil {
-		o.Backends = backends.NewNode
-	}
-	if o.Workers == 0 {
-		o.Workers = 2
-	}
-	if o.CreateParallelism == 0 {
-		o.CreateParallelism = 16
-	}
-	if o.Resync == 0 {
-		o.Resync = 30 * time.Second
-	}
-	if o.PodBatchPeriod == 0 {
-		o.PodBatchPeriod = DefaultPodBatchPeriod
-	}
-	if o.NotReadyGrace == 0 {
-		o.NotReadyGrace = DefaultNotReadyGrace
-	}
-	if o.SuccessLogLines == 0 {
-		o.SuccessLogLines = 20
-	}
-	if o.CollectInterval == 0 {
-		o.CollectInterval = podexec.DefaultCollectInterval
-	}
-	if o.SyncTimeout == 0 {
-		o.SyncTimeout = DefaultSyncTimeout
-	}
-	switch {
-	case o.SyncTimeout < 0:
-		return nil, fmt.Errorf("watcher: Options.SyncTimeout is %s: give a positive duration, or 0 for the default %s", o.SyncTimeout, DefaultSyncTimeout)
-	case o.Workers < 0:
-		return nil, fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
-	case o.CreateParallelism < 0:
-		return nil, fmt.Errorf("watcher: Options.CreateParallelism is %d: give a positive number, or 0 for the default 16", o.CreateParallelism)
-	case o.NotReadyGrace < 0:
-		return nil, fmt.Errorf("watcher: Options.NotReadyGrace is %s: give a positive duration, or 0 for the default %s", o.NotReadyGrace, DefaultNotReadyGrace)
-	case o.Resync < 0:
-		return nil, fmt.Errorf("watcher: Options.Resync is %s: give a positive duration, or 0 for the default 30s", o.Resync)
+	if err := runOptions(&o); err != nil {
+		return nil, err
 	}
 	if le := o.LeaderElection; le != nil {
-		l := *le
-		if l.Namespace == "" {
-			return nil, errors.New("watcher: Options.LeaderElection.Namespace is empty: name the namespace of the Lease")
-		}
-		if l.Name == "" {
-			l.Name = "nodeexec-watcher"
-		}
-		if msgs := validation.IsDNS1123Subdomain(l.Name); len(msgs) > 0 {
-			return nil, fmt.Errorf("watcher: Options.LeaderElection.Name %q: %v", l.Name, msgs)
-		}
-		if l.Identity == "" {
-			host, _ := os.Hostname()
-			l.Identity = host + "_" + podexec.RandomSuffix(8)
-		}
-		if l.LeaseDuration == 0 {
-			l.LeaseDuration = 15 * time.Second
-		}
-		if l.RenewDeadline == 0 {
-			l.RenewDeadline = 10 * time.Second
-		}
-		if l.RetryPeriod == 0 {
-			l.RetryPeriod = 2 * time.Second
-		}
-		if !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
-			return nil, fmt.Errorf("watcher: Options.LeaderElection: want LeaseDuration > RenewDeadline > RetryPeriod > 0, got %s, %s, %s", l.LeaseDuration, l.RenewDeadline, l.RetryPeriod)
+		l, err := leaderElectionOptions(*le)
+		if err != nil {
+			return nil, err
 		}
 		o.LeaderElection = &l
 	}
@@ -468,53 +412,109 @@ func (w *Watcher) run(ctx context.Context) error {
 	if err := w.firstList(ctx, syncBy); err != nil || ctx.Err() != nil {
 		return err
 	}
-
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0, informers.WithTransform(trimNode))
-	podFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript
-		}),
-		informers.WithTransform(trimPod))
-	nsFactory := dynamicinformer.NewDynamicSharedInformerFactory(w.o.Dynamic, 0)
-	jobFactory := informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript + "," + LabelHook
-		}),
-		informers.WithTransform(trimJob))
-	jobs := jobFactory.Batch().V1().Jobs() // spec.hooks (hooks.go)
-
-	nodes := nodeFactory.Core().V1().Nodes()
-	pods := podFactory.Core().V1().Pods()
-	scripts := nsFactory.ForResource(v1alpha1.Resource)
-	budgets, plans := w.budgetInformers(ctx, nsFactory)
-	calendars := w.calendarInformer(ctx, nsFactory)
-	if err := pods.Informer().AddIndexers(podIndexers()); err != nil {
+	inf, err := w.newInformers(ctx)
+	if err != nil {
 		return err
 	}
-
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodescripts", MetricsProvider: w.metrics, Clock: w.o.Clock})
 	defer queue.ShutDown()
+	enqueueAll := inf.enqueueAll(queue)
+	if err := inf.addCRHandlers(queue, enqueueAll); err != nil {
+		return err
+	}
+	if err := w.addCoreHandlers(inf, queue, enqueueAll); err != nil {
+		return err
+	}
+	recorder, stopEvents := w.recorder(ctx)
+	defer stopEvents()
+	c, synced := inf.controller(w, recorder, queue)
+	lastErr, err := inf.logWatchErrors(log)
+	if err != nil {
+		return err
+	}
+	inf.start(ctx)
+	defer shutdownWithin(log, StopGrace, inf.shutdown...)
+	t0 := w.o.Clock.Now()
+	if err := w.waitSynced(ctx, syncBy, synced, lastErr); err != nil || ctx.Err() != nil {
+		return err
+	}
+	log.Info("caches synced", "nodes", len(inf.nodes.Informer().GetStore().ListKeys()),
+		"nodescripts", len(inf.scripts.Informer().GetStore().ListKeys()), "after", w.o.Clock.Since(t0).String())
+	w.runWorkers(ctx, c, queue, enqueueAll)
+	return nil
+}
 
-	enqueueAll := func() {
-		for _, key := range scripts.Informer().GetStore().ListKeys() {
+// watcherInformers are run's informers and their factories.
+type watcherInformers struct {
+	nodeFactory, podFactory, jobFactory informers.SharedInformerFactory
+	nsFactory                           dynamicinformer.DynamicSharedInformerFactory
+	nodes                               coreinformers.NodeInformer
+	pods                                coreinformers.PodInformer
+	jobs                                batchinformers.JobInformer
+	scripts                             informers.GenericInformer
+	// budgets, plans, calendars: nil when the API server does not serve them.
+	budgets, plans, calendars cache.SharedIndexInformer
+	shutdown                  []func()
+}
+
+// newInformers builds the watcher's informers: nodes, its pods, its hook
+// Jobs (spec.hooks, hooks.go), NodeScripts, and MaintenanceBudgets, plans
+// and MaintenanceCalendars when served.
+func (w *Watcher) newInformers(ctx context.Context) (*watcherInformers, error) {
+	inf := &watcherInformers{}
+	inf.nodeFactory = informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0, informers.WithTransform(trimNode))
+	inf.podFactory = informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript
+		}),
+		informers.WithTransform(trimPod))
+	inf.nsFactory = dynamicinformer.NewDynamicSharedInformerFactory(w.o.Dynamic, 0)
+	inf.jobFactory = informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript + "," + LabelHook
+		}),
+		informers.WithTransform(trimJob))
+	inf.jobs = inf.jobFactory.Batch().V1().Jobs() // spec.hooks (hooks.go)
+	inf.nodes = inf.nodeFactory.Core().V1().Nodes()
+	inf.pods = inf.podFactory.Core().V1().Pods()
+	inf.scripts = inf.nsFactory.ForResource(v1alpha1.Resource)
+	inf.budgets, inf.plans = w.budgetInformers(ctx, inf.nsFactory)
+	inf.calendars = w.calendarInformer(ctx, inf.nsFactory)
+	if err := inf.pods.Informer().AddIndexers(podIndexers()); err != nil {
+		return nil, err
+	}
+	inf.shutdown = []func(){inf.nodeFactory.Shutdown, inf.podFactory.Shutdown, inf.nsFactory.Shutdown, inf.jobFactory.Shutdown}
+	return inf, nil
+}
+
+// enqueueAll queues every NodeScript and every MaintenanceBudget.
+func (inf *watcherInformers) enqueueAll(queue workqueue.TypedRateLimitingInterface[string]) func() {
+	return func() {
+		for _, key := range inf.scripts.Informer().GetStore().ListKeys() {
 			queue.Add(key)
 		}
-		if budgets != nil {
-			for _, key := range budgets.GetStore().ListKeys() {
+		if inf.budgets != nil {
+			for _, key := range inf.budgets.GetStore().ListKeys() {
 				queue.Add(budgetKeyPrefix + key)
 			}
 		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{budgets, plans} {
-		if inf == nil {
+}
+
+// addCRHandlers: a budget's or plan's change queues everything (a
+// budget's status alone does not), a calendar's its NodeScripts, a
+// NodeScript's (not its status alone) itself.
+func (inf *watcherInformers) addCRHandlers(queue workqueue.TypedRateLimitingInterface[string], enqueueAll func()) error {
+	for _, i := range []cache.SharedIndexInformer{inf.budgets, inf.plans} {
+		if i == nil {
 			continue
 		}
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		if _, err := i.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: func(any) { enqueueAll() },
 			UpdateFunc: func(old, obj any) {
-				if !statusOnlyChange(old, obj) || inf == plans {
+				if !statusOnlyChange(old, obj) || i == inf.plans {
 					enqueueAll()
 				}
 			},
@@ -523,12 +523,12 @@ func (w *Watcher) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if calendars != nil {
-		if _, err := calendars.AddEventHandler(calendarHandler(scripts.Informer().GetStore(), queue.Add)); err != nil {
+	if inf.calendars != nil {
+		if _, err := inf.calendars.AddEventHandler(calendarHandler(inf.scripts.Informer().GetStore(), queue.Add)); err != nil {
 			return err
 		}
 	}
-	if _, err := scripts.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := inf.scripts.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { enqueueKey(queue, obj) },
 		UpdateFunc: func(old, obj any) {
 			// The status is the watcher's own output: a change of it
@@ -538,10 +538,15 @@ func (w *Watcher) run(ctx context.Context) error {
 			}
 		},
 		DeleteFunc: func(obj any) { enqueueKey(queue, obj) },
-	}); err != nil {
-		return err
-	}
-	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	})
+	return err
+}
+
+// addCoreHandlers: a node's change that matters queues everything, a
+// pod's its NodeScript (after PodBatchPeriod), a hook Job's its
+// NodeScript.
+func (w *Watcher) addCoreHandlers(inf *watcherInformers, queue workqueue.TypedRateLimitingInterface[string], enqueueAll func()) error {
+	if _, err := inf.nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { enqueueAll() },
 		UpdateFunc: func(old, obj any) {
 			// The transform dropped what changes on every heartbeat, so
@@ -557,28 +562,8 @@ func (w *Watcher) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	podEvent := func(old, obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		if p, ok := obj.(*corev1.Pod); ok {
-			w.mu.Lock()
-			delete(w.created, p.Name)
-			if old == nil {
-				delete(w.deleted, p.UID)
-			}
-			w.mu.Unlock()
-			if o, ok := old.(*corev1.Pod); ok && !podUpdateMatters(o, p) {
-				return
-			}
-			if w.o.PodBatchPeriod > 0 {
-				queue.AddAfter(p.Labels[LabelNodeScript], w.o.PodBatchPeriod)
-			} else {
-				queue.Add(p.Labels[LabelNodeScript])
-			}
-		}
-	}
-	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podEvent := func(old, obj any) { w.podChanged(queue, old, obj) }
+	if _, err := inf.pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		// A pod added (created by this watcher, or listed again) counts
 		// as an update from nothing.
 		AddFunc:    func(obj any) { podEvent(&corev1.Pod{}, obj) },
@@ -587,44 +572,75 @@ func (w *Watcher) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-
-	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := inf.jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { enqueueJob(queue, obj) },
 		UpdateFunc: func(_, obj any) { enqueueJob(queue, obj) },
 		DeleteFunc: func(obj any) { enqueueJob(queue, obj) },
-	}); err != nil {
-		return err
+	})
+	return err
+}
+
+// podChanged handles a pod's event (old nil: deleted; an empty pod:
+// added): the pod is no longer expected (created) nor, added, deleted;
+// an update that matters queues its NodeScript.
+func (w *Watcher) podChanged(queue workqueue.TypedRateLimitingInterface[string], old, obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
-	recorder, stopEvents := w.recorder(ctx)
-	defer stopEvents()
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	delete(w.created, p.Name)
+	if old == nil {
+		delete(w.deleted, p.UID)
+	}
+	w.mu.Unlock()
+	if o, ok := old.(*corev1.Pod); ok && !podUpdateMatters(o, p) {
+		return
+	}
+	if w.o.PodBatchPeriod > 0 {
+		queue.AddAfter(p.Labels[LabelNodeScript], w.o.PodBatchPeriod)
+	} else {
+		queue.Add(p.Labels[LabelNodeScript])
+	}
+}
+
+// controller is the controller on inf's caches, and the informers to wait
+// for.
+func (inf *watcherInformers) controller(w *Watcher, recorder record.EventRecorder, queue workqueue.TypedRateLimitingInterface[string]) (*controller, []cache.InformerSynced) {
 	c := &controller{
-		w: w, nodes: nodes.Lister(), pods: pods.Informer().GetIndexer(), scripts: scripts.Informer().GetStore(),
-		events: recorder, queue: queue, jobs: jobs.Informer().GetStore(),
+		w: w, nodes: inf.nodes.Lister(), pods: inf.pods.Informer().GetIndexer(), scripts: inf.scripts.Informer().GetStore(),
+		events: recorder, queue: queue, jobs: inf.jobs.Informer().GetStore(),
 	}
 	c.notify = newNotifier(w, recorder, queue.Add)
-	synced := []cache.InformerSynced{nodes.Informer().HasSynced, pods.Informer().HasSynced, scripts.Informer().HasSynced, jobs.Informer().HasSynced}
-	if budgets != nil {
-		c.budgets = budgets.GetStore()
-		synced = append(synced, budgets.HasSynced)
+	synced := []cache.InformerSynced{inf.nodes.Informer().HasSynced, inf.pods.Informer().HasSynced, inf.scripts.Informer().HasSynced, inf.jobs.Informer().HasSynced}
+	for _, o := range []struct {
+		inf   cache.SharedIndexInformer
+		store *cache.Store
+	}{{inf.budgets, &c.budgets}, {inf.plans, &c.plans}, {inf.calendars, &c.calendars}} {
+		if o.inf != nil {
+			*o.store = o.inf.GetStore()
+			synced = append(synced, o.inf.HasSynced)
+		}
 	}
-	if plans != nil {
-		c.plans = plans.GetStore()
-		synced = append(synced, plans.HasSynced)
-	}
-	if calendars != nil {
-		c.calendars = calendars.GetStore()
-		synced = append(synced, calendars.HasSynced)
-	}
+	return c, synced
+}
 
-	// Each informer's failed list or watch is logged (client-go would log
-	// it to klog, which a CLI silences), and the last kept for the error
-	// of a sync that times out.
-	var lastErr struct {
-		sync.Mutex
-		err error
-	}
-	for what, inf := range map[string]cache.SharedIndexInformer{"nodes": nodes.Informer(), "pods": pods.Informer(), "nodescripts": scripts.Informer(), "jobs": jobs.Informer()} {
-		if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+// lastError is the last failed list or watch of an informer.
+type lastError struct {
+	sync.Mutex
+	err error
+}
+
+// logWatchErrors logs each informer's failed list or watch (client-go
+// would log it to klog, which a CLI silences), and keeps the last for the
+// error of a sync that times out.
+func (inf *watcherInformers) logWatchErrors(log logr.Logger) (*lastError, error) {
+	lastErr := &lastError{}
+	for what, i := range map[string]cache.SharedIndexInformer{"nodes": inf.nodes.Informer(), "pods": inf.pods.Informer(), "nodescripts": inf.scripts.Informer(), "jobs": inf.jobs.Informer()} {
+		if err := i.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 			switch {
 			case errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 				return // the watch ended; the reflector starts another
@@ -637,63 +653,57 @@ func (w *Watcher) run(ctx context.Context) error {
 			lastErr.Unlock()
 			log.Error(err, "listing or watching failed; retrying", "resource", what)
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return lastErr, nil
+}
 
-	nodeFactory.Start(ctx.Done())
-	podFactory.Start(ctx.Done())
-	nsFactory.Start(ctx.Done())
-	jobFactory.Start(ctx.Done())
-	defer shutdownWithin(log, StopGrace, nodeFactory.Shutdown, podFactory.Shutdown, nsFactory.Shutdown, jobFactory.Shutdown)
-	t0 := w.o.Clock.Now()
+func (inf *watcherInformers) start(ctx context.Context) {
+	inf.nodeFactory.Start(ctx.Done())
+	inf.podFactory.Start(ctx.Done())
+	inf.nsFactory.Start(ctx.Done())
+	inf.jobFactory.Start(ctx.Done())
+}
+
+// waitSynced waits until the informers synced, at most until syncBy: an
+// error naming the last failed list or watch when they did not (nil when
+// ctx ended).
+func (w *Watcher) waitSynced(ctx context.Context, syncBy time.Time, synced []cache.InformerSynced, lastErr *lastError) error {
 	syncCtx, syncCancel := context.WithDeadline(ctx, syncBy)
 	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)
 	syncCancel()
-	if !ok {
-		if ctx.Err() != nil {
-			return nil
-		}
-		lastErr.Lock()
-		defer lastErr.Unlock()
-		if lastErr.err == nil {
-			return fmt.Errorf("watcher: informers did not sync within %s (Options.SyncTimeout)", w.o.SyncTimeout)
-		}
-		return fmt.Errorf("watcher: informers did not sync within %s (Options.SyncTimeout): %w", w.o.SyncTimeout, lastErr.err)
+	if ok || ctx.Err() != nil {
+		return nil
 	}
-	log.Info("caches synced", "nodes", len(nodes.Informer().GetStore().ListKeys()),
-		"nodescripts", len(scripts.Informer().GetStore().ListKeys()), "after", w.o.Clock.Since(t0).String())
+	lastErr.Lock()
+	defer lastErr.Unlock()
+	if lastErr.err == nil {
+		return fmt.Errorf("watcher: informers did not sync within %s (Options.SyncTimeout)", w.o.SyncTimeout)
+	}
+	return fmt.Errorf("watcher: informers did not sync within %s (Options.SyncTimeout): %w", w.o.SyncTimeout, lastErr.err)
+}
 
+// runWorkers runs the workers, the resync, the notifier and the
+// collector until ctx ends, then shuts the queue down and waits for them.
+func (w *Watcher) runWorkers(ctx context.Context, c *controller, queue workqueue.TypedRateLimitingInterface[string], enqueueAll func()) {
 	var wg sync.WaitGroup
 	for range w.o.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for c.processNext(ctx) {
 			}
-		}()
+		})
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		wait.Until(enqueueAll, w.o.Resync, ctx.Done())
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c.notify.run(ctx)
-	}()
+	wg.Go(func() { wait.Until(enqueueAll, w.o.Resync, ctx.Done()) })
+	wg.Go(func() { c.notify.run(ctx) })
 	if w.o.CollectInterval > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_ = podexec.RunCollector(ctx, w.o.Client, metav1.NamespaceAll, w.o.CollectInterval, w.o.Clock)
-		}()
+		})
 	}
 	<-ctx.Done()
 	queue.ShutDown()
 	wg.Wait()
-	return nil
 }
 
 // firstList lists at most one NodeScript, retrying until it succeeds,
@@ -758,6 +768,66 @@ func (w *Watcher) recorder(ctx context.Context) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.o.Client.CoreV1().Events("")})
 	return b.NewRecorder(s, corev1.EventSource{Component: "nodeexec-watcher"}), b.Shutdown
+}
+
+// runOptions fills o's run options left 0 with their defaults and checks
+// them (Backends, Workers, CreateParallelism, Resync, PodBatchPeriod,
+// NotReadyGrace, SuccessLogLines, CollectInterval, SyncTimeout).
+func runOptions(o *Options) error {
+	if o.Backends == nil {
+		o.Backends = backends.NewNode
+	}
+	setDefault(&o.Workers, 2)
+	setDefault(&o.CreateParallelism, 16)
+	setDefault(&o.Resync, 30*time.Second)
+	setDefault(&o.PodBatchPeriod, DefaultPodBatchPeriod)
+	setDefault(&o.NotReadyGrace, DefaultNotReadyGrace)
+	setDefault(&o.SuccessLogLines, 20)
+	setDefault(&o.CollectInterval, podexec.DefaultCollectInterval)
+	setDefault(&o.SyncTimeout, DefaultSyncTimeout)
+	switch {
+	case o.SyncTimeout < 0:
+		return fmt.Errorf("watcher: Options.SyncTimeout is %s: give a positive duration, or 0 for the default %s", o.SyncTimeout, DefaultSyncTimeout)
+	case o.Workers < 0:
+		return fmt.Errorf("watcher: Options.Workers is %d: give a positive number, or 0 for the default 2", o.Workers)
+	case o.CreateParallelism < 0:
+		return fmt.Errorf("watcher: Options.CreateParallelism is %d: give a positive number, or 0 for the default 16", o.CreateParallelism)
+	case o.NotReadyGrace < 0:
+		return fmt.Errorf("watcher: Options.NotReadyGrace is %s: give a positive duration, or 0 for the default %s", o.NotReadyGrace, DefaultNotReadyGrace)
+	case o.Resync < 0:
+		return fmt.Errorf("watcher: Options.Resync is %s: give a positive duration, or 0 for the default 30s", o.Resync)
+	}
+	return nil
+}
+
+// setDefault sets *v to def when it is 0.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// leaderElectionOptions is l with its defaults, checked.
+func leaderElectionOptions(l LeaderElection) (LeaderElection, error) {
+	if l.Namespace == "" {
+		return l, errors.New("watcher: Options.LeaderElection.Namespace is empty: name the namespace of the Lease")
+	}
+	setDefault(&l.Name, "nodeexec-watcher")
+	if msgs := validation.IsDNS1123Subdomain(l.Name); len(msgs) > 0 {
+		return l, fmt.Errorf("watcher: Options.LeaderElection.Name %q: %v", l.Name, msgs)
+	}
+	if l.Identity == "" {
+		host, _ := os.Hostname()
+		l.Identity = host + "_" + podexec.RandomSuffix(8)
+	}
+	setDefault(&l.LeaseDuration, 15*time.Second)
+	setDefault(&l.RenewDeadline, 10*time.Second)
+	setDefault(&l.RetryPeriod, 2*time.Second)
+	if !(l.LeaseDuration > l.RenewDeadline && l.RenewDeadline > l.RetryPeriod && l.RetryPeriod > 0) {
+		return l, fmt.Errorf("watcher: Options.LeaderElection: want LeaseDuration > RenewDeadline > RetryPeriod > 0, got %s, %s, %s", l.LeaseDuration, l.RenewDeadline, l.RetryPeriod)
+	}
+	return l, nil
 }
 
 // toNodeScript converts an informer's object to a typed NodeScript.

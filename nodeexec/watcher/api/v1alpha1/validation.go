@@ -66,144 +66,254 @@ func Backends() []string { return backends.WatcherNames() }
 
 // Validate checks a NodeScript as `nodeexec apply` and the watcher see it,
 // beyond what the CRD's OpenAPI schema can express. Each error names its
-// field (e.g. spec.rollout.maxConcurrency).
+// field (e.g. spec.rollout.maxConcurrency). The checks run per field group,
+// in this order; the errors come in the same order.
 func Validate(ns *NodeScript) field.ErrorList {
-	var errs field.ErrorList
 	spec := field.NewPath("spec")
 	s := &ns.Spec
-	if ns.Name != "" {
-		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), ns.Name, strings.Join(msgs, "; ")+" (the name labels the watcher's pods, so at most 63 characters)"))
-		}
+	errs := validateMetadata(ns)
+	errs = append(errs, validateNodeSelector(s, spec)...)
+	errs = append(errs, validateScriptSource(s, spec)...)
+	errs = append(errs, validateScripts(s, spec)...)
+	errs = append(errs, validateExcludeNodes(s, spec)...)
+	errs = append(errs, validateOnFailure(s, spec)...)
+	errs = append(errs, validateBackend(s, spec.Child("backend"))...)
+	errs = append(errs, validateEnv(s, spec)...)
+	if w := s.Window; w != nil {
+		errs = append(errs, validateWindow(w, spec.Child("window"))...)
 	}
+	errs = append(errs, validateCalendarFields(spec, s)...)
+	errs = append(errs, validateBlockingPodSelector(s, spec)...)
+	errs = append(errs, validateMaintenance(s, spec)...)
+	errs = append(errs, validatePostComplete(spec, s)...)
+	errs = append(errs, validateAnnotationGates(spec.Child("hooks"), s.Hooks)...)
+	errs = append(errs, validateNotify(spec.Child("notify"), s.Notify)...)
+	errs = append(errs, validateReboot(s, spec)...)
+	errs = append(errs, validateReapply(s, spec)...)
+	errs = append(errs, validateLifecycle(spec, s)...)
+	errs = append(errs, validateTimeout(s, spec)...)
+	errs = append(errs, validateDurations(s, spec)...)
+	errs = append(errs, validateBackoff(s, spec)...)
+	errs = append(errs, validateRollout(s, spec.Child("rollout"))...)
+	errs = append(errs, validateRetryLimit(s, spec)...)
+	errs = append(errs, validateGates(spec.Child("gates"), s.Gates)...)
+	errs = append(errs, validateStartupTaint(s, spec)...)
+	errs = append(errs, validateBudgetFields(spec, s)...)
+	errs = append(errs, validateAnalysis(s, spec)...)
+	errs = append(errs, validateForecast(s, spec)...)
+	errs = append(errs, validateHooks(spec, s)...)
+	return errs
+}
+
+// validateMetadata: the name is a DNS-1123 label (it labels pods).
+func validateMetadata(ns *NodeScript) field.ErrorList {
+	if ns.Name == "" {
+		return nil
+	}
+	if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), ns.Name, strings.Join(msgs, "; ")+" (the name labels the watcher's pods, so at most 63 characters)")}
+	}
+	return nil
+}
+
+// validateNodeSelector: spec.nodeSelector parses.
+func validateNodeSelector(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	if _, err := metav1.LabelSelectorAsSelector(&s.NodeSelector); err != nil {
-		errs = append(errs, field.Invalid(spec.Child("nodeSelector"), s.NodeSelector, err.Error()))
+		return field.ErrorList{field.Invalid(spec.Child("nodeSelector"), s.NodeSelector, err.Error())}
 	}
+	return nil
+}
+
+// validateScriptSource: exactly one of script and scriptFrom, and
+// scriptFrom's reference well formed.
+func validateScriptSource(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	switch f := s.ScriptFrom; {
 	case f == nil && strings.TrimSpace(s.Script) == "":
-		errs = append(errs, field.Required(spec.Child("script"), "give the script to run on each node (or scriptFrom: a ConfigMap's or Secret's key)"))
+		return field.ErrorList{field.Required(spec.Child("script"), "give the script to run on each node (or scriptFrom: a ConfigMap's or Secret's key)")}
 	case f != nil && s.Script != "" && s.ScriptDigest == "": // (the watcher's resolved copy has both)
-		errs = append(errs, field.Invalid(spec.Child("scriptFrom"), "(set)", "set exactly one of script and scriptFrom"))
+		return field.ErrorList{field.Invalid(spec.Child("scriptFrom"), "(set)", "set exactly one of script and scriptFrom")}
 	case f != nil && (f.ConfigMapKeyRef == nil) == (f.SecretKeyRef == nil):
-		errs = append(errs, field.Invalid(spec.Child("scriptFrom"), "(set)", "set exactly one of configMapKeyRef and secretKeyRef"))
+		return field.ErrorList{field.Invalid(spec.Child("scriptFrom"), "(set)", "set exactly one of configMapKeyRef and secretKeyRef")}
 	case f != nil:
 		p, ref := spec.Child("scriptFrom", "configMapKeyRef"), f.ConfigMapKeyRef
 		if ref == nil {
 			p, ref = spec.Child("scriptFrom", "secretKeyRef"), f.SecretKeyRef
 		}
+		var errs field.ErrorList
 		if msgs := validation.IsDNS1123Subdomain(ref.Name); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(p.Child("name"), ref.Name, strings.Join(msgs, "; ")+": name an object in spec.backend.namespace"))
 		}
 		if msgs := validation.IsConfigMapKey(ref.Key); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(p.Child("key"), ref.Key, strings.Join(msgs, "; ")))
 		}
+		return errs
 	}
+	return nil
+}
+
+// validateScripts: each script's size and bytes, checkScript not only
+// blanks, and spec.check.
+func validateScripts(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	for _, sc := range []struct{ name, text string }{{"script", s.Script}, {"checkScript", s.CheckScript}, {"verifyScript", s.VerifyScript}, {"rollbackScript", s.RollbackScript}} {
 		errs = append(errs, validateScript(spec.Child(sc.name), sc.text)...)
 	}
 	if s.CheckScript != "" && strings.TrimSpace(s.CheckScript) == "" {
 		errs = append(errs, field.Invalid(spec.Child("checkScript"), s.CheckScript, "only blanks: give a command that exits 0 when the node does not need spec.script and 1 when it does, or leave checkScript out"))
 	}
-	errs = append(errs, validateCheck(s, spec)...)
+	return append(errs, validateCheck(s, spec)...)
+}
+
+// validateExcludeNodes: each entry is a node name.
+func validateExcludeNodes(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	for i, n := range s.ExcludeNodes {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(spec.Child("excludeNodes").Index(i), n, "not a node name: "+strings.Join(msgs, "; ")))
 		}
 	}
+	return errs
+}
+
+// validateOnFailure: rollback needs rollbackScript, drain needs cordon.
+func validateOnFailure(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if s.OnFailure.Rollback && strings.TrimSpace(s.RollbackScript) == "" {
 		errs = append(errs, field.Required(spec.Child("rollbackScript"), "onFailure.rollback is set: give the script that undoes spec.script"))
 	}
 	if s.OnFailure.Drain && !s.OnFailure.Cordon {
 		errs = append(errs, field.Invalid(spec.Child("onFailure", "drain"), true, "drain needs cordon: set onFailure.cordon too"))
 	}
-	if b := s.Backend.Name; b != "" && !slices.Contains(Backends(), b) {
-		errs = append(errs, field.NotSupported(spec.Child("backend", "name"), b, Backends()))
-	}
+	return errs
+}
+
+// validateBackend checks spec.backend (bp): its name, namespace, profile,
+// image, namespaces and image pull secrets.
+func validateBackend(s *NodeScriptSpec, bp *field.Path) field.ErrorList {
+	errs := validateBackendName(s.Backend.Name, bp.Child("name"))
 	if ns := s.Backend.Namespace; ns != "" {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(spec.Child("backend", "namespace"), ns, strings.Join(msgs, "; ")))
+			errs = append(errs, field.Invalid(bp.Child("namespace"), ns, strings.Join(msgs, "; ")))
 		}
 	}
 	if p := s.Backend.Profile; p != "" && s.Backend.Name != "" && s.Backend.Name != "debugpod" {
-		errs = append(errs, field.Invalid(spec.Child("backend", "profile"), p, "a profile applies to the debugpod backend only"))
+		errs = append(errs, field.Invalid(bp.Child("profile"), p, "a profile applies to the debugpod backend only"))
 	} else if p != "" && !slices.Contains(Profiles(), p) {
-		errs = append(errs, field.NotSupported(spec.Child("backend", "profile"), p, Profiles()))
+		errs = append(errs, field.NotSupported(bp.Child("profile"), p, Profiles()))
 	}
 	if img := s.Backend.Image; img != "" {
 		if _, err := reference.ParseNormalizedNamed(img); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("backend", "image"), img, "not a valid image reference ("+err.Error()+"): give NAME[:TAG][@DIGEST], such as busybox:1.36"))
+			errs = append(errs, field.Invalid(bp.Child("image"), img, "not a valid image reference ("+err.Error()+"): give NAME[:TAG][@DIGEST], such as busybox:1.36"))
 		}
 	}
 	for i, n := range s.Backend.Namespaces {
 		if !slices.Contains([]string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}, n) {
-			errs = append(errs, field.NotSupported(spec.Child("backend", "namespaces").Index(i), n, []string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}))
+			errs = append(errs, field.NotSupported(bp.Child("namespaces").Index(i), n, []string{"mnt", "uts", "ipc", "net", "pid", "cgroup", "user"}))
 		}
 	}
 	for i, r := range s.Backend.ImagePullSecrets {
 		if msgs := validation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(spec.Child("backend", "imagePullSecrets").Index(i).Child("name"), r.Name,
+			errs = append(errs, field.Invalid(bp.Child("imagePullSecrets").Index(i).Child("name"), r.Name,
 				strings.Join(msgs, "; ")+": name a docker-registry secret in spec.backend.namespace"))
 		}
 	}
+	return errs
+}
+
+// validateBackendName: spec.backend.name (p) is empty or one of Backends.
+func validateBackendName(name string, p *field.Path) field.ErrorList {
+	if name != "" && !slices.Contains(Backends(), name) {
+		return field.ErrorList{field.NotSupported(p, name, Backends())}
+	}
+	return nil
+}
+
+// validateEnv: spec.secretEnv's and spec.configMapEnv's references.
+func validateEnv(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	for i, e := range s.SecretEnv {
-		if msgs := validation.IsDNS1123Subdomain(e.Secret); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(spec.Child("secretEnv").Index(i).Child("secret"), e.Secret,
-				strings.Join(msgs, "; ")+": name a Secret in spec.backend.namespace"))
-		}
-		if e.Key != "" {
-			if msgs := validation.IsConfigMapKey(e.Key); len(msgs) > 0 {
-				errs = append(errs, field.Invalid(spec.Child("secretEnv").Index(i).Child("key"), e.Key, strings.Join(msgs, "; ")))
-			}
-		}
+		errs = append(errs, validateEnvRef(spec.Child("secretEnv").Index(i), "secret", e.Secret, e.Key, ": name a Secret in spec.backend.namespace")...)
 	}
 	for i, e := range s.ConfigMapEnv {
-		if msgs := validation.IsDNS1123Subdomain(e.ConfigMap); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(spec.Child("configMapEnv").Index(i).Child("configMap"), e.ConfigMap,
-				strings.Join(msgs, "; ")+": name a ConfigMap in spec.backend.namespace"))
-		}
-		if e.Key != "" {
-			if msgs := validation.IsConfigMapKey(e.Key); len(msgs) > 0 {
-				errs = append(errs, field.Invalid(spec.Child("configMapEnv").Index(i).Child("key"), e.Key, strings.Join(msgs, "; ")))
-			}
+		errs = append(errs, validateEnvRef(spec.Child("configMapEnv").Index(i), "configMap", e.ConfigMap, e.Key, ": name a ConfigMap in spec.backend.namespace")...)
+	}
+	return errs
+}
+
+// validateEnvRef: one env entry at p, naming object name (field obj) and
+// optionally a key.
+func validateEnvRef(p *field.Path, obj, name, key, hint string) field.ErrorList {
+	var errs field.ErrorList
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		errs = append(errs, field.Invalid(p.Child(obj), name, strings.Join(msgs, "; ")+hint))
+	}
+	if key != "" {
+		if msgs := validation.IsConfigMapKey(key); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("key"), key, strings.Join(msgs, "; ")))
 		}
 	}
-	if w := s.Window; w != nil {
-		errs = append(errs, validateWindow(w, spec.Child("window"))...)
+	return errs
+}
+
+// validateBlockingPodSelector: parses, and selects something.
+func validateBlockingPodSelector(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	b := s.BlockingPodSelector
+	if b == nil {
+		return nil
 	}
-	errs = append(errs, validateCalendarFields(spec, s)...)
-	if b := s.BlockingPodSelector; b != nil {
-		p := spec.Child("blockingPodSelector")
-		if _, err := metav1.LabelSelectorAsSelector(b); err != nil {
-			errs = append(errs, field.Invalid(p, b, err.Error()))
-		} else if len(b.MatchLabels) == 0 && len(b.MatchExpressions) == 0 {
-			errs = append(errs, field.Invalid(p, "{}", "matches every pod, so no node would ever start: give matchLabels or matchExpressions (e.g. matchLabels: {app: batch-job}), or leave it out"))
+	p := spec.Child("blockingPodSelector")
+	if _, err := metav1.LabelSelectorAsSelector(b); err != nil {
+		return field.ErrorList{field.Invalid(p, b, err.Error())}
+	}
+	if len(b.MatchLabels) == 0 && len(b.MatchExpressions) == 0 {
+		return field.ErrorList{field.Invalid(p, "{}", "matches every pod, so no node would ever start: give matchLabels or matchExpressions (e.g. matchLabels: {app: batch-job}), or leave it out")}
+	}
+	return nil
+}
+
+// validateMaintenance checks spec.maintenance: drain needs cordon, the
+// drain's selector and grace period, maxUnavailable, silences, drains.
+func validateMaintenance(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	m := s.Maintenance
+	if m == nil {
+		return nil
+	}
+	mp := spec.Child("maintenance")
+	var errs field.ErrorList
+	if m.Drain != nil {
+		errs = validateMaintenanceDrain(m, mp)
+	}
+	if m.MaxUnavailable != nil {
+		errs = append(errs, countOrPercent(mp.Child("maxUnavailable"), *m.MaxUnavailable, 1)...)
+	}
+	errs = append(errs, validateSilences(m, mp)...)
+	if !m.Cordon && m.MaxUnavailable == nil {
+		errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
+	}
+	return append(errs, validateDrains(m, mp)...)
+}
+
+// validateMaintenanceDrain checks spec.maintenance.drain (set).
+func validateMaintenanceDrain(m *MaintenanceSpec, mp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if !m.Cordon {
+		errs = append(errs, field.Invalid(mp.Child("cordon"), m.Cordon, "maintenance.drain needs cordon: true (a drained node must not get new pods)"))
+	}
+	if m.Drain.PodSelector != "" {
+		if _, err := labels.Parse(m.Drain.PodSelector); err != nil {
+			errs = append(errs, field.Invalid(mp.Child("drain", "podSelector"), m.Drain.PodSelector, "want a label selector (kubectl syntax, e.g. app!=monitoring): "+err.Error()))
 		}
 	}
-	if m := s.Maintenance; m != nil {
-		mp := spec.Child("maintenance")
-		if m.Drain != nil && !m.Cordon {
-			errs = append(errs, field.Invalid(mp.Child("cordon"), m.Cordon, "maintenance.drain needs cordon: true (a drained node must not get new pods)"))
-		}
-		if m.Drain != nil && m.Drain.PodSelector != "" {
-			if _, err := labels.Parse(m.Drain.PodSelector); err != nil {
-				errs = append(errs, field.Invalid(mp.Child("drain", "podSelector"), m.Drain.PodSelector, "want a label selector (kubectl syntax, e.g. app!=monitoring): "+err.Error()))
-			}
-		}
-		if m.Drain != nil && m.Drain.GracePeriodSeconds != nil && *m.Drain.GracePeriodSeconds < 0 {
-			errs = append(errs, field.Invalid(mp.Child("drain", "gracePeriodSeconds"), *m.Drain.GracePeriodSeconds, "must be 0 or more, or left out for each pod's own"))
-		}
-		if m.MaxUnavailable != nil {
-			errs = append(errs, countOrPercent(mp.Child("maxUnavailable"), *m.MaxUnavailable, 1)...)
-		}
-		errs = append(errs, validateSilences(m, mp)...)
-		if !m.Cordon && m.MaxUnavailable == nil {
-			errs = append(errs, field.Required(mp, "set cordon: true (and drain), or maxUnavailable; or leave maintenance out"))
-		}
-		errs = append(errs, validateDrains(m, mp)...)
+	if m.Drain.GracePeriodSeconds != nil && *m.Drain.GracePeriodSeconds < 0 {
+		errs = append(errs, field.Invalid(mp.Child("drain", "gracePeriodSeconds"), *m.Drain.GracePeriodSeconds, "must be 0 or more, or left out for each pod's own"))
 	}
-	errs = append(errs, validatePostComplete(spec, s)...)
-	errs = append(errs, validateAnnotationGates(spec.Child("hooks"), s.Hooks)...)
-	errs = append(errs, validateNotify(spec.Child("notify"), s.Notify)...)
+	return errs
+}
+
+// validateReboot checks spec.reboot, rebootSentinel, rebootCommand and
+// rebootTimeout.
+func validateReboot(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	switch s.Reboot {
 	case "", RebootNever, RebootIfRequired, RebootAlways:
 	default:
@@ -219,21 +329,39 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if s.RebootTimeout != nil && s.RebootTimeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(spec.Child("rebootTimeout"), s.RebootTimeout.Duration.String(), "must be positive, e.g. 15m"))
 	}
-	if r := s.Reapply; r != nil {
-		switch {
-		case r.Interval != nil && r.Interval.Duration < MinReapplyInterval:
-			errs = append(errs, field.Invalid(spec.Child("reapply", "interval"), r.Interval.Duration.String(),
-				fmt.Sprintf("must be at least %s, e.g. 24h (or leave it out)", MinReapplyInterval)))
-		case !r.OnReboot && r.Interval == nil && r.Schedule == "":
-			errs = append(errs, field.Required(spec.Child("reapply"), "set onReboot: true, interval (e.g. 24h), schedule (e.g. '0 3 * * *'), or several; or leave reapply out"))
-		}
+	return errs
+}
+
+// validateReapply: an interval of at least MinReapplyInterval, and
+// something to reapply on.
+func validateReapply(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	r := s.Reapply
+	switch {
+	case r == nil:
+	case r.Interval != nil && r.Interval.Duration < MinReapplyInterval:
+		return field.ErrorList{field.Invalid(spec.Child("reapply", "interval"), r.Interval.Duration.String(),
+			fmt.Sprintf("must be at least %s, e.g. 24h (or leave it out)", MinReapplyInterval))}
+	case !r.OnReboot && r.Interval == nil && r.Schedule == "":
+		return field.ErrorList{field.Required(spec.Child("reapply"), "set onReboot: true, interval (e.g. 24h), schedule (e.g. '0 3 * * *'), or several; or leave reapply out")}
 	}
-	errs = append(errs, validateLifecycle(spec, s)...)
-	if s.Timeout != nil && s.Timeout.Duration <= 0 {
-		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m"))
-	} else if s.Timeout != nil && s.Timeout.Duration > MaxTimeout {
-		errs = append(errs, field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), fmt.Sprintf("must be at most %s (the pod's activeDeadlineSeconds limit)", MaxTimeout)))
+	return nil
+}
+
+// validateTimeout: spec.timeout positive and at most MaxTimeout.
+func validateTimeout(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	switch {
+	case s.Timeout == nil:
+	case s.Timeout.Duration <= 0:
+		return field.ErrorList{field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), "must be positive, e.g. 10m")}
+	case s.Timeout.Duration > MaxTimeout:
+		return field.ErrorList{field.Invalid(spec.Child("timeout"), s.Timeout.Duration.String(), fmt.Sprintf("must be at most %s (the pod's activeDeadlineSeconds limit)", MaxTimeout))}
 	}
+	return nil
+}
+
+// validateDurations: the durations that may be 0 are not negative.
+func validateDurations(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	for _, d := range []struct {
 		path *field.Path
 		d    *metav1.Duration
@@ -248,19 +376,33 @@ func Validate(ns *NodeScript) field.ErrorList {
 			errs = append(errs, field.Invalid(d.path, d.d.Duration.String(), "must be 0 or more, e.g. 30s"))
 		}
 	}
-	if ib := s.Retry.InitialBackoff; ib != nil && ib.Duration >= 0 {
-		// runs.go caps every pause at maxBackoff: a larger first pause
-		// would silently become maxBackoff.
-		maxB, which := 5*time.Minute, "its default"
-		if mb := s.Retry.MaxBackoff; mb != nil {
-			maxB, which = mb.Duration, "as set"
-		}
-		if maxB >= 0 && ib.Duration > maxB {
-			errs = append(errs, field.Invalid(spec.Child("retry", "initialBackoff"), ib.Duration.String(),
-				fmt.Sprintf("must be at most spec.retry.maxBackoff (%s, %s), which caps every pause: lower initialBackoff or raise maxBackoff", maxB, which)))
-		}
+	return errs
+}
+
+// validateBackoff: retry.initialBackoff at most retry.maxBackoff (as set,
+// or DefaultMaxBackoff).
+func validateBackoff(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	ib := s.Retry.InitialBackoff
+	if ib == nil || ib.Duration < 0 {
+		return nil
 	}
-	r := spec.Child("rollout")
+	// runs.go caps every pause at maxBackoff: a larger first pause
+	// would silently become maxBackoff.
+	maxB, which := DefaultMaxBackoff, "its default"
+	if mb := s.Retry.MaxBackoff; mb != nil {
+		maxB, which = mb.Duration, "as set"
+	}
+	if maxB >= 0 && ib.Duration > maxB {
+		return field.ErrorList{field.Invalid(spec.Child("retry", "initialBackoff"), ib.Duration.String(),
+			fmt.Sprintf("must be at most spec.retry.maxBackoff (%s, %s), which caps every pause: lower initialBackoff or raise maxBackoff", maxB, which))}
+	}
+	return nil
+}
+
+// validateRollout checks spec.rollout (r): canary, promotion, promoteTo,
+// batches, maxConcurrency and maxFailures.
+func validateRollout(s *NodeScriptSpec, r *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if s.Rollout.Canary != nil && *s.Rollout.Canary < 0 {
 		errs = append(errs, field.Invalid(r.Child("canary"), *s.Rollout.Canary, "must be 0 or more"))
 	}
@@ -281,30 +423,38 @@ func Validate(ns *NodeScript) field.ErrorList {
 	if m := s.Rollout.MaxFailures; m != nil {
 		errs = append(errs, countOrPercent(r.Child("maxFailures"), *m, 0)...)
 	}
+	return errs
+}
+
+// validateRetryLimit: spec.retry.limit not negative.
+func validateRetryLimit(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	if l := s.Retry.Limit; l != nil && *l < 0 {
-		errs = append(errs, field.Invalid(spec.Child("retry", "limit"), *l, "must be 0 or more"))
+		return field.ErrorList{field.Invalid(spec.Child("retry", "limit"), *l, "must be 0 or more")}
 	}
-	errs = append(errs, validateGates(spec.Child("gates"), s.Gates)...)
-	if t := s.StartupTaint; t != nil {
-		tp := spec.Child("startupTaint")
-		if t.Key == "" {
-			errs = append(errs, field.Required(tp.Child("key"), "name the taint new nodes register with"))
-		} else if msgs := validation.IsQualifiedName(t.Key); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(tp.Child("key"), t.Key, strings.Join(msgs, "; ")))
-		}
-		if t.Value != "" {
-			if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
-				errs = append(errs, field.Invalid(tp.Child("value"), t.Value, strings.Join(msgs, "; ")))
-			}
-		}
-		if !slices.Contains(TaintEffects(), string(t.Effect)) {
-			errs = append(errs, field.NotSupported(tp.Child("effect"), t.Effect, TaintEffects()))
+	return nil
+}
+
+// validateStartupTaint: a qualified key, a label value, a known effect.
+func validateStartupTaint(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	t := s.StartupTaint
+	if t == nil {
+		return nil
+	}
+	tp := spec.Child("startupTaint")
+	var errs field.ErrorList
+	if t.Key == "" {
+		errs = append(errs, field.Required(tp.Child("key"), "name the taint new nodes register with"))
+	} else if msgs := validation.IsQualifiedName(t.Key); len(msgs) > 0 {
+		errs = append(errs, field.Invalid(tp.Child("key"), t.Key, strings.Join(msgs, "; ")))
+	}
+	if t.Value != "" {
+		if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(tp.Child("value"), t.Value, strings.Join(msgs, "; ")))
 		}
 	}
-	errs = append(errs, validateBudgetFields(spec, s)...)
-	errs = append(errs, validateAnalysis(s, spec)...)
-	errs = append(errs, validateForecast(s, spec)...)
-	errs = append(errs, validateHooks(spec, s)...)
+	if !slices.Contains(TaintEffects(), string(t.Effect)) {
+		errs = append(errs, field.NotSupported(tp.Child("effect"), t.Effect, TaintEffects()))
+	}
 	return errs
 }
 

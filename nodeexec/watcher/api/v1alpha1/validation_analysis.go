@@ -27,24 +27,9 @@ func validateAnalysis(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	if a == nil {
 		return nil
 	}
-	var errs field.ErrorList
 	p := spec.Child("rollout", "analysis")
-	if a.URL == "" {
-		errs = append(errs, field.Required(p.Child("url"), "give the Prometheus server's base URL, e.g. http://prometheus.monitoring:9090"))
-	} else if u, err := url.Parse(a.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(a.URL, " \t\n") {
-		errs = append(errs, field.Invalid(p.Child("url"), a.URL, "want an http:// or https:// URL with a host, e.g. http://prometheus.monitoring:9090"))
-	}
-	if strings.TrimSpace(a.Query) == "" {
-		errs = append(errs, field.Required(p.Child("query"), "give a PromQL expression with one series per node, e.g. avg by (node) (my_error_ratio)"))
-	} else if expr, err := parser.NewParser(parser.Options{}).ParseExpr(a.Query); err != nil {
-		errs = append(errs, field.Invalid(p.Child("query"), a.Query, "not a PromQL expression: "+err.Error()))
-	} else if t := expr.Type(); t != parser.ValueTypeVector {
-		kind := string(t)
-		if t == parser.ValueTypeMatrix {
-			kind = "range vector"
-		}
-		errs = append(errs, field.Invalid(p.Child("query"), a.Query, fmt.Sprintf("returns a %s: want an instant vector with one series per node (a label naming the node), e.g. avg by (node) (my_error_ratio)", kind)))
-	}
+	errs := validateAnalysisURL(a, p)
+	errs = append(errs, validateAnalysisQuery(a, p)...)
 	if l := a.NodeLabel; l != "" && !labelNameRE.MatchString(l) {
 		errs = append(errs, field.Invalid(p.Child("nodeLabel"), l, "not a Prometheus label name: want letters, digits and _, not starting with a digit (e.g. node, instance)"))
 	}
@@ -56,6 +41,44 @@ func validateAnalysis(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(p.Child("direction"), a.Direction, []string{DirectionLowerIsBetter, DirectionHigherIsBetter}))
 	}
+	errs = append(errs, validateAnalysisBounds(a, p)...)
+	return append(errs, validateAnalysisNeeds(s, spec)...)
+}
+
+// validateAnalysisURL: an http:// or https:// URL with a host.
+func validateAnalysisURL(a *CanaryAnalysis, p *field.Path) field.ErrorList {
+	if a.URL == "" {
+		return field.ErrorList{field.Required(p.Child("url"), "give the Prometheus server's base URL, e.g. http://prometheus.monitoring:9090")}
+	}
+	if u, err := url.Parse(a.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(a.URL, " \t\n") {
+		return field.ErrorList{field.Invalid(p.Child("url"), a.URL, "want an http:// or https:// URL with a host, e.g. http://prometheus.monitoring:9090")}
+	}
+	return nil
+}
+
+// validateAnalysisQuery: a PromQL expression that returns an instant
+// vector.
+func validateAnalysisQuery(a *CanaryAnalysis, p *field.Path) field.ErrorList {
+	if strings.TrimSpace(a.Query) == "" {
+		return field.ErrorList{field.Required(p.Child("query"), "give a PromQL expression with one series per node, e.g. avg by (node) (my_error_ratio)")}
+	}
+	expr, err := parser.NewParser(parser.Options{}).ParseExpr(a.Query)
+	if err != nil {
+		return field.ErrorList{field.Invalid(p.Child("query"), a.Query, "not a PromQL expression: "+err.Error())}
+	}
+	if t := expr.Type(); t != parser.ValueTypeVector {
+		kind := string(t)
+		if t == parser.ValueTypeMatrix {
+			kind = "range vector"
+		}
+		return field.ErrorList{field.Invalid(p.Child("query"), a.Query, fmt.Sprintf("returns a %s: want an instant vector with one series per node (a label naming the node), e.g. avg by (node) (my_error_ratio)", kind))}
+	}
+	return nil
+}
+
+// validateAnalysisBounds: a tolerance (ParseTolerance) and/or a threshold.
+func validateAnalysisBounds(a *CanaryAnalysis, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if a.Tolerance == nil && a.Threshold == nil {
 		errs = append(errs, field.Required(p.Child("tolerance"), "set tolerance (e.g. \"10%\": the canaries against the other nodes), threshold (an absolute bound), or both"))
 	}
@@ -71,6 +94,13 @@ func validateAnalysis(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("threshold"), a.Threshold.String(), err.Error()))
 		}
 	}
+	return errs
+}
+
+// validateAnalysisNeeds: what an analysis needs of the rest of the spec:
+// soakTime > 0, canary >= 1, automatic promotion, rollbackScript.
+func validateAnalysisNeeds(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if st := s.Rollout.SoakTime; st == nil || st.Duration <= 0 {
 		errs = append(errs, field.Required(spec.Child("rollout", "soakTime"), "spec.rollout.analysis runs while the canaries soak: give a soak time, e.g. 10m"))
 	}

@@ -119,68 +119,88 @@ func validateRange(p *field.Path, start, end time.Time, what string) field.Error
 }
 
 func validateCalendarWindow(p *field.Path, w *CalendarWindow, loc *time.Location) field.ErrorList {
-	var errs field.ErrorList
 	kinds := 0
 	for _, set := range []bool{w.Weekly != nil, w.Cron != nil, w.Monthly != nil, w.Once != nil} {
 		if set {
 			kinds++
 		}
 	}
-	if kinds != 1 {
-		return append(errs, field.Invalid(p, w.Name, fmt.Sprintf("sets %d of weekly, cron, monthly, once: set exactly one", kinds)))
-	}
-	hm := func(fp *field.Path, s string) {
-		if _, _, err := CalendarHHMM(s); err != nil {
-			errs = append(errs, field.Invalid(fp, s, "want HH:MM, 00:00 to 23:59 (24 h), e.g. 22:00"))
-		}
-	}
-	dur := func(fp *field.Path, d time.Duration) {
-		if d < time.Minute || d > MaxCalendarDuration {
-			errs = append(errs, field.Invalid(fp, d.String(), "want 1m to 168h, e.g. 4h (a longer window is a once window)"))
-		}
-	}
 	switch {
+	case kinds != 1:
+		return field.ErrorList{field.Invalid(p, w.Name, fmt.Sprintf("sets %d of weekly, cron, monthly, once: set exactly one", kinds))}
 	case w.Weekly != nil:
-		wp := p.Child("weekly")
-		for j, d := range w.Weekly.Days {
-			if weekday(d) < 0 {
-				errs = append(errs, field.NotSupported(wp.Child("days").Index(j), d, Weekdays))
-			}
-		}
-		hm(wp.Child("start"), w.Weekly.Start)
-		hm(wp.Child("end"), w.Weekly.End)
+		return validateWeekly(p.Child("weekly"), w.Weekly)
 	case w.Cron != nil:
 		cp := p.Child("cron")
+		var errs field.ErrorList
 		if _, err := ParseCalendarCron(w.Cron.Schedule, loc); err != nil {
 			errs = append(errs, field.Invalid(cp.Child("schedule"), w.Cron.Schedule, err.Error()))
 		}
-		dur(cp.Child("duration"), w.Cron.Duration.Duration)
+		return append(errs, validateCalendarDuration(cp.Child("duration"), w.Cron.Duration.Duration)...)
 	case w.Monthly != nil:
-		m, mp := w.Monthly, p.Child("monthly")
-		switch {
-		case m.Day != 0 && (m.Week != 0 || m.Weekday != ""):
-			errs = append(errs, field.Invalid(mp.Child("day"), m.Day, "set day, or week and weekday, not both"))
-		case m.Day != 0:
-			if m.Day < 1 || m.Day > 31 {
-				errs = append(errs, field.Invalid(mp.Child("day"), m.Day, "want 1 to 31 (a day past the month's end is its last day)"))
-			}
-		default:
-			if m.Week == 0 && m.Weekday == "" {
-				errs = append(errs, field.Required(mp.Child("day"), "set day (1 to 31), or week (1 to 5, -1 for the last) and weekday"))
-			}
-			if m.Week < -1 || m.Week == 0 || m.Week > 5 {
-				errs = append(errs, field.Invalid(mp.Child("week"), m.Week, "want 1 to 5 (the nth weekday of the month), or -1 for the last"))
-			}
-			if weekday(m.Weekday) < 0 {
-				errs = append(errs, field.NotSupported(mp.Child("weekday"), m.Weekday, Weekdays))
-			}
+		return validateMonthly(p.Child("monthly"), w.Monthly)
+	}
+	return validateRange(p.Child("once"), w.Once.Start.Time, w.Once.End.Time, "the window")
+}
+
+// validateWeekly: known days, start and end as HH:MM.
+func validateWeekly(wp *field.Path, w *WeeklyWindow) field.ErrorList {
+	var errs field.ErrorList
+	for j, d := range w.Days {
+		if weekday(d) < 0 {
+			errs = append(errs, field.NotSupported(wp.Child("days").Index(j), d, Weekdays))
 		}
-		hm(mp.Child("start"), m.Start)
-		dur(mp.Child("duration"), m.Duration.Duration)
-	case w.Once != nil:
-		errs = append(errs, validateRange(p.Child("once"), w.Once.Start.Time, w.Once.End.Time, "the window")...)
+	}
+	errs = append(errs, validateCalendarHHMM(wp.Child("start"), w.Start)...)
+	return append(errs, validateCalendarHHMM(wp.Child("end"), w.End)...)
+}
+
+// validateMonthly: a day, or a week and a weekday; a start and a duration.
+func validateMonthly(mp *field.Path, m *MonthlyWindow) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case m.Day != 0 && (m.Week != 0 || m.Weekday != ""):
+		errs = append(errs, field.Invalid(mp.Child("day"), m.Day, "set day, or week and weekday, not both"))
+	case m.Day != 0:
+		if m.Day < 1 || m.Day > 31 {
+			errs = append(errs, field.Invalid(mp.Child("day"), m.Day, "want 1 to 31 (a day past the month's end is its last day)"))
+		}
+	default:
+		errs = validateMonthlyWeekday(mp, m)
+	}
+	errs = append(errs, validateCalendarHHMM(mp.Child("start"), m.Start)...)
+	return append(errs, validateCalendarDuration(mp.Child("duration"), m.Duration.Duration)...)
+}
+
+// validateMonthlyWeekday: the nth (or last) weekday of the month.
+func validateMonthlyWeekday(mp *field.Path, m *MonthlyWindow) field.ErrorList {
+	var errs field.ErrorList
+	if m.Week == 0 && m.Weekday == "" {
+		errs = append(errs, field.Required(mp.Child("day"), "set day (1 to 31), or week (1 to 5, -1 for the last) and weekday"))
+	}
+	if m.Week < -1 || m.Week == 0 || m.Week > 5 {
+		errs = append(errs, field.Invalid(mp.Child("week"), m.Week, "want 1 to 5 (the nth weekday of the month), or -1 for the last"))
+	}
+	if weekday(m.Weekday) < 0 {
+		errs = append(errs, field.NotSupported(mp.Child("weekday"), m.Weekday, Weekdays))
 	}
 	return errs
+}
+
+// validateCalendarHHMM: s is HH:MM.
+func validateCalendarHHMM(fp *field.Path, s string) field.ErrorList {
+	if _, _, err := CalendarHHMM(s); err != nil {
+		return field.ErrorList{field.Invalid(fp, s, "want HH:MM, 00:00 to 23:59 (24 h), e.g. 22:00")}
+	}
+	return nil
+}
+
+// validateCalendarDuration: 1m to MaxCalendarDuration.
+func validateCalendarDuration(fp *field.Path, d time.Duration) field.ErrorList {
+	if d < time.Minute || d > MaxCalendarDuration {
+		return field.ErrorList{field.Invalid(fp, d.String(), "want 1m to 168h, e.g. 4h (a longer window is a once window)")}
+	}
+	return nil
 }
 
 // weekday returns the time.Weekday of a day name (Mon..Sun), or -1.

@@ -33,60 +33,77 @@ const GateCELCostLimit = 1_000_000
 func validateGates(p *field.Path, gates []Gate) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
-	for i, g := range gates {
-		gp := p.Index(i)
-		switch msgs := validation.IsDNS1123Label(g.Name); {
-		case g.Name == "":
-			errs = append(errs, field.Required(gp.Child("name"), "name the gate (a DNS label, e.g. no-critical-alerts)"))
-		case len(msgs) > 0:
-			errs = append(errs, field.Invalid(gp.Child("name"), g.Name, strings.Join(msgs, "; ")))
-		case seen[g.Name]:
-			errs = append(errs, field.Duplicate(gp.Child("name"), g.Name))
+	for i := range gates {
+		errs = append(errs, validateGate(p.Index(i), &gates[i], seen)...)
+	}
+	return errs
+}
+
+// validateGate checks one gate at gp (seen: the names of the gates
+// before it, to which it adds its own).
+func validateGate(gp *field.Path, g *Gate, seen map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	switch msgs := validation.IsDNS1123Label(g.Name); {
+	case g.Name == "":
+		errs = append(errs, field.Required(gp.Child("name"), "name the gate (a DNS label, e.g. no-critical-alerts)"))
+	case len(msgs) > 0:
+		errs = append(errs, field.Invalid(gp.Child("name"), g.Name, strings.Join(msgs, "; ")))
+	case seen[g.Name]:
+		errs = append(errs, field.Duplicate(gp.Child("name"), g.Name))
+	}
+	seen[g.Name] = true
+	if g.For != nil && g.For.Duration < 0 {
+		errs = append(errs, field.Invalid(gp.Child("for"), g.For.Duration.String(), "must be 0 or more, e.g. 2m"))
+	}
+	if g.Interval != nil && g.Interval.Duration < MinGateInterval {
+		errs = append(errs, field.Invalid(gp.Child("interval"), g.Interval.Duration.String(), fmt.Sprintf("must be at least %s, e.g. 30s (or left out for %s)", MinGateInterval, DefaultGateInterval)))
+	}
+	kinds := 0
+	if pg := g.Prometheus; pg != nil {
+		kinds++
+		errs = append(errs, validatePrometheusGate(gp.Child("prometheus"), pg)...)
+	}
+	if ag := g.Alerts; ag != nil {
+		kinds++
+		errs = append(errs, validateAlertsGate(gp.Child("alerts"), ag)...)
+	}
+	if cg := g.CEL; cg != nil {
+		kinds++
+		errs = append(errs, validateCELGate(gp.Child("cel"), cg)...)
+	}
+	if kinds != 1 {
+		errs = append(errs, field.Invalid(gp, fmt.Sprintf("(%d kinds)", kinds), "set exactly one of prometheus, alerts and cel"))
+	}
+	return errs
+}
+
+// validatePrometheusGate: a URL, a PromQL query, a condition.
+func validatePrometheusGate(pp *field.Path, pg *PrometheusGate) field.ErrorList {
+	errs := validateGateURL(pp.Child("url"), pg.URL)
+	if strings.TrimSpace(pg.Query) == "" {
+		errs = append(errs, field.Required(pp.Child("query"), "give a PromQL expression, e.g. ALERTS{severity=\"critical\"}"))
+	} else if err := ValidatePromQL(pg.Query); err != nil {
+		errs = append(errs, field.Invalid(pp.Child("query"), pg.Query, err.Error()))
+	}
+	if pg.Condition != "" {
+		if _, err := ParseGateCondition(pg.Condition); err != nil {
+			errs = append(errs, field.Invalid(pp.Child("condition"), pg.Condition, err.Error()))
 		}
-		seen[g.Name] = true
-		if g.For != nil && g.For.Duration < 0 {
-			errs = append(errs, field.Invalid(gp.Child("for"), g.For.Duration.String(), "must be 0 or more, e.g. 2m"))
+	}
+	return errs
+}
+
+// validateAlertsGate: a URL, matchers and ignore matchers.
+func validateAlertsGate(ap *field.Path, ag *AlertsGate) field.ErrorList {
+	errs := validateGateURL(ap.Child("url"), ag.URL)
+	for j, m := range ag.Matchers {
+		if _, err := ParseGateMatcher(m); err != nil {
+			errs = append(errs, field.Invalid(ap.Child("matchers").Index(j), m, err.Error()))
 		}
-		if g.Interval != nil && g.Interval.Duration < MinGateInterval {
-			errs = append(errs, field.Invalid(gp.Child("interval"), g.Interval.Duration.String(), fmt.Sprintf("must be at least %s, e.g. 30s (or left out for %s)", MinGateInterval, DefaultGateInterval)))
-		}
-		kinds := 0
-		if pg := g.Prometheus; pg != nil {
-			kinds++
-			pp := gp.Child("prometheus")
-			errs = append(errs, validateGateURL(pp.Child("url"), pg.URL)...)
-			if strings.TrimSpace(pg.Query) == "" {
-				errs = append(errs, field.Required(pp.Child("query"), "give a PromQL expression, e.g. ALERTS{severity=\"critical\"}"))
-			} else if err := ValidatePromQL(pg.Query); err != nil {
-				errs = append(errs, field.Invalid(pp.Child("query"), pg.Query, err.Error()))
-			}
-			if pg.Condition != "" {
-				if _, err := ParseGateCondition(pg.Condition); err != nil {
-					errs = append(errs, field.Invalid(pp.Child("condition"), pg.Condition, err.Error()))
-				}
-			}
-		}
-		if ag := g.Alerts; ag != nil {
-			kinds++
-			ap := gp.Child("alerts")
-			errs = append(errs, validateGateURL(ap.Child("url"), ag.URL)...)
-			for j, m := range ag.Matchers {
-				if _, err := ParseGateMatcher(m); err != nil {
-					errs = append(errs, field.Invalid(ap.Child("matchers").Index(j), m, err.Error()))
-				}
-			}
-			for j, m := range ag.Ignore {
-				if _, err := ParseGateMatcher(m); err != nil {
-					errs = append(errs, field.Invalid(ap.Child("ignore").Index(j), m, err.Error()))
-				}
-			}
-		}
-		if cg := g.CEL; cg != nil {
-			kinds++
-			errs = append(errs, validateCELGate(gp.Child("cel"), cg)...)
-		}
-		if kinds != 1 {
-			errs = append(errs, field.Invalid(gp, fmt.Sprintf("(%d kinds)", kinds), "set exactly one of prometheus, alerts and cel"))
+	}
+	for j, m := range ag.Ignore {
+		if _, err := ParseGateMatcher(m); err != nil {
+			errs = append(errs, field.Invalid(ap.Child("ignore").Index(j), m, err.Error()))
 		}
 	}
 	return errs

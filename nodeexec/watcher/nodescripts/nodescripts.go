@@ -2,6 +2,7 @@ package nodescripts
 
 import (
 	"context"
+	corev1 "k8s.io/api/core/v1"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -73,3 +74,23 @@ const OpeningsHorizon = nodescript.OpeningsHorizon
 func RunNowUntil(ns *v1alpha1.NodeScript) (until time.Time, set bool, err error) {
 	return nodescript.RunNowUntil(ns)
 }
+
+// ConditionType is the type of NodeScript name's condition on the nodes it
+// selects: "nodeexec.io/NAME", at most 75 characters.
+func ConditionType(name string) corev1.NodeConditionType { return nodescript.ConditionType(name) }
+
+// MaintenanceConditionType is the Node condition by which the watcher says
+// that nodeexec holds the node for maintenance (a budget's or a
+// NodeScript's drain, run, reboot): "nodeexec.io/Maintenance".
+var MaintenanceConditionType = nodescript.MaintenanceConditionType
+
+// OutputRecordName is the name of the ConfigMap, in the run namespace, that
+// keeps the output of NodeScript name on node (spec.recordOutput):
+// "NAME.NODE", or "NAME.h-" and a hash of the node's name when that is over
+// 253 characters. It is a pure function.
+func OutputRecordName(name, node string) string { return nodescript.OutputRecordName(name, node) }
+
+// RebootSentinel is the file whose existence after a successful run asks
+// for a reboot (spec.reboot IfRequired): spec.rebootSentinel, or
+// "/var/run/reboot-required".
+func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string { return nodescript.RebootSentinel(spec) }

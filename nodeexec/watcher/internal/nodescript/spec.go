@@ -1,6 +1,9 @@
 package nodescript
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,3 +201,34 @@ func MissingAnnotations(g *v1alpha1.AnnotationGate, ann map[string]string) []str
 	}
 	return missing
 }
+
+// OutputRecordName is the name of the ConfigMap that keeps the output of
+// NodeScript name on node: "NAME.NODE", or, when that is not a valid
+// object name (over 253 characters), "NAME.h-" and a hash of the node's
+// name. It is a pure function.
+func OutputRecordName(name, node string) string {
+	n := name + "." + node
+	if len(validation.IsDNS1123Subdomain(n)) == 0 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(node))
+	return name + ".h-" + hex.EncodeToString(sum[:])[:20]
+}
+
+// DefaultRebootSentinel is the file whose existence after a successful run
+// asks for a reboot (spec.reboot IfRequired) when spec.rebootSentinel is
+// empty.
+const DefaultRebootSentinel = "/var/run/reboot-required"
+
+// RebootSentinel is spec.rebootSentinel or DefaultRebootSentinel.
+func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string {
+	if spec.RebootSentinel != "" {
+		return spec.RebootSentinel
+	}
+	return DefaultRebootSentinel
+}
+
+// MaintenanceConditionType is the Node condition under which the watcher
+// says that nodeexec holds the node for maintenance:
+// "nodeexec.io/Maintenance".
+var MaintenanceConditionType = ConditionType(v1alpha1.MaintenanceConditionName)

@@ -94,3 +94,8 @@ func OutputRecordName(name, node string) string { return nodescript.OutputRecord
 // for a reboot (spec.reboot IfRequired): spec.rebootSentinel, or
 // "/var/run/reboot-required".
 func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string { return nodescript.RebootSentinel(spec) }
+
+// PrePulls reports whether the watcher pulls ns's run image on a node
+// before cordoning it: spec.maintenance.cordon is set and
+// spec.maintenance.prePull is not false.
+func PrePulls(ns *v1alpha1.NodeScript) bool { return nodescript.PrePulls(ns) }

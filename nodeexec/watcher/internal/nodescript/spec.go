@@ -232,3 +232,11 @@ func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string {
 // says that nodeexec holds the node for maintenance:
 // "nodeexec.io/Maintenance".
 var MaintenanceConditionType = ConditionType(v1alpha1.MaintenanceConditionName)
+
+// PrePulls reports whether ns pulls the run's image on a node before
+// cordoning it: spec.maintenance.cordon is set and spec.maintenance.prePull
+// is not false.
+func PrePulls(ns *v1alpha1.NodeScript) bool {
+	m := ns.Spec.Maintenance
+	return m != nil && m.Cordon && (m.PrePull == nil || *m.PrePull)
+}

@@ -3,6 +3,9 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher"
@@ -24,6 +27,15 @@ func printPostComplete(w io.Writer, ns *v1alpha1.NodeScript, now time.Time) {
 		fmt.Fprintln(w)
 	}
 	if l := ns.Spec.PostCompleteLabels; len(l) > 0 {
-		fmt.Fprintf(w, "post-complete labels: %s on each node once it succeeded\n", watcher.FormatLabels(l))
+		fmt.Fprintf(w, "post-complete labels: %s on each node once it succeeded\n", formatLabels(l))
 	}
+}
+
+// formatLabels is labels as "k=v, k=v", sorted by key.
+func formatLabels(l map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ", ")
 }

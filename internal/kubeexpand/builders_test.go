@@ -8,16 +8,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodeexec/nodeexec/ephemeral"
 	"github.com/nodeexec/nodeexec/internal/kubeexpand"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/nsenterpod"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
 // nasty are strings the kubelet's expansion would change if a builder put
@@ -125,26 +121,6 @@ func TestBuildersSurviveExpansion(t *testing.T) {
 			t.Errorf("command after expansion (-want +got):\n%s", diff)
 		}
 	})
-	for _, backend := range []string{debugpod.Name, nsenterpod.Name} {
-		t.Run("watcher/"+backend, func(t *testing.T) {
-			for _, script := range nasty[:len(nasty)-1] {
-				if script == "" {
-					continue
-				}
-				ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"},
-					Spec: v1alpha1.NodeScriptSpec{Script: script, Backend: v1alpha1.BackendSpec{Name: backend}}}
-				pod, err := watcher.RunPod(watcher.RunPodSpec{NodeScript: ns, Backend: mustNodeBackend(t, ns), Node: "n", Action: watcher.ActionRun, Attempt: 1, Now: now})
-				if err != nil {
-					t.Fatal(err)
-				}
-				c := pod.Spec.Containers[0]
-				cmd := kubeexpand.All(c.Command, envOf(c.Env))
-				if got := cmd[len(cmd)-1]; got != script {
-					t.Errorf("script %q reaches the container as %q", script, got)
-				}
-			}
-		})
-	}
 }
 
 // TestSecretEnvByReference: variables from Secrets are references in the
@@ -183,13 +159,4 @@ func TestSecretEnvByReference(t *testing.T) {
 	if err := (&nodeexec.Request{Command: []string{"x"}, SecretEnv: []nodeexec.SecretEnv{{Secret: "Bad Name"}}}).Validate(); err == nil || !strings.Contains(err.Error(), "SecretEnv[0].Secret") {
 		t.Errorf("Validate: %v", err)
 	}
-}
-
-func mustNodeBackend(t *testing.T, ns *v1alpha1.NodeScript) nodeexec.Backend {
-	t.Helper()
-	b, err := watcher.NodeBackend(ns, fake.NewClientset())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

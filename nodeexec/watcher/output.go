@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,26 +127,8 @@ func writeOutputRecord(ctx context.Context, client kubernetes.Interface, ns *v1a
 	return nil
 }
 
-// truncate redacts s (Redact) and cuts the result to at most n bytes by
-// removing its middle, on rune boundaries, marking the cut with "…": both
-// the start (what failed) and the end (often the fix) of a message
-// survive. Redacting first means a cut never joins the end of a secret's
-// key name (…WORD=) to its value.
-func truncate(s string, n int) string {
-	s = Redact(s)
-	if len(s) <= n {
-		return s
-	}
-	keep := max(n-len("…"), 0)
-	head, end := s[:keep/2], s[len(s)-(keep-keep/2):]
-	for len(head) > 0 && !utf8.ValidString(head) {
-		head = head[:len(head)-1]
-	}
-	for len(end) > 0 && !utf8.RuneStart(end[0]) {
-		end = end[1:]
-	}
-	return head + "…" + end
-}
+// truncate is nodescript.Truncate.
+func truncate(s string, n int) string { return nodescript.Truncate(s, n) }
 
 // outputOf is node's output record's data in records, by the node
 // annotation (nil when it has none).

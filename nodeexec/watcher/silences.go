@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"io"
 	"net/http"
 	"net/url"
@@ -44,17 +45,8 @@ const SilenceRequestTimeout = 10 * time.Second
 const SilenceRecheck = 10 * time.Second
 
 // HeldSilence is a silence the watcher created for a node and has not
-// expired yet, recorded in the node's state (NodeState.Silences) so that a
-// restarted watcher expires it.
-type HeldSilence struct {
-	// URL is the Alertmanager's base URL the silence was created on.
-	URL string `json:"url"`
-	// ID is the silence's ID (Alertmanager's silenceID).
-	ID string `json:"id"`
-	// EndsAt is the silence's endsAt: past it, the silence has ended by
-	// itself and is forgotten without a call.
-	EndsAt time.Time `json:"endsAt"`
-}
+// expired yet (nodescript.HeldSilence).
+type HeldSilence = nodescript.HeldSilence
 
 // DefaultSilenceDuration is the duration of a silence of ns without
 // spec.maintenance.silences[].duration: the node's whole maintenance, that

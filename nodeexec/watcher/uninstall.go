@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"slices"
 	"strings"
 	"time"
@@ -54,23 +55,8 @@ const (
 	UninstallFailed    = "Failed"
 )
 
-// UninstallRecord is a node's progress of spec.uninstallScript, in its
-// state annotation (NodeState.Uninstall).
-type UninstallRecord struct {
-	// Phase is Pending (waiting for the node to be Ready), Running (Pod
-	// goes), Succeeded or Failed.
-	Phase string `json:"phase"`
-	// Pod is the uninstall pod (Running, and after).
-	Pod string `json:"pod,omitempty"`
-	// ExitCode of the uninstall script, when it ran to an exit.
-	ExitCode *int `json:"exitCode,omitempty"`
-	// Reason says why it failed when not by its exit code (Timeout,
-	// NodeNotReady, PodDisappeared, PodCreateFailed, an infrastructure
-	// reason), at most 256 bytes.
-	Reason string `json:"reason,omitempty"`
-	// Since is when Phase began.
-	Since time.Time `json:"since"`
-}
+// UninstallRecord is a node's progress of spec.uninstallScript (nodescript.UninstallRecord).
+type UninstallRecord = nodescript.UninstallRecord
 
 // uninstallHash is the spec hash whose successes spec.uninstallScript
 // undoes: the current one (CurrentHash: the spec's, or under

@@ -897,7 +897,7 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 // nodes/status.
 func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, drop ...string) error {
 	name := ns.Name
-	s = s.bounded()
+	s = s.Bounded()
 	s.Since = s.Since.UTC().Truncate(time.Second)
 	if s.NextRetry != nil {
 		t := s.NextRetry.UTC().Truncate(time.Second)

@@ -1,8 +1,9 @@
-package watcher
+package nodescripts
 
 import (
 	"context"
 	"fmt"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"io"
 	"time"
 
@@ -92,7 +93,7 @@ func GetCalendar(ctx context.Context, dyn dynamic.Interface, name string) (*v1al
 	if err != nil {
 		return nil, fmt.Errorf("maintenancecalendar %s: %w", name, err)
 	}
-	return toCalendar(u)
+	return nodescript.ToCalendar(u)
 }
 
 // Openings lists the next n intervals in which ns may start runs (its
@@ -108,17 +109,17 @@ func Openings(ctx context.Context, dyn dynamic.Interface, ns *v1alpha1.NodeScrip
 		}
 		cals = append(cals, c)
 	}
-	return openings(ns, cals, now, n)
+	return nodescript.Openings(ns, cals, now, n)
 }
 
 // CalendarOpenings lists the next n intervals in which calendar c is open.
 func CalendarOpenings(c *v1alpha1.MaintenanceCalendar, now time.Time, n int) ([]Opening, error) {
 	ns := &v1alpha1.NodeScript{Spec: v1alpha1.NodeScriptSpec{CalendarFields: v1alpha1.CalendarFields{WindowRefs: []string{c.Name}}}}
-	return openings(ns, []*v1alpha1.MaintenanceCalendar{c}, now, n)
+	return nodescript.Openings(ns, []*v1alpha1.MaintenanceCalendar{c}, now, n)
 }
 
 // CalendarNow says whether calendar c is open at now and why (see the
 // NodeScript's status.calendars).
 func CalendarNow(c *v1alpha1.MaintenanceCalendar, now time.Time) (bool, string, error) {
-	return calendarNow(c, now)
+	return nodescript.CalendarNow(c, now)
 }

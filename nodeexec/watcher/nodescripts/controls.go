@@ -1,10 +1,11 @@
-package watcher
+package nodescripts
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"slices"
 	"strings"
 	"time"
@@ -27,17 +28,8 @@ import (
 // Operator controls: rerun nodes, ignore nodes, and override the
 // maintenance window, without editing the spec (none changes the spec hash).
 
-// Annotations of a NodeScript set by RunNow.
+// Limits of RunNow.
 const (
-	// AnnotationRunNow, on a NodeScript, is an RFC 3339 time until which
-	// runs may start while spec.window is closed (not while spec.paused).
-	// The watcher records it in an Event (RunNow, with AnnotationRunNowBy),
-	// and removes it once expired (RunNowExpired) or unreadable
-	// (RunNowInvalid).
-	AnnotationRunNow = "nodeexec.io/run-now"
-	// AnnotationRunNowBy says who set AnnotationRunNow: the user a
-	// SelfSubjectReview names, or "unknown".
-	AnnotationRunNowBy = "nodeexec.io/run-now-by"
 	// DefaultRunNowFor is how long a run-now override lasts by default.
 	DefaultRunNowFor = time.Hour
 	// MaxRunNowFor is the longest run-now override: a week. An override
@@ -45,10 +37,6 @@ const (
 	// that must run outside it for longer wants another spec.window.
 	MaxRunNowFor = 7 * 24 * time.Hour
 )
-
-// UnknownUser stands for the requester when no SelfSubjectReview could say
-// who it is.
-const UnknownUser = "unknown"
 
 // Requester is who asks for an operator control, as the API server
 // authenticates them.
@@ -68,9 +56,9 @@ func WhoAmI(ctx context.Context, client kubernetes.Interface) Requester {
 	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	switch {
 	case err != nil:
-		return Requester{User: UnknownUser, Unknown: fmt.Sprintf("SelfSubjectReview (authentication.k8s.io/v1) failed: %v", err)}
+		return Requester{User: v1alpha1.UnknownUser, Unknown: fmt.Sprintf("SelfSubjectReview (authentication.k8s.io/v1) failed: %v", err)}
 	case r.Status.UserInfo.Username == "":
-		return Requester{User: UnknownUser, Unknown: "SelfSubjectReview (authentication.k8s.io/v1) returned no username"}
+		return Requester{User: v1alpha1.UnknownUser, Unknown: "SelfSubjectReview (authentication.k8s.io/v1) returned no username"}
 	}
 	return Requester{User: r.Status.UserInfo.Username}
 }
@@ -112,7 +100,7 @@ func Rerun(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfa
 	if err != nil {
 		return nil, fmt.Errorf("nodescript %q: spec.nodeSelector: %w", name, err)
 	}
-	hash := CurrentHash(ns)
+	hash := nodescript.CurrentHash(ns)
 	target := labels.Everything()
 	if targets.Selector != "" {
 		target, _ = labels.Parse(targets.Selector) // validated
@@ -123,7 +111,7 @@ func Rerun(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfa
 	}
 	// check says why node n cannot run ns's current spec again; "" when it can.
 	check := func(n *corev1.Node) string {
-		if !selectsNode(ns, sel, n) {
+		if !nodescript.SelectsNode(ns, sel, n) {
 			return fmt.Sprintf("node %s is not selected by nodescript %s (spec.nodeSelector, spec.excludeNodes, or nodeexec ignore)", n.Name, name)
 		}
 		s, err := DecodeState(n.Annotations, name)
@@ -219,7 +207,7 @@ func SetIgnored(ctx context.Context, client kubernetes.Interface, dyn dynamic.In
 			missing = append(missing, n)
 		case err != nil:
 			return Requester{}, fmt.Errorf("node %s: %w", n, err)
-		case ignore && !selects(&ns.Spec, sel, node.Name, node.Labels):
+		case ignore && !nodescript.Selects(&ns.Spec, sel, node.Name, node.Labels):
 			notSelected = append(notSelected, fmt.Errorf("node %s is not selected by nodescript %s (spec.nodeSelector %q, spec.excludeNodes %q): there is nothing to ignore; name a node it selects",
 				n, name, metav1.FormatLabelSelector(&ns.Spec.NodeSelector), ns.Spec.ExcludeNodes))
 		}
@@ -288,7 +276,7 @@ func RunNow(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 		return nil, err
 	}
 	res := &RunNowResult{}
-	ann := map[string]any{AnnotationRunNow: nil, AnnotationRunNowBy: nil}
+	ann := map[string]any{v1alpha1.AnnotationRunNow: nil, v1alpha1.AnnotationRunNowBy: nil}
 	if !o.Cancel {
 		switch {
 		case ns.Spec.Window == nil:
@@ -298,31 +286,16 @@ func RunNow(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 		}
 		res.By = WhoAmI(ctx, client)
 		res.Until = o.Clock.Now().Add(o.For).UTC().Truncate(time.Second)
-		ann = map[string]any{AnnotationRunNow: res.Until.Format(time.RFC3339), AnnotationRunNowBy: res.By.User}
+		ann = map[string]any{v1alpha1.AnnotationRunNow: res.Until.Format(time.RFC3339), v1alpha1.AnnotationRunNowBy: res.By.User}
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return nil, err
 	}
 	if _, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec"}); err != nil {
-		return nil, fmt.Errorf("nodescript %q: setting annotation %s: %w", name, AnnotationRunNow, err)
+		return nil, fmt.Errorf("nodescript %q: setting annotation %s: %w", name, v1alpha1.AnnotationRunNow, err)
 	}
 	return res, nil
-}
-
-// RunNowUntil reads the run-now override of ns (AnnotationRunNow): when
-// it ends, whether it is set, and an error when it is set but not an RFC
-// 3339 time. It is a pure function.
-func RunNowUntil(ns *v1alpha1.NodeScript) (until time.Time, set bool, err error) {
-	v, ok := ns.Annotations[AnnotationRunNow]
-	if !ok {
-		return time.Time{}, false, nil
-	}
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
-		return time.Time{}, true, fmt.Errorf("annotation %s %q: want an RFC 3339 time such as 2026-11-21T22:00:00Z", AnnotationRunNow, v)
-	}
-	return t, true, nil
 }
 
 // checkNodeNames refuses names that cannot be node names.

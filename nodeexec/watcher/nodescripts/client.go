@@ -1,4 +1,4 @@
-package watcher
+package nodescripts
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,10 +26,6 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
-
-// ErrCRDNotInstalled is returned when the API server does not serve
-// nodescripts.nodeexec.io: install deploy/crd first.
-var ErrCRDNotInstalled = errors.New("the NodeScript CRD (nodescripts.nodeexec.io) is not installed: kubectl apply -f deploy/crd/ (or kubectl apply -k deploy/)")
 
 // ParseNodeScripts reads one or more NodeScripts from YAML or JSON
 // documents (separated by ---), strictly: a kind other than NodeScript or
@@ -146,7 +144,7 @@ func Apply(ctx context.Context, dyn dynamic.Interface, scripts []*v1alpha1.NodeS
 	for _, u := range objs {
 		dry := metav1.ApplyOptions{FieldManager: "nodeexec", Force: true, DryRun: []string{metav1.DryRunAll}}
 		if _, err := res.Apply(ctx, u.GetName(), u, dry); err != nil {
-			if crdMissing(err) {
+			if nodescript.CRDMissing(err) {
 				return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
 			}
 			errs = append(errs, fmt.Errorf("nodescript %q refused by the API server: %w", u.GetName(), err))
@@ -178,7 +176,7 @@ func applyChecked(ctx context.Context, res dynamic.ResourceInterface, kind, Kind
 	var errs []error
 	for _, u := range objs {
 		if _, err := res.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "nodeexec", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
-			if crdMissing(err) {
+			if nodescript.CRDMissing(err) {
 				return nil, fmt.Errorf("the %s CRD (%ss.nodeexec.io) is not installed: kubectl apply -f deploy/crd/ (%w)", Kind, kind, err)
 			}
 			errs = append(errs, fmt.Errorf("%s %q refused by the API server: %w", kind, u.GetName(), err))
@@ -223,18 +221,6 @@ func applyOne(ctx context.Context, res dynamic.ResourceInterface, kind string, u
 	return "configured", nil
 }
 
-// Get reads one NodeScript. RBAC: get on nodescripts.
-func Get(ctx context.Context, dyn dynamic.Interface, name string) (*v1alpha1.NodeScript, error) {
-	u, err := dyn.Resource(v1alpha1.Resource).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		if crdMissing(err) {
-			return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
-		}
-		return nil, fmt.Errorf("nodescript %q: %w", name, err)
-	}
-	return toNodeScript(u)
-}
-
 // Promote sets spec.rollout.promoteTo of a NodeScript with Manual
 // promotion to "all" or a label selector, so that the nodes beyond the
 // canaries it selects may run. It refuses a halted rollout
@@ -251,7 +237,7 @@ func Promote(ctx context.Context, dyn dynamic.Interface, name, to string) (*v1al
 		return nil, err
 	}
 	if ns.Spec.Rollout.Promotion != v1alpha1.PromotionManual {
-		return nil, fmt.Errorf("nodescript %q promotes automatically (spec.rollout.promotion is %q): promote applies to promotion: Manual", name, cmpOr(ns.Spec.Rollout.Promotion, v1alpha1.PromotionAutomatic))
+		return nil, fmt.Errorf("nodescript %q promotes automatically (spec.rollout.promotion is %q): promote applies to promotion: Manual", name, nodescript.CmpOr(ns.Spec.Rollout.Promotion, v1alpha1.PromotionAutomatic))
 	}
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": ns.ResourceVersion},
@@ -261,7 +247,7 @@ func Promote(ctx context.Context, dyn dynamic.Interface, name, to string) (*v1al
 	if err != nil {
 		return nil, fmt.Errorf("promoting nodescript %q: %w", name, err)
 	}
-	return toNodeScript(u)
+	return nodescript.ToNodeScript(u)
 }
 
 // SetPaused sets spec.paused of NodeScript name: paused, nothing new starts
@@ -272,19 +258,12 @@ func SetPaused(ctx context.Context, dyn dynamic.Interface, name string, paused b
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"paused": paused}})
 	u, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec"})
 	if err != nil {
-		if crdMissing(err) {
+		if nodescript.CRDMissing(err) {
 			return nil, fmt.Errorf("%w (%v)", ErrCRDNotInstalled, err)
 		}
 		return nil, fmt.Errorf("nodescript %q: setting spec.paused: %w", name, err)
 	}
-	return toNodeScript(u)
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return nodescript.ToNodeScript(u)
 }
 
 // NodeReport is one node's line in a Report.
@@ -351,19 +330,19 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
-	hash := CurrentHash(ns)
+	hash := nodescript.CurrentHash(ns)
 	rep := &Report{NodeScript: ns}
 	rep.Budget, rep.BudgetError = reportBudget(ctx, dyn, ns)
 	var records []corev1.ConfigMap
 	if ns.Spec.RecordOutput {
-		l, err := client.CoreV1().ConfigMaps(RunNamespace(&ns.Spec)).List(ctx, metav1.ListOptions{LabelSelector: LabelNodeScript + "=" + name})
+		l, err := client.CoreV1().ConfigMaps(nodescript.RunNamespace(&ns.Spec)).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodeScript + "=" + name})
 		if err != nil {
-			rep.OutputError = fmt.Sprintf("output records in namespace %s: %v", RunNamespace(&ns.Spec), err)
+			rep.OutputError = fmt.Sprintf("output records in namespace %s: %v", nodescript.RunNamespace(&ns.Spec), err)
 		} else {
 			records = l.Items
 		}
 	}
-	going, err := goingRuns(ctx, client, ns)
+	going, err := nodescript.GoingRuns(ctx, client, ns)
 	if err != nil {
 		rep.RunsError = err.Error()
 	}
@@ -377,7 +356,7 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 			n := &list.Items[i]
 			_, has := n.Annotations[StateAnnotation(name)]
 			by, isIgnored := n.Annotations[IgnoreAnnotation(name)]
-			isSel := selectsNode(ns, sel, n)
+			isSel := nodescript.SelectsNode(ns, sel, n)
 			if !has && !isSel && !isIgnored {
 				continue
 			}
@@ -388,9 +367,9 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 				s = WithRunPod(s, going[n.Name])
 			}
 			rep.Nodes = append(rep.Nodes, NodeReport{
-				Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: outputOf(records, n.Name),
-				Ignored: isIgnored, IgnoredBy: by, Rerun: n.Annotations[RerunAnnotation(name)], Condition: findCondition(n, ConditionType(name)),
-				Awaiting: AwaitingAnnotations(ns, s, n.Annotations, n.Labels),
+				Node: n.Name, Selected: isSel, Current: s.Hash == hash, State: s, Output: nodescript.OutputOf(records, n.Name),
+				Ignored: isIgnored, IgnoredBy: by, Rerun: n.Annotations[RerunAnnotation(name)], Condition: nodescript.FindCondition(n, nodescript.ConditionType(name)),
+				Awaiting: nodescript.AwaitingAnnotations(ns, s, n.Annotations, n.Labels),
 			})
 		}
 		if cont = list.Continue; cont == "" {
@@ -399,28 +378,6 @@ func Status(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 	}
 	slices.SortFunc(rep.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Node, b.Node) })
 	return rep, nil
-}
-
-// goingRuns are NodeScript ns's check and run pods that have not finished
-// and are not being deleted, by node (one list of pods in the run
-// namespace; RBAC: list on pods there).
-func goingRuns(ctx context.Context, client kubernetes.Interface, ns *v1alpha1.NodeScript) (map[string]*corev1.Pod, error) {
-	sel := fmt.Sprintf("%s=%s,%s in (%s,%s)", LabelNodeScript, ns.Name, LabelAction, ActionCheck, ActionRun)
-	list, err := client.CoreV1().Pods(RunNamespace(&ns.Spec)).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, fmt.Errorf("run pods in namespace %s: %w", RunNamespace(&ns.Spec), err)
-	}
-	going := map[string]*corev1.Pod{}
-	for i := range list.Items {
-		p := &list.Items[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if o := going[p.Spec.NodeName]; o == nil || o.CreationTimestamp.Before(&p.CreationTimestamp) {
-			going[p.Spec.NodeName] = p
-		}
-	}
-	return going, nil
 }
 
 // WithRunPod is a node's state s, as its annotation records it, seen with
@@ -433,16 +390,5 @@ func WithRunPod(s NodeState, pod *corev1.Pod) NodeState {
 	if pod == nil || s.Pod == pod.Name {
 		return s
 	}
-	return runningState(s, pod)
-}
-
-// crdMissing reports whether err is the API server not serving the
-// resource at all (a 404 without an object name), not a missing object.
-func crdMissing(err error) bool {
-	var st apierrors.APIStatus
-	if !apierrors.IsNotFound(err) || !errors.As(err, &st) {
-		return false
-	}
-	d := st.Status().Details
-	return d == nil || d.Name == ""
+	return nodescript.RunningState(s, pod)
 }

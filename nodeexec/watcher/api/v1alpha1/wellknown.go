@@ -470,11 +470,6 @@ const (
 	ActionUninstall = "uninstall"
 )
 
-// Defaults of a NodeScript's backend and timeout.
-const (
-	DefaultNamespace = "nodeexec-system"
-)
-
 // Environment variables the scripts see.
 const (
 	// EnvNode is the name of the node the script runs on.

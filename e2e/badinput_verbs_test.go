@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -117,8 +116,8 @@ func TestBadInputVerbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, set := u.GetAnnotations()[watcher.AnnotationRunNow]; set {
-		t.Errorf("a refused run-now set %s", watcher.AnnotationRunNow)
+	if _, set := u.GetAnnotations()[v1alpha1.AnnotationRunNow]; set {
+		t.Errorf("a refused run-now set %s", v1alpha1.AnnotationRunNow)
 	}
 
 	// agent uninstall where there are no agents: nothing removed, and it

@@ -137,7 +137,7 @@ spec:
   maintenance: {cordon: true, prePull: false}
 %s`, name, extra))
 			ns := waitNodeScript(ctx, b, dyn, name, 30*time.Minute, "complete", func(ns *v1alpha1.NodeScript) bool {
-				return ns.Status.Stage == watcher.StageComplete
+				return ns.Status.Stage == v1alpha1.StageComplete
 			})
 			took := time.Since(t0)
 			cpu := cpuSince(cpu0)

@@ -70,7 +70,7 @@ func BenchmarkWatcher(b *testing.B) {
 
 	// Raw pod rate: one pod per node, no controller.
 	cpu0 := cpuSeconds()
-	created, completed, err := k.RawPodRate(ctx, watcher.DefaultNamespace, names, 32)
+	created, completed, err := k.RawPodRate(ctx, v1alpha1.DefaultNamespace, names, 32)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,7 +95,7 @@ spec:
   rollout: {canary: 0, maxConcurrency: "100%%", maxFailures: "100%%"}
 `, name))
 	waitNodeScript(ctx, b, dyn, name, 30*time.Minute, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete
+		return ns.Status.Stage == v1alpha1.StageComplete
 	})
 	took := time.Since(t0)
 	res["cpu_s_watcher"] = cpuSince(cpu0)
@@ -320,7 +320,7 @@ spec:
   rollout: {canary: 0, maxConcurrency: "100%%", maxFailures: "100%%"}
 `, name, label))
 	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-join", Namespace: watcher.DefaultNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-join", Namespace: v1alpha1.DefaultNamespace},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bench-join"}},
 			Template: corev1.PodTemplateSpec{
@@ -361,7 +361,7 @@ spec:
 			if _, ok := dsPod[p.Spec.NodeName]; !ok {
 				dsPod[p.Spec.NodeName] = time.Now()
 			}
-		case p.Labels[watcher.LabelNodeScript] == name:
+		case p.Labels[v1alpha1.LabelNodeScript] == name:
 			if _, ok := runPod[p.Spec.NodeName]; !ok {
 				runPod[p.Spec.NodeName] = time.Now()
 			}

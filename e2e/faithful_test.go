@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeexec/nodeexec/nodeexec/preflight"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -85,10 +84,10 @@ spec:
     printf '%%s\n' 'pa$$word' '$(NODE_NAME)'; kill -0 $$ && echo alive; echo 'a b' | awk '{print $1}'
 `, name, node, backend, image))
 			waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-				return ns.Status.Stage == watcher.StageComplete && ns.Status.Nodes == 1
+				return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Nodes == 1
 			})
-			if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun) != want {
-				t.Errorf("state %+v\noutput %q\nwant   %q", s, nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun), want)
+			if s, _ := nodeState(ctx, t, node, name); s.Phase != v1alpha1.PhaseSucceeded || nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun) != want {
+				t.Errorf("state %+v\noutput %q\nwant   %q", s, nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun), want)
 			}
 		})
 	}
@@ -206,7 +205,7 @@ func TestWatcherSecretEnv(t *testing.T) {
 	startWatcher(t, dyn)
 	node := env.nodes[0]
 	secret := "nodeexec-e2e-nssecret-" + randomSuffix()
-	secrets := env.client.CoreV1().Secrets(watcher.DefaultNamespace)
+	secrets := env.client.CoreV1().Secrets(v1alpha1.DefaultNamespace)
 	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret},
 		StringData: map[string]string{"TOKEN": "s3cr3t $$ x"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -227,10 +226,10 @@ spec:
     [ "$TOKEN" = 's3cr3t $$ x' ] && echo match && echo "TOKEN=$TOKEN"
 `, name, node, agentImage(), secret))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Nodes == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Nodes == 1
 	})
 	// The value printed is redacted in the output record (watcher.Redact).
-	if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun) != "match\nTOKEN=[REDACTED]\n" {
-		t.Errorf("state %+v, output %q; want Succeeded with output %q", s, nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun), "match\nTOKEN=[REDACTED]\n")
+	if s, _ := nodeState(ctx, t, node, name); s.Phase != v1alpha1.PhaseSucceeded || nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun) != "match\nTOKEN=[REDACTED]\n" {
+		t.Errorf("state %+v, output %q; want Succeeded with output %q", s, nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun), "match\nTOKEN=[REDACTED]\n")
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -30,7 +32,6 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -226,11 +227,11 @@ func TestHelmChart(t *testing.T) {
 	// its parameters' ConfigMap.
 	bad := uniqueName("e2e-helm-bad-")
 	cleanupNodeScript(t, dyn, bad)
-	scripts, err := watcher.ParseNodeScripts(strings.NewReader(fmt.Sprintf("apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  script: 'true'\n  backend: {name: nsenter, namespace: %s, image: registry.example.com/other:1}\n", bad, ns)))
+	scripts, err := nodescripts.ParseNodeScripts(strings.NewReader(fmt.Sprintf("apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  script: 'true'\n  backend: {name: nsenter, namespace: %s, image: registry.example.com/other:1}\n", bad, ns)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := watcher.Apply(ctx, dyn, scripts); err == nil || !strings.Contains(err.Error(), "ConfigMap "+policyNS+"/nodeexec-policy") {
+	if _, err := nodescripts.Apply(ctx, dyn, scripts); err == nil || !strings.Contains(err.Error(), "ConfigMap "+policyNS+"/nodeexec-policy") {
 		t.Errorf("a NodeScript with an image the chart's policy does not allow: %v", err)
 	}
 
@@ -248,10 +249,10 @@ spec:
   rollout: {maxConcurrency: 2}
 `, name, realNodes, ns))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete by the chart's watcher", func(s *v1alpha1.NodeScript) bool {
-		return s.Status.Stage == watcher.StageComplete && s.Status.Succeeded == 2
+		return s.Status.Stage == v1alpha1.StageComplete && s.Status.Succeeded == 2
 	})
 	for _, n := range env.nodes[:2] {
-		if s, _ := nodeState(ctx, t, n, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, ns, name, n, watcher.ActionRun) != "chart watcher on "+n+"\n" {
+		if s, _ := nodeState(ctx, t, n, name); s.Phase != v1alpha1.PhaseSucceeded || nodeOutput(ctx, t, ns, name, n, v1alpha1.ActionRun) != "chart watcher on "+n+"\n" {
 			t.Errorf("node %s: state %+v", n, s)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +26,6 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -124,8 +125,8 @@ func TestAdmissionPolicyKeepsControls(t *testing.T) {
 		t.Fatalf("before the policy: %v", err)
 	}
 	if !waitFor(30*time.Second, func() bool {
-		ns, err := watcher.Get(ctx, dyn, name)
-		return err == nil && slices.Contains(ns.Finalizers, watcher.Finalizer)
+		ns, err := nodescripts.Get(ctx, dyn, name)
+		return err == nil && slices.Contains(ns.Finalizers, v1alpha1.Finalizer)
 	}) {
 		t.Fatalf("the watcher put no finalizer on %s", name)
 	}
@@ -137,17 +138,17 @@ func TestAdmissionPolicyKeepsControls(t *testing.T) {
 		what string
 		do   func() error
 	}{
-		{"pause", func() error { _, err := watcher.SetPaused(ctx, dyn, name, true); return err }},
-		{"resume", func() error { _, err := watcher.SetPaused(ctx, dyn, name, false); return err }},
+		{"pause", func() error { _, err := nodescripts.SetPaused(ctx, dyn, name, true); return err }},
+		{"resume", func() error { _, err := nodescripts.SetPaused(ctx, dyn, name, false); return err }},
 		{"promote", func() error { // (it carries the resourceVersion read; the watcher writes the status)
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error { _, err := watcher.Promote(ctx, dyn, name, "all"); return err })
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error { _, err := nodescripts.Promote(ctx, dyn, name, "all"); return err })
 		}},
 		{"run-now", func() error {
-			_, err := watcher.RunNow(ctx, env.client, dyn, name, watcher.RunNowOptions{})
+			_, err := nodescripts.RunNow(ctx, env.client, dyn, name, nodescripts.RunNowOptions{})
 			return err
 		}},
 		{"run-now --cancel", func() error {
-			_, err := watcher.RunNow(ctx, env.client, dyn, name, watcher.RunNowOptions{Cancel: true})
+			_, err := nodescripts.RunNow(ctx, env.client, dyn, name, nodescripts.RunNowOptions{Cancel: true})
 			return err
 		}},
 	} {
@@ -172,7 +173,7 @@ func TestAdmissionPolicyKeepsControls(t *testing.T) {
 		_, err = dyn.Resource(v1alpha1.Resource).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}) {
-		ns, _ := watcher.Get(ctx, dyn, name)
+		ns, _ := nodescripts.Get(ctx, dyn, name)
 		t.Fatalf("%s is still there 60 s after its deletion (finalizers %v): %v", name, ns.Finalizers, err)
 	}
 }
@@ -239,11 +240,11 @@ func TestWatcherCannotWritePolicyParams(t *testing.T) {
 	if ref == nil || ref.Name == "" || ref.Namespace == "" {
 		t.Fatalf("deploy/policy's binding names no parameters: %+v", binding.Spec)
 	}
-	sa := "system:serviceaccount:" + watcher.DefaultNamespace + ":nodeexec-watcher"
+	sa := "system:serviceaccount:" + v1alpha1.DefaultNamespace + ":nodeexec-watcher"
 	allowed := func(verb, namespace, name string) bool {
 		t.Helper()
 		r, err := env.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + watcher.DefaultNamespace, "system:authenticated"},
+			User: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + v1alpha1.DefaultNamespace, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "configmaps", Namespace: namespace, Name: name},
 		}}, metav1.CreateOptions{})
 		if err != nil {
@@ -253,11 +254,11 @@ func TestWatcherCannotWritePolicyParams(t *testing.T) {
 	}
 	// RBAC changes reach the authorizer within a moment: wait for what the
 	// watcher needs before checking what it must not have.
-	record := watcher.OutputRecordName("x", "node-1")
+	record := nodescripts.OutputRecordName("x", "node-1")
 	if !waitFor(30*time.Second, func() bool {
-		return allowed("create", watcher.DefaultNamespace, "") && allowed("update", watcher.DefaultNamespace, record) && allowed("get", watcher.DefaultNamespace, record)
+		return allowed("create", v1alpha1.DefaultNamespace, "") && allowed("update", v1alpha1.DefaultNamespace, record) && allowed("get", v1alpha1.DefaultNamespace, record)
 	}) {
-		t.Fatalf("%s cannot create and update its output records in %s", sa, watcher.DefaultNamespace)
+		t.Fatalf("%s cannot create and update its output records in %s", sa, v1alpha1.DefaultNamespace)
 	}
 	for _, verb := range []string{"update", "patch", "delete"} {
 		if allowed(verb, ref.Namespace, ref.Name) {
@@ -267,7 +268,7 @@ func TestWatcherCannotWritePolicyParams(t *testing.T) {
 	if allowed("create", ref.Namespace, "") {
 		t.Errorf("%s may create ConfigMaps in %s, the namespace of the policy's parameters", sa, ref.Namespace)
 	}
-	if ref.Namespace == watcher.DefaultNamespace {
+	if ref.Namespace == v1alpha1.DefaultNamespace {
 		t.Errorf("the policy's parameters are in %s, where the watcher writes ConfigMaps", ref.Namespace)
 	}
 }

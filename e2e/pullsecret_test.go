@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
 	"github.com/nodeexec/nodeexec/internal/testcluster"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -203,7 +204,7 @@ spec:
 `, name, node, ns, agentRef, secrets)
 		}
 		applyNodeScript(ctx, t, dyn, doc(""))
-		var s watcher.NodeState
+		var s nodescripts.NodeState
 		if !waitFor(90*time.Second, func() bool {
 			s, _ = nodeState(ctx, t, node, name)
 			return s.Infrastructure && strings.Contains(s.Message, "spec.backend.imagePullSecrets")
@@ -211,16 +212,16 @@ spec:
 			t.Fatalf("node state without the secret: %+v; want an infrastructure failure naming spec.backend.imagePullSecrets", s)
 		}
 		t.Logf("without the secret: %+v", s)
-		if s.Phase == watcher.PhaseSucceeded || !strings.Contains(s.Message, fmt.Sprintf("image %q", agentRef)) || !strings.Contains(s.Message, "401") {
+		if s.Phase == v1alpha1.PhaseSucceeded || !strings.Contains(s.Message, fmt.Sprintf("image %q", agentRef)) || !strings.Contains(s.Message, "401") {
 			t.Errorf("state %+v: want not succeeded, naming %s and the registry's 401", s, agentRef)
 		}
 		hash := s.Hash
 		applyNodeScript(ctx, t, dyn, doc(", imagePullSecrets: [{name: regcred}]"))
 		waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete with the pull secret", func(n *v1alpha1.NodeScript) bool {
-			return n.Status.Stage == watcher.StageComplete && n.Status.Succeeded == 1
+			return n.Status.Stage == v1alpha1.StageComplete && n.Status.Succeeded == 1
 		})
 		s, _ = nodeState(ctx, t, node, name)
-		if s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, ns, name, node, watcher.ActionRun) != "ran on "+node+"\n" || s.Hash != hash {
+		if s.Phase != v1alpha1.PhaseSucceeded || nodeOutput(ctx, t, ns, name, node, v1alpha1.ActionRun) != "ran on "+node+"\n" || s.Hash != hash {
 			t.Errorf("state %+v; want Succeeded, its output, and the same spec hash %s (a pull secret is not what runs)", s, hash)
 		}
 	})

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -70,8 +69,8 @@ func TestVerdictsRecordedTailRedacted(t *testing.T) {
 	// bytes, so the last 2,048 start at "WORD=hunter2\n".
 	line := strings.Repeat("x", 57)
 	trailer := strings.Repeat(line+"\n", 35) + "done\n"
-	if n := len("WORD=hunter2\n") + len(trailer); n != watcher.MaxTerminationLogTail {
-		t.Fatalf("the script's tail is %d bytes; want %d", n, watcher.MaxTerminationLogTail)
+	if n := len("WORD=hunter2\n") + len(trailer); n != v1alpha1.MaxTerminationLogTail {
+		t.Fatalf("the script's tail is %d bytes; want %d", n, v1alpha1.MaxTerminationLogTail)
 	}
 	script := fmt.Sprintf(`i=0; while [ $i -lt 100 ]; do echo "padding line $i of the output."; i=$((i+1)); done
 echo PASSWORD=hunter2
@@ -94,7 +93,7 @@ spec:
 	for _, node := range env.nodes[:2] {
 		var out string
 		if !waitFor(20*time.Second, func() bool {
-			out = nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun)
+			out = nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun)
 			return out != ""
 		}) {
 			t.Fatalf("node %s: no output record", node)

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -74,14 +73,14 @@ spec:
 func soakingCanaryNode(t *testing.T, pods *podLog) (canary, other string) {
 	t.Helper()
 	for _, n := range env.nodes[:2] {
-		if len(pods.runs(n, watcher.ActionRun)) > 0 {
+		if len(pods.runs(n, v1alpha1.ActionRun)) > 0 {
 			canary = n
 		} else {
 			other = n
 		}
 	}
 	if canary == "" || other == "" {
-		t.Fatalf("want the script run on exactly one node; runs: %v, %v", pods.runs(env.nodes[0], watcher.ActionRun), pods.runs(env.nodes[1], watcher.ActionRun))
+		t.Fatalf("want the script run on exactly one node; runs: %v, %v", pods.runs(env.nodes[0], v1alpha1.ActionRun), pods.runs(env.nodes[1], v1alpha1.ActionRun))
 	}
 	return canary, other
 }
@@ -106,12 +105,12 @@ func TestWatcherCanaryAnalysisRegression(t *testing.T) {
 	applyNodeScript(ctx, t, dyn, analysisDoc(name, job, "60s"))
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "soaking with a passing analysis", func(ns *v1alpha1.NodeScript) bool {
 		a := ns.Status.Analysis
-		return ns.Status.Stage == watcher.StageSoaking && a != nil && a.Verdict == v1alpha1.VerdictPassed
+		return ns.Status.Stage == v1alpha1.StageSoaking && a != nil && a.Verdict == v1alpha1.VerdictPassed
 	})
 	canary, other := soakingCanaryNode(t, pods)
 	pushNodeValue(ctx, t, job, canary, 0.5)
 	ns := waitNodeScript(ctx, t, dyn, name, 30*time.Second, "halted by the analysis, the canary rolled back", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageHalted && ns.Status.RolledBack == 1
+		return ns.Status.Stage == v1alpha1.StageHalted && ns.Status.RolledBack == 1
 	})
 	t.Logf("halted and rolled back %s after %s", canary, time.Since(start).Round(time.Second))
 	a := ns.Status.Analysis
@@ -119,22 +118,22 @@ func TestWatcherCanaryAnalysisRegression(t *testing.T) {
 		!strings.Contains(a.Message, "canaries' mean 0.5 > baseline 0.1 + 50% = 0.15") {
 		t.Errorf("status.analysis %+v", a)
 	}
-	if c := findCond(ns, v1alpha1.ConditionHalted); c == nil || c.Status != metav1.ConditionTrue || c.Reason != watcher.ReasonAnalysisFailed ||
+	if c := findCond(ns, v1alpha1.ConditionHalted); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonAnalysisFailed ||
 		!strings.Contains(c.Message, "canary "+canary) || !strings.Contains(c.Message, "0.5 > baseline 0.1") {
 		t.Errorf("Halted condition %+v; want True, AnalysisFailed, with the numbers", c)
 	}
 	// The rollback ran on the canary: its pod, and its outcome recorded in
 	// the node's state.
 	s, _ := nodeState(ctx, t, canary, name)
-	if s.Phase != watcher.PhaseRolledBack || s.Rollback != watcher.PhaseSucceeded || s.RollbackExitCode == nil || *s.RollbackExitCode != 0 || s.Reason != watcher.ReasonAnalysisFailed {
+	if s.Phase != v1alpha1.PhaseRolledBack || s.Rollback != v1alpha1.PhaseSucceeded || s.RollbackExitCode == nil || *s.RollbackExitCode != 0 || s.Reason != v1alpha1.ReasonAnalysisFailed {
 		t.Errorf("canary %s state %+v", canary, s)
 	}
-	if got := pods.runs(canary, watcher.ActionRollback); len(got) != 1 {
+	if got := pods.runs(canary, v1alpha1.ActionRollback); len(got) != 1 {
 		t.Errorf("rollback pods on %s: %v, want one", canary, got)
 	}
-	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + watcher.ReasonCanaryRegressed})
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + v1alpha1.ReasonCanaryRegressed})
 	if err != nil || len(events.Items) == 0 || !strings.Contains(events.Items[0].Message, "0.5 > baseline 0.1") {
-		t.Errorf("Event %s: %v, %+v", watcher.ReasonCanaryRegressed, err, events)
+		t.Errorf("Event %s: %v, %+v", v1alpha1.ReasonCanaryRegressed, err, events)
 	}
 	out, errOut, code := cli(ctx, "", "status", name)
 	if code != 0 || !strings.Contains(out, "canary analysis: Regressed (canary 0.5, baseline 0.1") || !strings.Contains(out, "AnalysisFailed") {
@@ -142,7 +141,7 @@ func TestWatcherCanaryAnalysisRegression(t *testing.T) {
 	}
 	// The other node never ran, and does not while halted.
 	time.Sleep(2 * time.Second)
-	if got := pods.runs(other, watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(other, v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("the script ran on %s after the regression: %v", other, got)
 	}
 }
@@ -162,10 +161,10 @@ func TestWatcherCanaryAnalysisPasses(t *testing.T) {
 	start := time.Now()
 	applyNodeScript(ctx, t, dyn, analysisDoc(name, job, "4s"))
 	ns := waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete || ns.Status.Stage == watcher.StageHalted
+		return ns.Status.Stage == v1alpha1.StageComplete || ns.Status.Stage == v1alpha1.StageHalted
 	})
 	t.Logf("complete after %s", time.Since(start).Round(time.Second))
-	if ns.Status.Stage != watcher.StageComplete || ns.Status.Succeeded != 2 {
+	if ns.Status.Stage != v1alpha1.StageComplete || ns.Status.Succeeded != 2 {
 		t.Fatalf("status %+v", ns.Status)
 	}
 	if a := ns.Status.Analysis; a == nil || a.Verdict != v1alpha1.VerdictPassed || a.Checks < 2 || a.PassingSince == nil || a.CheckedAt.Sub(a.PassingSince.Time) < 4*time.Second {

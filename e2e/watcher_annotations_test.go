@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -42,7 +43,7 @@ func TestWatcherAnnotationGates(t *testing.T) {
 	// Registered first, so run last: whatever the test left on the node goes.
 	t.Cleanup(func() {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-			"labels":      map[string]any{watcher.LabelBeforeRun: nil, watcher.LabelAfterRun: nil},
+			"labels":      map[string]any{v1alpha1.LabelBeforeRun: nil, v1alpha1.LabelAfterRun: nil},
 			"annotations": map[string]any{before: nil, after: nil},
 		}})
 		if _, err := env.client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -66,11 +67,11 @@ spec:
 `, name, onlyNode(node), before, after))
 
 	// 1. Labelled, waiting, no run pod.
-	var s watcher.NodeState
+	var s nodescripts.NodeState
 	if !waitFor(30*time.Second, func() bool {
 		st, nd := nodeState(ctx, t, node, name)
 		s = st
-		return st.Awaiting == watcher.AwaitingBeforeRun && st.AwaitingSince != nil && nd.Labels[watcher.LabelBeforeRun] == name
+		return st.Awaiting == v1alpha1.AwaitingBeforeRun && st.AwaitingSince != nil && nd.Labels[v1alpha1.LabelBeforeRun] == name
 	}) {
 		t.Fatalf("node %s: %+v, want labelled and awaiting the before-run annotation", node, s)
 	}
@@ -84,10 +85,10 @@ spec:
 	time.Sleep(time.Second)
 	startWatcher(t, dyn)
 	time.Sleep(3 * time.Second)
-	if got := pods.runs(node, watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(node, v1alpha1.ActionRun); len(got) != 0 {
 		t.Fatalf("run pods %v before the annotation was set", got)
 	}
-	if s, n := nodeState(ctx, t, node, name); s.Awaiting != watcher.AwaitingBeforeRun || n.Labels[watcher.LabelBeforeRun] != name {
+	if s, n := nodeState(ctx, t, node, name); s.Awaiting != v1alpha1.AwaitingBeforeRun || n.Labels[v1alpha1.LabelBeforeRun] != name {
 		t.Fatalf("after the restart: %+v, labels %v", s, n.Labels)
 	}
 
@@ -102,7 +103,7 @@ spec:
 	set(before)
 	if !waitFor(45*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, node, name)
-		return s.Phase == watcher.PhaseSucceeded
+		return s.Phase == v1alpha1.PhaseSucceeded
 	}) {
 		t.Fatalf("node %s: %+v, want Succeeded after the annotation", node, s)
 	}
@@ -110,40 +111,40 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := n.Labels[watcher.LabelBeforeRun]; ok {
-		t.Errorf("label %s left after the gate", watcher.LabelBeforeRun)
+	if _, ok := n.Labels[v1alpha1.LabelBeforeRun]; ok {
+		t.Errorf("label %s left after the gate", v1alpha1.LabelBeforeRun)
 	}
 	if _, ok := n.Annotations[before]; ok {
 		t.Errorf("annotation %s left after the gate", before)
 	}
 	want := fmt.Sprintf("ordinal=0 canary=true attempt=1 boot=%s", n.Status.NodeInfo.BootID)
-	if got := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun); !strings.Contains(got, want) {
+	if got := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun); !strings.Contains(got, want) {
 		t.Errorf("the script printed %q, want %q", got, want)
 	}
 
 	// 4. The after-run gate: labelled, the rollout not Complete until set.
 	if !waitFor(20*time.Second, func() bool {
 		s, n = nodeState(ctx, t, node, name)
-		return n.Labels[watcher.LabelAfterRun] == name && s.AwaitingSince != nil
+		return n.Labels[v1alpha1.LabelAfterRun] == name && s.AwaitingSince != nil
 	}) {
 		t.Fatalf("node %s: %+v, labels %v: want labelled for the after-run gate", node, s, n.Labels)
 	}
-	if ns, err := watcher.Get(ctx, dyn, name); err != nil || ns.Status.Stage == watcher.StageComplete || ns.Status.Running != 1 {
+	if ns, err := nodescripts.Get(ctx, dyn, name); err != nil || ns.Status.Stage == v1alpha1.StageComplete || ns.Status.Running != 1 {
 		t.Errorf("while the after-run gate waits: %v %+v; want not Complete, the node running", err, ns.Status)
 	}
 	set(after)
 	waitNodeScript(ctx, t, dyn, name, 20*time.Second, "Complete after the after-run annotation", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete
+		return ns.Status.Stage == v1alpha1.StageComplete
 	})
 	if !waitFor(10*time.Second, func() bool {
 		_, n = nodeState(ctx, t, node, name)
-		_, l := n.Labels[watcher.LabelAfterRun]
+		_, l := n.Labels[v1alpha1.LabelAfterRun]
 		_, a := n.Annotations[after]
 		return !l && !a
 	}) {
 		t.Errorf("after-run label or annotation left: %v %v", n.Labels, n.Annotations)
 	}
-	if got := pods.runs(node, watcher.ActionRun); len(got) != 1 {
+	if got := pods.runs(node, v1alpha1.ActionRun); len(got) != 1 {
 		t.Errorf("run pods %v, want one", got)
 	}
 

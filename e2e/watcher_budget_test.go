@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,13 +119,13 @@ func waitHeldByBudget(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 	t.Helper()
 	waitNodeScript(ctx, t, dyn, name, 30*time.Second, "waiting for the budget", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return c != nil && c.Reason == watcher.ReasonBudgetExhausted && strings.Contains(c.Message, "maintenancebudget "+budget) &&
+		return c != nil && c.Reason == v1alpha1.ReasonBudgetExhausted && strings.Contains(c.Message, "maintenancebudget "+budget) &&
 			strings.Contains(c.Message, holder+" ("+reason)
 	})
 	// Held a little longer: still nothing on the node.
 	time.Sleep(3 * time.Second)
 	s, n := nodeState(ctx, t, node, name)
-	if s.Phase == watcher.PhaseRunning || s.Phase == watcher.PhaseSucceeded || n.Spec.Unschedulable {
+	if s.Phase == v1alpha1.PhaseRunning || s.Phase == v1alpha1.PhaseSucceeded || n.Spec.Unschedulable {
 		t.Fatalf("node %s started (state %+v, unschedulable %v) while the budget had no room", node, s, n.Spec.Unschedulable)
 	}
 }
@@ -146,7 +148,7 @@ func TestWatcherBudget(t *testing.T) {
 	a, b := env.nodes[0], env.nodes[1]
 	// Last (after the watcher stopped): the Maintenance condition goes too.
 	t.Cleanup(func() {
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, watcher.MaintenanceConditionType)
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, nodescripts.MaintenanceConditionType)
 		for _, n := range []string{a, b} {
 			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), n, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 		}
@@ -161,14 +163,14 @@ func TestWatcherBudget(t *testing.T) {
 		if _, err := env.client.CoreV1().Nodes().Patch(ctx, a, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitBudgetNode(ctx, t, dyn, budget, a, watcher.BudgetUnschedulable)
+		waitBudgetNode(ctx, t, dyn, budget, a, v1alpha1.BudgetUnschedulable)
 		applyNodeScript(ctx, t, dyn, budgetScript(name, b, budget))
-		waitHeldByBudget(ctx, t, dyn, name, budget, b, a, watcher.BudgetUnschedulable)
+		waitHeldByBudget(ctx, t, dyn, name, budget, b, a, v1alpha1.BudgetUnschedulable)
 		if _, err := env.client.CoreV1().Nodes().Patch(ctx, a, types.MergePatchType, []byte(`{"spec":{"unschedulable":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete once the budget has room", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageComplete
+			return ns.Status.Stage == v1alpha1.StageComplete
 		})
 		// The node was held and published so: the condition is there, False after.
 		n, err := env.client.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
@@ -177,12 +179,12 @@ func TestWatcherBudget(t *testing.T) {
 		}
 		var cond *corev1.NodeCondition
 		for i := range n.Status.Conditions {
-			if n.Status.Conditions[i].Type == watcher.MaintenanceConditionType {
+			if n.Status.Conditions[i].Type == nodescripts.MaintenanceConditionType {
 				cond = &n.Status.Conditions[i]
 			}
 		}
-		if n.Spec.Unschedulable || cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != watcher.ReasonInService {
-			t.Fatalf("node %s after the run: unschedulable %v, condition %+v; want uncordoned and %s False (InService)", b, n.Spec.Unschedulable, cond, watcher.MaintenanceConditionType)
+		if n.Spec.Unschedulable || cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != v1alpha1.ReasonInService {
+			t.Fatalf("node %s after the run: unschedulable %v, condition %+v; want uncordoned and %s False (InService)", b, n.Spec.Unschedulable, cond, nodescripts.MaintenanceConditionType)
 		}
 	})
 
@@ -192,7 +194,7 @@ func TestWatcherBudget(t *testing.T) {
 		lock, _ := json.Marshal(map[string]any{"nodeID": a, "metadata": map[string]any{"unschedulable": false}, "created": time.Now().UTC(), "TTL": 0})
 		labels := map[string]string{"name": "kured"}
 		ds := &appsv1.DaemonSet{
-			ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system", Annotations: map[string]string{watcher.KuredLockAnnotation: string(lock)}},
+			ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system", Annotations: map[string]string{v1alpha1.KuredLockAnnotation: string(lock)}},
 			Spec: appsv1.DaemonSetSpec{
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
@@ -211,16 +213,16 @@ func TestWatcherBudget(t *testing.T) {
 		t.Cleanup(func() {
 			_ = dss.Delete(context.Background(), "kured", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 		})
-		waitBudgetNode(ctx, t, dyn, budget, a, watcher.BudgetKuredLock)
+		waitBudgetNode(ctx, t, dyn, budget, a, v1alpha1.BudgetKuredLock)
 		applyNodeScript(ctx, t, dyn, budgetScript(name, b, budget))
-		waitHeldByBudget(ctx, t, dyn, name, budget, b, a, watcher.BudgetKuredLock)
+		waitHeldByBudget(ctx, t, dyn, name, budget, b, a, v1alpha1.BudgetKuredLock)
 		// kured releases its lock: the annotation goes.
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, watcher.KuredLockAnnotation)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.KuredLockAnnotation)
 		if _, err := dss.Patch(ctx, "kured", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete once kured released its lock", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageComplete
+			return ns.Status.Stage == v1alpha1.StageComplete
 		})
 	})
 
@@ -250,7 +252,7 @@ spec:
 		}
 		for _, name := range names {
 			waitNodeScript(ctx, t, dyn, name, 80*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-				return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+				return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 			})
 		}
 		for _, node := range []string{a, b} {

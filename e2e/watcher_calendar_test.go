@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -51,11 +53,11 @@ func installCalendarCRD(ctx context.Context, t testing.TB, dyn dynamic.Interface
 // nodeexec apply does), deleted when the test ends.
 func applyCalendar(ctx context.Context, t testing.TB, dyn dynamic.Interface, doc string) {
 	t.Helper()
-	m, err := watcher.ParseAllManifests(strings.NewReader(doc))
+	m, err := nodescripts.ParseAllManifests(strings.NewReader(doc))
 	if err != nil || len(m.Calendars) != 1 {
 		t.Fatalf("parse: %v (%d calendars)\n%s", err, len(m.Calendars), doc)
 	}
-	if _, err := watcher.ApplyCalendars(ctx, dyn, m.Calendars, false); err != nil {
+	if _, err := nodescripts.ApplyCalendars(ctx, dyn, m.Calendars, false); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	name := m.Calendars[0].Name
@@ -82,7 +84,7 @@ func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // heldOutside reports whether ns waits for its window with msg in the reason.
 func heldOutside(ns *v1alpha1.NodeScript, msg string) bool {
 	c := findCond(ns, v1alpha1.ConditionProgressing)
-	return c != nil && c.Reason == watcher.HoldOutsideWindow && strings.Contains(c.Message, msg)
+	return c != nil && c.Reason == v1alpha1.HoldOutsideWindow && strings.Contains(c.Message, msg)
 }
 
 // TestWatcherCalendar: one MaintenanceCalendar shared by two NodeScripts
@@ -154,11 +156,11 @@ spec:
 		t.Logf("API server restarted while waiting for the window, back after %s", time.Since(t0).Round(time.Millisecond))
 		for _, name := range names {
 			waitNodeScript(ctx, t, dyn, name, time.Until(opens)+40*time.Second, "complete once the window opened", func(ns *v1alpha1.NodeScript) bool {
-				return ns.Status.Stage == watcher.StageComplete
+				return ns.Status.Stage == v1alpha1.StageComplete
 			})
 		}
 		for i, n := range []string{a, b} {
-			runs := logs[i].runs(n, watcher.ActionRun)
+			runs := logs[i].runs(n, v1alpha1.ActionRun)
 			if len(runs) != 1 {
 				t.Errorf("%s on %s: run pods %v, want exactly one", names[i], n, runs)
 				continue
@@ -192,7 +194,7 @@ spec:
 		var first string
 		if !waitFor(30*time.Second, func() bool {
 			for _, n := range []string{a, b} {
-				if s, _ := nodeState(ctx, t, n, name); s.Phase == watcher.PhaseRunning {
+				if s, _ := nodeState(ctx, t, n, name); s.Phase == v1alpha1.PhaseRunning {
 					first = n
 					return true
 				}
@@ -215,7 +217,7 @@ spec:
 				ns.Status.Succeeded == 1 && ns.Status.Running == 0
 		})
 		time.Sleep(3 * time.Second)
-		if runs := log.runs(second, watcher.ActionRun); len(runs) != 0 {
+		if runs := log.runs(second, v1alpha1.ActionRun); len(runs) != 0 {
 			t.Fatalf("%s started on %s during the blackout: %v", name, second, runs)
 		}
 		out, _, _ := cli(ctx, "", "status", name)
@@ -226,7 +228,7 @@ spec:
 			t.Fatal(err)
 		}
 		waitNodeScript(ctx, t, dyn, name, 30*time.Second, "complete once the blackout is gone", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageComplete
+			return ns.Status.Stage == v1alpha1.StageComplete
 		})
 	})
 }

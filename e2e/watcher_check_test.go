@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -33,40 +32,40 @@ func TestWatcherCheckScript(t *testing.T) {
   checkScript: 'if [ "$NODE_NAME" = %s ]; then echo "already fixed"; exit 0; fi; echo "needs the fix"; exit 1'
 `, fine))
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete, 1 succeeded and 1 not needed", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.NotNeeded == 1 && ns.Status.Nodes == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1 && ns.Status.NotNeeded == 1 && ns.Status.Nodes == 2
 	})
-	if s, _ := nodeState(ctx, t, fine, name); s.Phase != watcher.PhaseNotNeeded || s.ExitCode == nil || *s.ExitCode != 0 {
+	if s, _ := nodeState(ctx, t, fine, name); s.Phase != v1alpha1.PhaseNotNeeded || s.ExitCode == nil || *s.ExitCode != 0 {
 		t.Errorf("node %s: %+v, want NotNeeded", fine, s)
 	}
-	if s, _ := nodeState(ctx, t, needs, name); s.Phase != watcher.PhaseSucceeded || s.Attempts != 2 {
+	if s, _ := nodeState(ctx, t, needs, name); s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != 2 {
 		t.Errorf("node %s: %+v, want Succeeded on attempt 2 (the check was attempt 1)", needs, s)
 	}
-	if got := pods.runs(fine, watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(fine, v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("run pods on %s, which did not need the script: %v", fine, got)
 	}
 	for _, node := range []string{fine, needs} {
-		if got := pods.runs(node, watcher.ActionCheck); len(got) != 1 {
+		if got := pods.runs(node, v1alpha1.ActionCheck); len(got) != 1 {
 			t.Errorf("check pods on %s: %v, want 1", node, got)
 		}
 	}
-	if got := pods.runs(needs, watcher.ActionRun); len(got) != 1 {
+	if got := pods.runs(needs, v1alpha1.ActionRun); len(got) != 1 {
 		t.Errorf("run pods on %s: %v, want 1", needs, got)
 	}
-	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, fine, watcher.ActionCheck); !strings.Contains(out, "already fixed") {
+	if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, fine, v1alpha1.ActionCheck); !strings.Contains(out, "already fixed") {
 		t.Errorf("check output on %s: %q", fine, out)
 	}
-	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, needs, watcher.ActionRun); !strings.Contains(out, "fixed "+needs) {
+	if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, needs, v1alpha1.ActionRun); !strings.Contains(out, "fixed "+needs) {
 		t.Errorf("run output on %s: %q", needs, out)
 	}
 	var c *corev1.NodeCondition
 	if !waitFor(15*time.Second, func() bool {
 		c = nodeCondition(ctx, t, fine, name)
-		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == watcher.ConditionNotNeeded
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == v1alpha1.ConditionNotNeeded
 	}) {
 		t.Errorf("node %s: condition %+v, want True NotNeeded", fine, c)
 	}
 	out, errOut, code := cli(ctx, "", "status", name)
-	if code != 0 || !strings.Contains(out, "not needed 1") || !strings.Contains(out, watcher.PhaseNotNeeded) {
+	if code != 0 || !strings.Contains(out, "not needed 1") || !strings.Contains(out, v1alpha1.PhaseNotNeeded) {
 		t.Errorf("nodeexec status: exit %d\n%s%s", code, out, errOut)
 	}
 	t.Logf("complete: %+v", ns.Status)
@@ -88,22 +87,22 @@ func TestWatcherCheckScriptMissingCommand(t *testing.T) {
   onFailure: {rollback: true, cordon: true}
 `)
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "halted by the check", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageHalted && ns.Status.Failed >= 1
+		return ns.Status.Stage == v1alpha1.StageHalted && ns.Status.Failed >= 1
 	})
 	time.Sleep(3 * time.Second) // a resync or two: no rollback or cordon follows
 	failed := 0
 	for _, node := range env.nodes[:2] {
 		s, n := nodeState(ctx, t, node, name)
-		if s.Phase == watcher.PhaseFailed {
+		if s.Phase == v1alpha1.PhaseFailed {
 			failed++
-			if s.Reason != watcher.ReasonCheckFailed || s.ExitCode == nil || *s.ExitCode != 127 || !strings.Contains(s.Message, "not found") {
+			if s.Reason != v1alpha1.ReasonCheckFailed || s.ExitCode == nil || *s.ExitCode != 127 || !strings.Contains(s.Message, "not found") {
 				t.Errorf("node %s: %+v, want Failed CheckFailed exit 127 naming 'not found'", node, s)
 			}
 		}
 		if s.Rollback != "" || s.Cordoned || n.Spec.Unschedulable {
 			t.Errorf("node %s: rollback %q, cordoned %t, unschedulable %t after a check failure", node, s.Rollback, s.Cordoned, n.Spec.Unschedulable)
 		}
-		for _, action := range []string{watcher.ActionRun, watcher.ActionRollback} {
+		for _, action := range []string{v1alpha1.ActionRun, v1alpha1.ActionRollback} {
 			if got := pods.runs(node, action); len(got) != 0 {
 				t.Errorf("%s pods on %s after the check failed: %v", action, node, got)
 			}
@@ -112,9 +111,9 @@ func TestWatcherCheckScriptMissingCommand(t *testing.T) {
 	if failed == 0 {
 		t.Error("no node failed")
 	}
-	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,reason=" + watcher.ReasonCheckFailed})
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,reason=" + v1alpha1.ReasonCheckFailed})
 	if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
-		t.Errorf("no %s Event naming %s: %v", watcher.ReasonCheckFailed, name, err)
+		t.Errorf("no %s Event naming %s: %v", v1alpha1.ReasonCheckFailed, name, err)
 	}
 }
 
@@ -141,16 +140,16 @@ func TestWatcherBlockingPod(t *testing.T) {
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "one node done, the other blocked", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Succeeded == 1 && slices.Contains(ns.Status.Blocked, want)
 	})
-	if s, _ := nodeState(ctx, t, free, name); s.Phase != watcher.PhaseSucceeded {
+	if s, _ := nodeState(ctx, t, free, name); s.Phase != v1alpha1.PhaseSucceeded {
 		t.Errorf("node %s: %+v, want Succeeded", free, s)
 	}
 	time.Sleep(6 * time.Second) // past a recheck (5 s): still held back
-	if s, _ := nodeState(ctx, t, blockedNode, name); s.Phase != watcher.PhasePending {
+	if s, _ := nodeState(ctx, t, blockedNode, name); s.Phase != v1alpha1.PhasePending {
 		t.Errorf("node %s ran while %s was on it: %+v", blockedNode, label, s)
 	}
-	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + blockedNode + ",reason=" + watcher.ReasonBlockedByPod})
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + blockedNode + ",reason=" + v1alpha1.ReasonBlockedByPod})
 	if err != nil || !strings.Contains(fmt.Sprint(events.Items), label) {
-		t.Errorf("no %s Event on %s naming %s: %v", watcher.ReasonBlockedByPod, blockedNode, label, err)
+		t.Errorf("no %s Event on %s naming %s: %v", v1alpha1.ReasonBlockedByPod, blockedNode, label, err)
 	}
 	if out, _, code := cli(ctx, "", "status", name); code != 0 || !strings.Contains(out, "blocked: "+want) {
 		t.Errorf("nodeexec status: exit %d\n%s", code, out)

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -26,7 +27,7 @@ func nodeCondition(ctx context.Context, t testing.TB, node, name string) *corev1
 		t.Fatal(err)
 	}
 	for _, c := range n.Status.Conditions {
-		if c.Type == watcher.ConditionType(name) {
+		if c.Type == nodescripts.ConditionType(name) {
 			return &c
 		}
 	}
@@ -68,7 +69,7 @@ spec:
 func complete(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string, succeeded int32) *v1alpha1.NodeScript {
 	t.Helper()
 	return waitNodeScript(ctx, t, dyn, name, 45*time.Second, fmt.Sprintf("complete with %d nodes", succeeded), func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == succeeded && ns.Status.Nodes == succeeded
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == succeeded && ns.Status.Nodes == succeeded
 	})
 }
 
@@ -88,9 +89,9 @@ func TestWatcherNodeCondition(t *testing.T) {
 			c = nodeCondition(ctx, t, node, name)
 			return c != nil && c.Status == corev1.ConditionTrue
 		}) {
-			t.Fatalf("node %s: condition %s %+v; want True", node, watcher.ConditionType(name), c)
+			t.Fatalf("node %s: condition %s %+v; want True", node, nodescripts.ConditionType(name), c)
 		}
-		if c.Reason != watcher.ConditionApplied || c.Message != "spec "+hash+" succeeded here" || c.LastTransitionTime.IsZero() {
+		if c.Reason != v1alpha1.ConditionApplied || c.Message != "spec "+hash+" succeeded here" || c.LastTransitionTime.IsZero() {
 			t.Errorf("node %s: condition %+v; want Applied, spec %s", node, c, hash)
 		}
 		if ready := func() bool {
@@ -120,7 +121,7 @@ func TestWatcherNodeCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !waitFor(30*time.Second, func() bool {
-		_, err := watcher.Get(ctx, dyn, name)
+		_, err := nodescripts.Get(ctx, dyn, name)
 		return err != nil && strings.Contains(err.Error(), "not found")
 	}) {
 		t.Fatalf("nodescript %s not deleted", name)
@@ -161,7 +162,7 @@ func TestWatcherRerun(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", c.args, code, out, errOut, c.want)
 		}
 	}
-	if _, n := nodeState(ctx, t, b, name); n.Annotations[watcher.RerunAnnotation(name)] != "" {
+	if _, n := nodeState(ctx, t, b, name); n.Annotations[nodescripts.RerunAnnotation(name)] != "" {
 		t.Fatalf("refused rerun left a request on %s", b)
 	}
 
@@ -169,20 +170,20 @@ func TestWatcherRerun(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "node/"+a+": nodescript "+name+" spec "+hash+" runs again") {
 		t.Fatalf("nodeexec rerun: exit %d\n%s%s", code, out, errOut)
 	}
-	var s watcher.NodeState
+	var s nodescripts.NodeState
 	if !waitFor(45*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, a, name)
-		return s.Phase == watcher.PhaseSucceeded && s.Attempts == 2
+		return s.Phase == v1alpha1.PhaseSucceeded && s.Attempts == 2
 	}) {
 		t.Fatalf("node %s did not run again: %+v", a, s)
 	}
 	if !s.Since.After(sa.Since) || s.Pod == sa.Pod || s.Hash != hash {
 		t.Errorf("node %s: rerun %+v, first run %+v", a, s, sa)
 	}
-	if _, n := nodeState(ctx, t, a, name); n.Annotations[watcher.RerunAnnotation(name)] != "" {
+	if _, n := nodeState(ctx, t, a, name); n.Annotations[nodescripts.RerunAnnotation(name)] != "" {
 		t.Errorf("node %s keeps the rerun request", a)
 	}
-	waitEvent(ctx, t, "Node", a, watcher.ReasonRerun)
+	waitEvent(ctx, t, "Node", a, v1alpha1.ReasonRerun)
 	complete(ctx, t, dyn, name, 2)
 	if s2, _ := nodeState(ctx, t, b, name); s2.Attempts != 1 || !s2.Since.Equal(sb.Since) || s2.Pod != sb.Pod {
 		t.Errorf("node %s ran again: %+v, before %+v", b, s2, sb)
@@ -206,8 +207,8 @@ func TestWatcherIgnore(t *testing.T) {
 		t.Fatalf("nodeexec ignore: exit %d\n%s%s", code, out, errOut)
 	}
 	_, n := nodeState(ctx, t, b, name)
-	by := n.Annotations[watcher.IgnoreAnnotation(name)]
-	if by == "" || by == watcher.UnknownUser {
+	by := n.Annotations[nodescripts.IgnoreAnnotation(name)]
+	if by == "" || by == v1alpha1.UnknownUser {
 		t.Errorf("ignore annotation %q; want the user", by)
 	}
 	if _, _, code := cli(ctx, "", "resume", name); code != 0 {
@@ -217,7 +218,7 @@ func TestWatcherIgnore(t *testing.T) {
 	if s, _ := nodeState(ctx, t, b, name); s.Hash != "" {
 		t.Errorf("ignored node %s ran: %+v", b, s)
 	}
-	if s, _ := nodeState(ctx, t, a, name); s.Phase != watcher.PhaseSucceeded {
+	if s, _ := nodeState(ctx, t, a, name); s.Phase != v1alpha1.PhaseSucceeded {
 		t.Errorf("node %s: %+v", a, s)
 	}
 	out, errOut, code = cli(ctx, "", "status", name)
@@ -246,27 +247,27 @@ func TestWatcherRunNow(t *testing.T) {
 	name := controlled(ctx, t, dyn, "e2e-runnow-", fmt.Sprintf("  window: {start: %q, end: %q, timeZone: UTC}\n", opens.Format("15:04"), opens.Add(time.Hour).Format("15:04")))
 	waitNodeScript(ctx, t, dyn, name, 30*time.Second, "held outside the window", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return c != nil && c.Reason == watcher.HoldOutsideWindow && ns.Status.Running == 0
+		return c != nil && c.Reason == v1alpha1.HoldOutsideWindow && ns.Status.Running == 0
 	})
 
 	out, errOut, code := cli(ctx, "", "run-now", name, "--for", "10m")
 	if code != 0 || !strings.Contains(out, "runs may start outside the maintenance window until") {
 		t.Fatalf("nodeexec run-now: exit %d\n%s%s", code, out, errOut)
 	}
-	ns, err := watcher.Get(ctx, dyn, name)
+	ns, err := nodescripts.Get(ctx, dyn, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	by := ns.Annotations[watcher.AnnotationRunNowBy]
-	if by == "" || by == watcher.UnknownUser || !strings.Contains(out, "(asked by "+by+")") {
+	by := ns.Annotations[v1alpha1.AnnotationRunNowBy]
+	if by == "" || by == v1alpha1.UnknownUser || !strings.Contains(out, "(asked by "+by+")") {
 		t.Errorf("run-now by %q; stdout %q", by, out)
 	}
-	if until, set, err := watcher.RunNowUntil(ns); !set || err != nil || until.Sub(time.Now()) > 10*time.Minute || until.Sub(time.Now()) < 9*time.Minute {
+	if until, set, err := nodescripts.RunNowUntil(ns); !set || err != nil || until.Sub(time.Now()) > 10*time.Minute || until.Sub(time.Now()) < 9*time.Minute {
 		t.Errorf("run-now until %s (%v)", until, err)
 	}
 	complete(ctx, t, dyn, name, 2)
-	waitEvent(ctx, t, "NodeScript", name, watcher.ReasonRunNow)
-	evs, err := env.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + watcher.ReasonRunNow})
+	waitEvent(ctx, t, "NodeScript", name, v1alpha1.ReasonRunNow)
+	evs, err := env.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + v1alpha1.ReasonRunNow})
 	if err != nil || len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, "asked by "+by) {
 		t.Errorf("RunNow event: %v %+v", err, evs)
 	}
@@ -280,10 +281,10 @@ func TestWatcherRunNow(t *testing.T) {
 		t.Fatalf("nodeexec run-now --for 2s: exit %d\n%s%s", code, out, errOut)
 	}
 	waitNodeScript(ctx, t, dyn, name, 20*time.Second, "without the expired override", func(ns *v1alpha1.NodeScript) bool {
-		_, set, _ := watcher.RunNowUntil(ns)
-		return !set && ns.Annotations[watcher.AnnotationRunNowBy] == ""
+		_, set, _ := nodescripts.RunNowUntil(ns)
+		return !set && ns.Annotations[v1alpha1.AnnotationRunNowBy] == ""
 	})
-	waitEvent(ctx, t, "NodeScript", name, watcher.ReasonRunNowExpired)
+	waitEvent(ctx, t, "NodeScript", name, v1alpha1.ReasonRunNowExpired)
 	if _, errOut, code := cli(ctx, "", "run-now", name, "--for", "-1h"); code != 2 || !strings.Contains(errOut, "--for") {
 		t.Errorf("run-now --for -1h: exit %d, %q", code, errOut)
 	}
@@ -302,7 +303,7 @@ func TestWatcherPauseAndWindow(t *testing.T) {
 		t.Helper()
 		time.Sleep(6 * time.Second) // past a resync (5 s)
 		for _, node := range env.nodes[:2] {
-			if s, _ := nodeState(ctx, t, node, name); s.Phase != watcher.PhasePending || s.Hash != "" {
+			if s, _ := nodeState(ctx, t, node, name); s.Phase != v1alpha1.PhasePending || s.Hash != "" {
 				t.Errorf("node %s ran %s while held: %+v", node, name, s)
 			}
 		}
@@ -311,7 +312,7 @@ func TestWatcherPauseAndWindow(t *testing.T) {
 	paused := controlled(ctx, t, dyn, "e2e-paused-", "  paused: true\n")
 	waitNodeScript(ctx, t, dyn, paused, 30*time.Second, "paused", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return c != nil && c.Reason == watcher.HoldPaused
+		return c != nil && c.Reason == v1alpha1.HoldPaused
 	})
 	noneRan(paused)
 	if out, errOut, code := cli(ctx, "", "resume", paused); code != 0 {
@@ -323,7 +324,7 @@ func TestWatcherPauseAndWindow(t *testing.T) {
 	closed := controlled(ctx, t, dyn, "e2e-window-", fmt.Sprintf("  window: {start: %q, end: %q, timeZone: UTC}\n", opens.Format("15:04"), opens.Add(time.Hour).Format("15:04")))
 	ns := waitNodeScript(ctx, t, dyn, closed, 30*time.Second, "held outside the window", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return c != nil && c.Reason == watcher.HoldOutsideWindow && ns.Status.NextWindow != nil
+		return c != nil && c.Reason == v1alpha1.HoldOutsideWindow && ns.Status.NextWindow != nil
 	})
 	if d := ns.Status.NextWindow.Sub(opens.Truncate(time.Minute)); d < -time.Minute || d > time.Minute {
 		t.Errorf("status.nextWindow %s, want about %s", ns.Status.NextWindow, opens)
@@ -364,7 +365,7 @@ func TestWatcherJoiningNodeWaitsForWindow(t *testing.T) {
 	now := time.Now()
 	name := controlled(ctx, t, dyn, "e2e-joinwin-", "  window: "+window(now.Add(-time.Minute), now.Add(time.Hour))+"\n")
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete on one node", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.Nodes == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1 && ns.Status.Nodes == 1
 	})
 	hash := ns.Status.SpecHash
 	setWindow(name, window(now.Add(2*time.Hour), now.Add(3*time.Hour)))
@@ -375,7 +376,7 @@ func TestWatcherJoiningNodeWaitsForWindow(t *testing.T) {
 	}
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "the joined node held outside the window", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return ns.Status.Nodes == 2 && ns.Status.Pending == 1 && c != nil && c.Reason == watcher.HoldOutsideWindow
+		return ns.Status.Nodes == 2 && ns.Status.Pending == 1 && c != nil && c.Reason == v1alpha1.HoldOutsideWindow
 	})
 	time.Sleep(6 * time.Second) // past a resync (5 s)
 	if s, _ := nodeState(ctx, t, second, name); s.Hash != "" {

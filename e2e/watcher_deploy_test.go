@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +26,6 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/nodeexec/nodeexec/nodeexec/resident"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -50,9 +51,9 @@ func TestDeployedWatcher(t *testing.T) {
 		t.Fatalf("agent install before deploy/: exit %d\n%s", code, stderr)
 	}
 	removeDeploy := applyKustomization(ctx, t, dyn, "../deploy", func() {
-		_ = env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Delete(context.Background(), "nodeexec-watcher", metav1.DeleteOptions{})
+		_ = env.client.CoordinationV1().Leases(v1alpha1.DefaultNamespace).Delete(context.Background(), "nodeexec-watcher", metav1.DeleteOptions{})
 		waitFor(60*time.Second, func() bool {
-			l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeexec-watcher"})
+			l, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeexec-watcher"})
 			return err == nil && len(l.Items) == 0
 		})
 	})
@@ -68,14 +69,14 @@ func TestDeployedWatcher(t *testing.T) {
 		err error
 	)
 	if !waitFor(90*time.Second, func() bool {
-		dep, err = env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		dep, err = env.client.AppsV1().Deployments(v1alpha1.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
 		return err == nil && dep.Status.AvailableReplicas == 2
 	}) {
 		t.Fatalf("deployment not available: %+v (%v)", dep.Status, err)
 	}
 	var holder string
 	if !waitFor(60*time.Second, func() bool {
-		l, err := env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		l, err := env.client.CoordinationV1().Leases(v1alpha1.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false
 		}
@@ -100,34 +101,34 @@ spec:
   rollout: {canary: 1, maxConcurrency: 2}
 `, name, realNodes))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete by the deployed watcher", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	for _, n := range env.nodes[:2] {
-		if s, _ := nodeState(ctx, t, n, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, n, watcher.ActionRun) != "deployed watcher on "+n+"\n" {
+		if s, _ := nodeState(ctx, t, n, name); s.Phase != v1alpha1.PhaseSucceeded || nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, n, v1alpha1.ActionRun) != "deployed watcher on "+n+"\n" {
 			t.Errorf("node %s: state %+v", n, s)
 		}
 		// The NodeScript's Node condition, under deploy/'s nodes/status right.
 		if !waitFor(15*time.Second, func() bool {
 			c := nodeCondition(ctx, t, n, name)
-			return c != nil && c.Reason == watcher.ConditionApplied
+			return c != nil && c.Reason == v1alpha1.ConditionApplied
 		}) {
-			t.Errorf("node %s: no condition %s Applied (%+v)", n, watcher.ConditionType(name), nodeCondition(ctx, t, n, name))
+			t.Errorf("node %s: no condition %s Applied (%+v)", n, nodescripts.ConditionType(name), nodeCondition(ctx, t, n, name))
 		}
 	}
 	// Events about cluster-scoped objects land in default: the watcher's
 	// Role there lets it record them.
-	waitEvent(ctx, t, "NodeScript", name, watcher.ReasonComplete)
+	waitEvent(ctx, t, "NodeScript", name, v1alpha1.ReasonComplete)
 	drainUnderDeployedAccount(ctx, t, dyn, holder)
 
 	watcherUp := func(after string) {
 		t.Helper()
-		d, err := env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		d, err := env.client.AppsV1().Deployments(v1alpha1.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
 		if err != nil || d.DeletionTimestamp != nil || d.Status.AvailableReplicas != 2 {
 			t.Errorf("after %s: the watcher's Deployment: %v %+v", after, err, d.Status)
 		}
-		n, err := env.client.CoreV1().Namespaces().Get(ctx, watcher.DefaultNamespace, metav1.GetOptions{})
+		n, err := env.client.CoreV1().Namespaces().Get(ctx, v1alpha1.DefaultNamespace, metav1.GetOptions{})
 		if err != nil || n.DeletionTimestamp != nil {
-			t.Errorf("after %s: namespace %s: %v (deleting: %v)", after, watcher.DefaultNamespace, err, err == nil && n.DeletionTimestamp != nil)
+			t.Errorf("after %s: namespace %s: %v (deleting: %v)", after, v1alpha1.DefaultNamespace, err, err == nil && n.DeletionTimestamp != nil)
 		}
 	}
 	agentsUp := func(ns, when string) {
@@ -139,7 +140,7 @@ spec:
 	}
 	agentsUp(agentsFirst, "after deploy/ was applied")
 	// Agents after deploy/: in their own namespace, and in the watcher's.
-	for _, ns := range []string{"nodeexec-e2e-agents-" + randomSuffix(), watcher.DefaultNamespace} {
+	for _, ns := range []string{"nodeexec-e2e-agents-" + randomSuffix(), v1alpha1.DefaultNamespace} {
 		t.Cleanup(func() { _, _, _ = cli(context.Background(), "", "agent", "uninstall", "--namespace", ns) })
 		if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", ns, "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
 			t.Fatalf("agent install in %s after deploy/: exit %d\n%s", ns, code, stderr)
@@ -173,7 +174,7 @@ func drainUnderDeployedAccount(ctx context.Context, t *testing.T, dyn dynamic.In
 	// the Deployment starts it again on the other node).
 	start := time.Now()
 	defer func() { t.Logf("drain under the deployed account: %s in all", time.Since(start).Round(time.Second)) }()
-	leaderPod, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).Get(ctx, strings.SplitN(holder, "_", 2)[0], metav1.GetOptions{})
+	leaderPod, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(ctx, strings.SplitN(holder, "_", 2)[0], metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the leader's pod (holder %s): %v", holder, err)
 	}
@@ -238,14 +239,14 @@ spec:
   backend: {name: nsenter}
   onFailure: {cordon: true, drain: true, drainTimeout: 60s}
 `, name, node))
-	var s watcher.NodeState
+	var s nodescripts.NodeState
 	if !waitFor(60*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, node, name)
 		return s.Drain != ""
-	}) || s.Drain != watcher.ReasonDrained {
-		t.Fatalf("node %s: drain %q, want %q; state %+v", node, s.Drain, watcher.ReasonDrained, s)
+	}) || s.Drain != v1alpha1.ReasonDrained {
+		t.Fatalf("node %s: drain %q, want %q; state %+v", node, s.Drain, v1alpha1.ReasonDrained, s)
 	}
-	if _, n := nodeState(ctx, t, node, name); !s.Cordoned || !s.CordonedByUs || !n.Spec.Unschedulable || s.Phase != watcher.PhaseFailed {
+	if _, n := nodeState(ctx, t, node, name); !s.Cordoned || !s.CordonedByUs || !n.Spec.Unschedulable || s.Phase != v1alpha1.PhaseFailed {
 		t.Errorf("node %s: state %+v, unschedulable %t; want failed, cordoned by nodeexec", node, s, n.Spec.Unschedulable)
 	}
 	if p, err := env.client.CoreV1().Pods(ns).Get(ctx, running["drain-rs"].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -255,7 +256,7 @@ spec:
 	if p, err := env.client.CoreV1().Pods(ns).Get(ctx, dsPod.Name, metav1.GetOptions{}); err != nil || p.UID != dsPod.UID || p.DeletionTimestamp != nil {
 		t.Errorf("the DaemonSet's pod %s did not stay through the drain: %v", dsPod.Name, err)
 	}
-	waitEvent(ctx, t, "Node", node, watcher.ReasonDrained)
+	waitEvent(ctx, t, "Node", node, v1alpha1.ReasonDrained)
 	t.Logf("%s failed, cordoned and drained %s after %s", name, node, time.Since(t0).Round(time.Second))
 
 	// Clean up now rather than at the end: the rest of the test wants both
@@ -263,7 +264,7 @@ spec:
 	if err := dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("deleting nodescript %s: %v", name, err)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, watcher.StateAnnotation(name))
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, nodescripts.StateAnnotation(name))
 	if _, err := env.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Errorf("uncordoning %s: %v", node, err)
 	}
@@ -276,7 +277,7 @@ spec:
 		}
 	}
 	if !waitFor(60*time.Second, func() bool {
-		d, err := env.client.AppsV1().Deployments(watcher.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
+		d, err := env.client.AppsV1().Deployments(v1alpha1.DefaultNamespace).Get(ctx, "nodeexec-watcher", metav1.GetOptions{})
 		return err == nil && d.Status.AvailableReplicas == 2 && d.Status.UpdatedReplicas == 2 && d.Status.Replicas == 2
 	}) {
 		t.Fatal("the watcher's Deployment is not back to 2 available replicas after the drain")

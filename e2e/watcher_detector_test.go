@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeexec/nodeexec/internal/testcluster"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -88,21 +87,21 @@ func TestWatcherUnprivilegedCheck(t *testing.T) {
     hostPaths: [{path: %s, mountPath: /sentinel}]
 `, indented, dir))
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete, 1 succeeded and 1 not needed", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.NotNeeded == 1 && ns.Status.Nodes == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1 && ns.Status.NotNeeded == 1 && ns.Status.Nodes == 2
 	})
-	if s, _ := nodeState(ctx, t, fine, name); s.Phase != watcher.PhaseNotNeeded {
+	if s, _ := nodeState(ctx, t, fine, name); s.Phase != v1alpha1.PhaseNotNeeded {
 		t.Errorf("node %s (no sentinel): %+v, want NotNeeded", fine, s)
 	}
-	if s, _ := nodeState(ctx, t, needs, name); s.Phase != watcher.PhaseSucceeded {
+	if s, _ := nodeState(ctx, t, needs, name); s.Phase != v1alpha1.PhaseSucceeded {
 		t.Errorf("node %s (sentinel): %+v, want Succeeded", needs, s)
 	}
-	if got := pods.runs(fine, watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(fine, v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("run pods on %s, which did not need the script: %v", fine, got)
 	}
-	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, fine, watcher.ActionCheck); !strings.Contains(out, "checked "+fine+" as 65534, PID 1") || !strings.Contains(out, "no reboot required") {
+	if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, fine, v1alpha1.ActionCheck); !strings.Contains(out, "checked "+fine+" as 65534, PID 1") || !strings.Contains(out, "no reboot required") {
 		t.Errorf("check output on %s: %q", fine, out)
 	}
-	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, needs, watcher.ActionRun); !strings.Contains(out, "rebooting "+needs) {
+	if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, needs, v1alpha1.ActionRun); !strings.Contains(out, "rebooting "+needs) {
 		t.Errorf("run output on %s: %q", needs, out)
 	}
 	if out, errOut, code := cli(ctx, "", "status", name); code != 0 || !strings.Contains(out, "check: unprivileged") || !strings.Contains(out, dir+" at /sentinel read-only") {
@@ -203,9 +202,9 @@ func recordCheckPods(t *testing.T, name string) *checkPods {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &checkPods{pods: map[string]*corev1.Pod{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(watcher.DefaultNamespace),
+	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(v1alpha1.DefaultNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = watcher.LabelNodeScript + "=" + name + "," + watcher.LabelAction + "=" + watcher.ActionCheck
+			o.LabelSelector = v1alpha1.LabelNodeScript + "=" + name + "," + v1alpha1.LabelAction + "=" + v1alpha1.ActionCheck
 		}))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -21,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -141,18 +142,18 @@ spec:
 			return strings.HasPrefix(b, nodeA+": PDB default/"+blk+" blocks pod default/"+blk+"-")
 		})
 	})
-	if !waitFor(30*time.Second, func() bool { return nodeEvent(ctx, t, nodeB, watcher.ReasonDrainSkipped, name, "drain skipped") }) {
+	if !waitFor(30*time.Second, func() bool { return nodeEvent(ctx, t, nodeB, v1alpha1.ReasonDrainSkipped, name, "drain skipped") }) {
 		s, _ := nodeState(ctx, t, nodeB, name)
 		t.Fatalf("no DrainSkipped Event on %s; state %+v", nodeB, s)
 	}
-	if !nodeEvent(ctx, t, nodeA, watcher.ReasonDrainBlocked, name, "PDB default/"+blk) {
+	if !nodeEvent(ctx, t, nodeA, v1alpha1.ReasonDrainBlocked, name, "PDB default/"+blk) {
 		t.Errorf("no DrainBlocked Event on %s naming the PDB", nodeA)
 	}
-	ns, err := watcher.Get(ctx, dyn, name)
+	ns, err := nodescripts.Get(ctx, dyn, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ns.Status.Failed != 0 || ns.Status.Stage == watcher.StageHalted {
+	if ns.Status.Failed != 0 || ns.Status.Stage == v1alpha1.StageHalted {
 		t.Errorf("a skipped drain counted as a failure: %+v", ns.Status)
 	}
 	if !waitFor(10*time.Second, func() bool { _, n := nodeState(ctx, t, nodeB, name); return !n.Spec.Unschedulable }) {
@@ -170,7 +171,7 @@ spec:
 		t.Errorf("%s cordoned at %v while its PDB blocked its drain (released at %v)", nodeA, c, released)
 	}
 	ns = waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	if len(ns.Status.DrainBlocked) != 0 {
 		t.Errorf("status.drainBlocked %q once complete", ns.Status.DrainBlocked)
@@ -179,7 +180,7 @@ spec:
 		t.Errorf("%s first cordoned at %v, want after the PDB went (%v)", nodeA, c, released)
 	}
 	for _, n := range []string{nodeA, nodeB} {
-		if s, node := nodeState(ctx, t, n, name); s.Phase != watcher.PhaseSucceeded || node.Spec.Unschedulable {
+		if s, node := nodeState(ctx, t, n, name); s.Phase != v1alpha1.PhaseSucceeded || node.Spec.Unschedulable {
 			t.Errorf("%s: %+v, unschedulable %t", n, s, node.Spec.Unschedulable)
 		}
 	}
@@ -209,12 +210,12 @@ spec:
   maintenance: {cordon: true, drain: {timeout: 3s, gracePeriodSeconds: 0, onTimeout: Force, podSelector: "e2e-drainplan=%s"}}
 `, name, onlyNode(node), two))
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete after a forced drain", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1
 	})
-	if !nodeEvent(ctx, t, node, watcher.ReasonDrainForced, name, "deleting pod(s) default/"+two+"-") {
+	if !nodeEvent(ctx, t, node, v1alpha1.ReasonDrainForced, name, "deleting pod(s) default/"+two+"-") {
 		t.Errorf("no DrainForced Event on %s naming the pod", node)
 	}
-	if s, n := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || n.Spec.Unschedulable {
+	if s, n := nodeState(ctx, t, node, name); s.Phase != v1alpha1.PhaseSucceeded || n.Spec.Unschedulable {
 		t.Errorf("%s: %+v, unschedulable %t", node, s, n.Spec.Unschedulable)
 	}
 	t.Logf("complete: %+v", ns.Status)
@@ -244,7 +245,7 @@ spec:
 `, name, onlyNode(node), slow))
 	if !waitFor(30*time.Second, func() bool {
 		s, _ := nodeState(ctx, t, node, name)
-		return s.Phase == watcher.PhaseRunning && s.Maintenance == watcher.MaintenanceDraining
+		return s.Phase == v1alpha1.PhaseRunning && s.Maintenance == v1alpha1.MaintenanceDraining
 	}) {
 		t.Fatalf("%s never Draining", node)
 	}
@@ -252,9 +253,9 @@ spec:
 		t.Fatal(err)
 	}
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete after the API server's restart", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1
 	})
-	if s, n := nodeState(ctx, t, node, name); s.Phase != watcher.PhaseSucceeded || n.Spec.Unschedulable {
+	if s, n := nodeState(ctx, t, node, name); s.Phase != v1alpha1.PhaseSucceeded || n.Spec.Unschedulable {
 		t.Errorf("%s: %+v, unschedulable %t", node, s, n.Spec.Unschedulable)
 	}
 	t.Logf("complete: %+v", ns.Status)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -118,7 +120,7 @@ func (f *faultRollout) uncordon(t *testing.T) {
 		return
 	}
 	for _, n := range nodes.Items {
-		s, err := watcher.DecodeState(n.Annotations, f.name)
+		s, err := nodescripts.DecodeState(n.Annotations, f.name)
 		if err != nil || !s.CordonedByUs || !n.Spec.Unschedulable {
 			continue
 		}
@@ -144,7 +146,7 @@ func (f *faultRollout) waitRunning(t *testing.T, node string) string {
 	if !waitFor(60*time.Second, func() bool {
 		s, _ := nodeState(context.Background(), t, node, f.name)
 		pod = s.Pod
-		return s.Phase == watcher.PhaseRunning && s.Pod != ""
+		return s.Phase == v1alpha1.PhaseRunning && s.Pod != ""
 	}) {
 		s, _ := nodeState(context.Background(), t, node, f.name)
 		t.Fatalf("node %s never ran %s: state %+v", node, f.name, s)
@@ -169,7 +171,7 @@ func (f *faultRollout) lines(node string) int {
 func (f *faultRollout) waitComplete(t *testing.T, succeeded int32, timeout time.Duration) *v1alpha1.NodeScript {
 	t.Helper()
 	return waitNodeScript(context.Background(), t, f.dyn, f.name, timeout, fmt.Sprintf("complete on %d nodes", succeeded), func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == succeeded && ns.Status.Nodes == succeeded
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == succeeded && ns.Status.Nodes == succeeded
 	})
 }
 
@@ -186,7 +188,7 @@ type nodeRuns struct{ runs, attempt int }
 func (f *faultRollout) check(t *testing.T, want map[string]nodeRuns, maxLive int) {
 	t.Helper()
 	ctx := context.Background()
-	ns, err := watcher.Get(ctx, f.dyn, f.name)
+	ns, err := nodescripts.Get(ctx, f.dyn, f.name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,27 +196,27 @@ func (f *faultRollout) check(t *testing.T, want map[string]nodeRuns, maxLive int
 		t.Errorf("status %+v: a fault counted as the script's failure", ns.Status)
 	}
 	for node, w := range want {
-		if got := f.pods.runs(node, watcher.ActionRun); len(got) != w.runs {
+		if got := f.pods.runs(node, v1alpha1.ActionRun); len(got) != w.runs {
 			t.Errorf("node %s: %d run pods %v, want %d", node, len(got), got, w.runs)
 		}
 		if got := f.lines(node); got != w.runs {
 			t.Errorf("node %s: the script started %d times, want %d", node, got, w.runs)
 		}
 		s, n := nodeState(ctx, t, node, f.name)
-		if s.Phase != watcher.PhaseSucceeded || s.Attempts != w.attempt || s.ExitCode == nil || *s.ExitCode != 0 ||
-			s.Cordoned || n.Spec.Unschedulable || !strings.Contains(nodeOutput(ctx, t, watcher.DefaultNamespace, f.name, node, watcher.ActionRun), "done on "+node) {
+		if s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != w.attempt || s.ExitCode == nil || *s.ExitCode != 0 ||
+			s.Cordoned || n.Spec.Unschedulable || !strings.Contains(nodeOutput(ctx, t, v1alpha1.DefaultNamespace, f.name, node, v1alpha1.ActionRun), "done on "+node) {
 			t.Errorf("node %s: state %+v, unschedulable %t; want Succeeded on attempt %d, not cordoned", node, s, n.Spec.Unschedulable, w.attempt)
 		}
 	}
 	if m := f.pods.max(); m > maxLive {
 		t.Errorf("%d run pods existed at once; maxConcurrency is %d", m, maxLive)
 	}
-	sel := metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + f.name}
+	sel := metav1.ListOptions{LabelSelector: v1alpha1.LabelNodeScript + "=" + f.name}
 	if !waitFor(30*time.Second, func() bool {
-		l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, sel)
+		l, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, sel)
 		return err == nil && len(l.Items) == 0
 	}) {
-		l, _ := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, sel)
+		l, _ := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, sel)
 		t.Errorf("%d run pods left 30s after the rollout completed", len(l.Items))
 	}
 }
@@ -234,7 +236,7 @@ func (f *faultRollout) infraEvent(t *testing.T, node string, reasons ...string) 
 		for _, e := range events.Items {
 			if strings.Contains(e.Message, f.name) {
 				msgs = append(msgs, e.Reason+": "+e.Message)
-				if e.Reason == watcher.ReasonInfrastructure && slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(e.Message, r) }) {
+				if e.Reason == v1alpha1.ReasonInfrastructure && slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(e.Message, r) }) {
 					return true
 				}
 			}
@@ -242,10 +244,10 @@ func (f *faultRollout) infraEvent(t *testing.T, node string, reasons ...string) 
 		return false
 	})
 	if !ok {
-		t.Errorf("no %s event naming one of %v for %s on %s; events: %q", watcher.ReasonInfrastructure, reasons, f.name, node, msgs)
+		t.Errorf("no %s event naming one of %v for %s on %s; events: %q", v1alpha1.ReasonInfrastructure, reasons, f.name, node, msgs)
 	}
 	for _, m := range msgs {
-		if strings.HasPrefix(m, watcher.ReasonFailed+":") {
+		if strings.HasPrefix(m, v1alpha1.ReasonFailed+":") {
 			t.Errorf("the fault was reported as the script's failure: %s", m)
 		}
 	}
@@ -260,7 +262,7 @@ func TestWatcherFaultAPIServerRestart(t *testing.T) {
 	var first string
 	if !waitFor(60*time.Second, func() bool {
 		for _, n := range env.nodes[:2] {
-			if s, _ := nodeState(ctx, t, n, f.name); s.Phase == watcher.PhaseRunning {
+			if s, _ := nodeState(ctx, t, n, f.name); s.Phase == v1alpha1.PhaseRunning {
 				first = n
 				return true
 			}
@@ -293,7 +295,7 @@ func TestWatcherFaultKubeletStopped(t *testing.T) {
 	t0 := time.Now()
 	if !waitFor(3*time.Minute, func() bool {
 		s, _ := nodeState(ctx, t, node, f.name)
-		return s.Phase == watcher.PhaseFailed && s.Infrastructure && s.Reason == "NodeNotReady"
+		return s.Phase == v1alpha1.PhaseFailed && s.Infrastructure && s.Reason == "NodeNotReady"
 	}) {
 		s, _ := nodeState(ctx, t, node, f.name)
 		t.Fatalf("node %s: state %+v; want an infrastructure failure NodeNotReady", node, s)
@@ -307,7 +309,7 @@ func TestWatcherFaultKubeletStopped(t *testing.T) {
 	}
 	// nothing is retried while the node is down
 	time.Sleep(2 * time.Second)
-	if got := f.pods.runs(node, watcher.ActionRun); len(got) != 1 {
+	if got := f.pods.runs(node, v1alpha1.ActionRun); len(got) != 1 {
 		t.Fatalf("run pods while the kubelet is stopped: %v, want the first only", got)
 	}
 	if err := env.cluster.StartKubelet(ctx, node); err != nil {
@@ -342,7 +344,7 @@ func TestWatcherFaultNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitComplete(t, 1, 2*time.Minute)
-	if s, _ := nodeState(ctx, t, first, f.name); s.Phase != watcher.PhaseSucceeded {
+	if s, _ := nodeState(ctx, t, first, f.name); s.Phase != v1alpha1.PhaseSucceeded {
 		t.Fatalf("node %s: %+v", first, s)
 	}
 	// the removed incarnation's run was cut short; the new node runs it again
@@ -366,8 +368,8 @@ func TestWatcherFaultPodEvicted(t *testing.T) {
 	f := startFaultRollout(t, "e2e-f-evict-", onlyNode(node), 300*time.Second, "{canary: 1, maxConcurrency: 1}")
 	ctx := context.Background()
 	pod := f.waitRunning(t, node)
-	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: watcher.DefaultNamespace}}
-	if err := env.client.CoreV1().Pods(watcher.DefaultNamespace).EvictV1(ctx, ev); err != nil {
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: v1alpha1.DefaultNamespace}}
+	if err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).EvictV1(ctx, ev); err != nil {
 		t.Fatalf("evicting %s: %v", pod, err)
 	}
 	f.waitComplete(t, 1, 2*time.Minute)
@@ -419,7 +421,7 @@ func TestWatcherReapplyOnReboot(t *testing.T) {
 	t.Logf("%s rebooted: boot ID %s -> %s", node, s.BootID, id)
 	if !waitFor(2*time.Minute, func() bool {
 		s, _ = nodeState(ctx, t, node, f.name)
-		return s.Phase == watcher.PhaseSucceeded && s.Attempts == 2
+		return s.Phase == v1alpha1.PhaseSucceeded && s.Attempts == 2
 	}) {
 		t.Fatalf("node %s did not run again after the reboot: state %+v", node, s)
 	}
@@ -431,7 +433,7 @@ func TestWatcherReapplyOnReboot(t *testing.T) {
 	time.Sleep(6 * time.Second)
 	f.check(t, map[string]nodeRuns{node: {2, 2}}, 1)
 	if !waitFor(10*time.Second, func() bool {
-		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + watcher.ReasonReapplyOnReboot})
+		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + v1alpha1.ReasonReapplyOnReboot})
 		if err != nil {
 			return false
 		}
@@ -439,6 +441,6 @@ func TestWatcherReapplyOnReboot(t *testing.T) {
 			return strings.Contains(e.Message, f.name) && strings.Contains(e.Message, id)
 		})
 	}) {
-		t.Errorf("no %s Event on %s naming %s and the new boot ID", watcher.ReasonReapplyOnReboot, node, f.name)
+		t.Errorf("no %s Event on %s naming %s and the new boot ID", v1alpha1.ReasonReapplyOnReboot, node, f.name)
 	}
 }

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -44,26 +45,26 @@ spec:
     echo "done on $NODE_NAME"
 `, name, realNodes))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
-	ns, err := watcher.Get(ctx, dyn, name)
+	ns, err := nodescripts.Get(ctx, dyn, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(ns.Finalizers, watcher.Finalizer) {
-		t.Errorf("finalizers %v; want %s", ns.Finalizers, watcher.Finalizer)
+	if !slices.Contains(ns.Finalizers, v1alpha1.Finalizer) {
+		t.Errorf("finalizers %v; want %s", ns.Finalizers, v1alpha1.Finalizer)
 	}
 	for _, node := range env.nodes[:2] {
 		s, n := nodeState(ctx, t, node, name)
-		raw := n.Annotations[watcher.StateAnnotation(name)]
-		if s.Phase != watcher.PhaseSucceeded || len(raw) > watcher.MaxStateBytes || strings.Contains(raw, "padding") || strings.Contains(raw, "hunter2") {
+		raw := n.Annotations[nodescripts.StateAnnotation(name)]
+		if s.Phase != v1alpha1.PhaseSucceeded || len(raw) > nodescripts.MaxStateBytes || strings.Contains(raw, "padding") || strings.Contains(raw, "hunter2") {
 			t.Errorf("node %s: state annotation (%d bytes) %s", node, len(raw), raw)
 		}
-		out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun)
-		if !strings.HasSuffix(out, "db_password=[REDACTED]\ndone on "+node+"\n") || strings.Contains(out, "hunter2") || len(out) > watcher.MaxRecordedOutput {
+		out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun)
+		if !strings.HasSuffix(out, "db_password=[REDACTED]\ndone on "+node+"\n") || strings.Contains(out, "hunter2") || len(out) > v1alpha1.MaxRecordedOutput {
 			t.Errorf("node %s: output record (%d bytes) ends %q", node, len(out), out[max(0, len(out)-120):])
 		}
-		cm, err := env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace).Get(ctx, watcher.OutputRecordName(name, node), metav1.GetOptions{})
+		cm, err := env.client.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace).Get(ctx, nodescripts.OutputRecordName(name, node), metav1.GetOptions{})
 		if err != nil || len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != ns.UID {
 			t.Errorf("node %s: output record owner: %v %+v", node, err, cm)
 		}
@@ -80,17 +81,17 @@ spec:
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // what a missing finalizer would let happen, happens in this time
-	if ns, err := watcher.Get(ctx, dyn, name); err != nil || ns.DeletionTimestamp == nil {
+	if ns, err := nodescripts.Get(ctx, dyn, name); err != nil || ns.DeletionTimestamp == nil {
 		t.Fatalf("without a watcher: %v; want the NodeScript Terminating", err)
 	}
-	if s, _ := nodeState(ctx, t, env.nodes[0], name); s.Phase != watcher.PhaseSucceeded {
+	if s, _ := nodeState(ctx, t, env.nodes[0], name); s.Phase != v1alpha1.PhaseSucceeded {
 		t.Errorf("without a watcher the state went: %+v", s)
 	}
 
 	// A watcher again: annotations, then the NodeScript, then its records go.
 	startWatcher(t, dyn)
 	if !waitFor(60*time.Second, func() bool {
-		_, err := watcher.Get(ctx, dyn, name)
+		_, err := nodescripts.Get(ctx, dyn, name)
 		return err != nil && strings.Contains(err.Error(), "not found")
 	}) {
 		t.Fatalf("nodescript %s not deleted by the watcher", name)
@@ -100,13 +101,13 @@ spec:
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		if v, has := n.Annotations[watcher.StateAnnotation(name)]; has {
+		if v, has := n.Annotations[nodescripts.StateAnnotation(name)]; has {
 			t.Errorf("node %s keeps the state of the deleted NodeScript: %s", n.Name, v)
 		}
 	}
 	for _, node := range env.nodes[:2] {
 		if !waitFor(60*time.Second, func() bool {
-			_, err := env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace).Get(ctx, watcher.OutputRecordName(name, node), metav1.GetOptions{})
+			_, err := env.client.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace).Get(ctx, nodescripts.OutputRecordName(name, node), metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		}) {
 			t.Errorf("node %s: output record not garbage-collected", node)

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -60,7 +59,7 @@ spec:
 
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "held WindowTooShort after the canary", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return ns.Status.Succeeded == 1 && c != nil && c.Reason == watcher.HoldWindowTooShort
+		return ns.Status.Succeeded == 1 && c != nil && c.Reason == v1alpha1.HoldWindowTooShort
 	})
 	c := findCond(ns, v1alpha1.ConditionProgressing)
 	if !strings.Contains(c.Message, end.Format(time.RFC3339)) || !strings.Contains(c.Message, "spec.rollout.windowMargin 10m30s") {
@@ -78,7 +77,7 @@ spec:
 	}
 	// The Event, once (the recorder writes it in the background).
 	tooShort := func() (n int32) {
-		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + watcher.ReasonWindowTooShort})
+		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + v1alpha1.ReasonWindowTooShort})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,14 +91,14 @@ spec:
 	}
 	out, errOut, code := cli(ctx, "", "status", name)
 	if code != 0 || !strings.Contains(out, "forecast: 1 node(s) left") || !strings.Contains(out, "≈ 1 window(s), done about") ||
-		!strings.Contains(out, "durations (p50/p95, samples): run ") || !strings.Contains(out, watcher.HoldWindowTooShort) {
+		!strings.Contains(out, "durations (p50/p95, samples): run ") || !strings.Contains(out, v1alpha1.HoldWindowTooShort) {
 		t.Errorf("nodeexec status: exit %d\n%s%s", code, out, errOut)
 	}
 
 	// Which node ran: the other was never started.
 	var ran, held []string
 	for _, n := range env.nodes[:2] {
-		if len(pods.runs(n, watcher.ActionRun)) > 0 {
+		if len(pods.runs(n, v1alpha1.ActionRun)) > 0 {
 			ran = append(ran, n)
 		} else {
 			held = append(held, n)
@@ -115,7 +114,7 @@ spec:
 	time.Sleep(4 * time.Second)
 	ns = waitNodeScript(ctx, t, dyn, name, 10*time.Second, "still held after a restart", func(ns *v1alpha1.NodeScript) bool {
 		c := findCond(ns, v1alpha1.ConditionProgressing)
-		return c != nil && c.Reason == watcher.HoldWindowTooShort
+		return c != nil && c.Reason == v1alpha1.HoldWindowTooShort
 	})
 	if got := ns.Status.Durations; got == nil || got.Run == nil || !slices.Equal(got.Run.Samples, d.Run.Samples) {
 		t.Errorf("status.durations after a restart %+v, want %v", got, d.Run.Samples)
@@ -123,7 +122,7 @@ spec:
 	if n := tooShort(); n != 1 {
 		t.Errorf("%d WindowTooShort Events, want 1 (once per window, a restart included)", n)
 	}
-	if got := pods.runs(held[0], watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(held[0], v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("node %s started after a restart (pods %v): it would overrun the window", held[0], got)
 	}
 

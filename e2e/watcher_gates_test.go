@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -38,7 +37,7 @@ func gateOf(ns *v1alpha1.NodeScript, name string) *v1alpha1.GateStatus {
 
 // gatedRuns is how many run pods of the NodeScript were created so far.
 func gatedRuns(pods *podLog) int {
-	return len(pods.runs(env.nodes[0], watcher.ActionRun)) + len(pods.runs(env.nodes[1], watcher.ActionRun))
+	return len(pods.runs(env.nodes[0], v1alpha1.ActionRun)) + len(pods.runs(env.nodes[1], v1alpha1.ActionRun))
 }
 
 // holds checks that nothing new starts for d while the gate stays closed.
@@ -95,8 +94,8 @@ spec:
 	if c := findCond(ns, v1alpha1.ConditionGated); !strings.Contains(c.Message, "no-critical") || !strings.Contains(c.Message, alert) || strings.Contains(c.Message, "Watchdog") {
 		t.Errorf("condition Gated %q: want it to name the gate and %s, not Watchdog", c.Message, alert)
 	}
-	if p := findCond(ns, v1alpha1.ConditionProgressing); p == nil || p.Reason != watcher.HoldGated {
-		t.Errorf("condition Progressing %+v, want reason %s", p, watcher.HoldGated)
+	if p := findCond(ns, v1alpha1.ConditionProgressing); p == nil || p.Reason != v1alpha1.HoldGated {
+		t.Errorf("condition Progressing %+v, want reason %s", p, v1alpha1.HoldGated)
 	}
 	out, _, _ := cli(ctx, "", "status", name)
 	if !strings.Contains(out, "gate no-critical: closed") {
@@ -120,7 +119,7 @@ spec:
 		t.Fatal(err)
 	}
 	ns = waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete after the alert resolved", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	if c := findCond(ns, v1alpha1.ConditionGated); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("condition Gated still True: %+v", c)
@@ -188,7 +187,7 @@ spec:
 		t.Fatal(err)
 	}
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete once Prometheus is back", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	t.Logf("TestWatcherGatePrometheus took %s", time.Since(t0).Round(time.Millisecond))
 }
@@ -252,7 +251,7 @@ spec:
 		t.Fatal(err)
 	}
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete once the Deployment is available", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	t.Logf("TestWatcherGateCEL took %s", time.Since(t0).Round(time.Millisecond))
 }

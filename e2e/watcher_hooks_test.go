@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +19,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -35,8 +36,8 @@ func recordJobs(t *testing.T, name string) *jobLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &jobLog{byHook: map[string][]types.UID{}, names: map[types.UID]string{}, completed: map[types.UID]time.Time{}, failed: map[types.UID]bool{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(watcher.DefaultNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = watcher.LabelNodeScript + "=" + name }))
+	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(v1alpha1.DefaultNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.LabelNodeScript + "=" + name }))
 	inf := factory.Batch().V1().Jobs().Informer()
 	seen := func(obj any) {
 		j, ok := obj.(*batchv1.Job)
@@ -47,7 +48,7 @@ func recordJobs(t *testing.T, name string) *jobLog {
 		defer l.mu.Unlock()
 		if _, ok := l.names[j.UID]; !ok {
 			l.names[j.UID] = j.Name
-			h := j.Labels[watcher.LabelHook]
+			h := j.Labels[v1alpha1.LabelHook]
 			l.byHook[h] = append(l.byHook[h], j.UID)
 		}
 		if c := j.Status.CompletionTime; c != nil {
@@ -104,8 +105,8 @@ func TestWatcherHooks(t *testing.T) {
 	cleanupNodeScript(t, dyn, badName, env.nodes[1])
 	t.Cleanup(func() {
 		for _, n := range []string{okName, badName} {
-			_ = env.client.BatchV1().Jobs(watcher.DefaultNamespace).DeleteCollection(context.Background(),
-				metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}, metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + n})
+			_ = env.client.BatchV1().Jobs(v1alpha1.DefaultNamespace).DeleteCollection(context.Background(),
+				metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodeScript + "=" + n})
 		}
 	})
 	okPods, badPods := recordPods(t, okName), recordPods(t, badName)
@@ -140,21 +141,21 @@ spec:
 	// The preRollout Job runs: the rollout holds; the API server restarts.
 	ns := waitNodeScript(ctx, t, dyn, okName, 30*time.Second, "held by its preRollout hook", func(ns *v1alpha1.NodeScript) bool {
 		p := findCond(ns, v1alpha1.ConditionProgressing)
-		return p != nil && p.Reason == watcher.HoldHookRunning
+		return p != nil && p.Reason == v1alpha1.HoldHookRunning
 	})
-	if ns.Status.Hooks == nil || ns.Status.Hooks.PreRollout == nil || ns.Status.Hooks.PreRollout.Phase != watcher.HookRunning {
+	if ns.Status.Hooks == nil || ns.Status.Hooks.PreRollout == nil || ns.Status.Hooks.PreRollout.Phase != v1alpha1.HookRunning {
 		t.Fatalf("status.hooks %+v: want preRollout Running", ns.Status.Hooks)
 	}
 	t.Cleanup(func() { restoreCluster(context.WithoutCancel(ctx), t) })
 	if err := env.cluster.RestartAPIServer(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(okPods.runs(env.nodes[0], watcher.ActionRun)); got != 0 {
+	if got := len(okPods.runs(env.nodes[0], v1alpha1.ActionRun)); got != 0 {
 		t.Errorf("%d run pods while the preRollout hook runs, want 0", got)
 	}
 
 	// The failing preNode hook: the node fails for the infrastructure, never cordoned, no run pod.
-	var bad watcher.NodeState
+	var bad nodescripts.NodeState
 	var badNode *corev1.Node
 	if !waitFor(60*time.Second, func() bool {
 		bad, badNode = nodeState(ctx, t, env.nodes[1], badName)
@@ -162,46 +163,46 @@ spec:
 	}) {
 		t.Fatalf("node %s: state %+v, want Failed (PreHookFailed) and its postNode hook Succeeded", env.nodes[1], bad)
 	}
-	if bad.Phase != watcher.PhaseFailed || bad.Reason != watcher.ReasonPreHookFailed || !bad.Infrastructure || !strings.Contains(bad.Message, "preNode") {
-		t.Errorf("node %s: state %+v, want Failed, infrastructure, reason %s", env.nodes[1], bad, watcher.ReasonPreHookFailed)
+	if bad.Phase != v1alpha1.PhaseFailed || bad.Reason != v1alpha1.ReasonPreHookFailed || !bad.Infrastructure || !strings.Contains(bad.Message, "preNode") {
+		t.Errorf("node %s: state %+v, want Failed, infrastructure, reason %s", env.nodes[1], bad, v1alpha1.ReasonPreHookFailed)
 	}
 	if badNode.Spec.Unschedulable || bad.CordonedByUs {
 		t.Errorf("node %s cordoned (cordonedByUs %t) for a failed preNode hook", env.nodes[1], bad.CordonedByUs)
 	}
-	if got := badPods.runs(env.nodes[1], watcher.ActionRun); len(got) != 0 {
+	if got := badPods.runs(env.nodes[1], v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("run pods %v after a failed preNode hook, want none", got)
 	}
-	if n, _ := badJobs.jobs(watcher.HookPreNode); n != 1 {
+	if n, _ := badJobs.jobs(v1alpha1.HookPreNode); n != 1 {
 		t.Errorf("%d preNode Jobs, want 1 (retry limit 0)", n)
 	}
-	if n, _ := badJobs.jobs(watcher.HookPostNode); n != 1 {
+	if n, _ := badJobs.jobs(v1alpha1.HookPostNode); n != 1 {
 		t.Errorf("%d postNode Jobs after the failure, want 1", n)
 	}
 
 	// The first node: preRollout once (across the restart), preNode before the run, postNode after.
 	waitNodeScript(ctx, t, dyn, okName, 60*time.Second, "complete with preRollout recorded", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 &&
-			ns.Status.Hooks != nil && ns.Status.Hooks.PreRollout != nil && ns.Status.Hooks.PreRollout.Phase == watcher.HookSucceeded
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1 &&
+			ns.Status.Hooks != nil && ns.Status.Hooks.PreRollout != nil && ns.Status.Hooks.PreRollout.Phase == v1alpha1.HookSucceeded
 	})
-	var ok watcher.NodeState
+	var ok nodescripts.NodeState
 	if !waitFor(30*time.Second, func() bool {
 		ok, _ = nodeState(ctx, t, env.nodes[0], okName)
 		return ok.Hook == "postNode:Succeeded"
 	}) {
 		t.Fatalf("node %s: state %+v, want its postNode hook Succeeded", env.nodes[0], ok)
 	}
-	if n, _ := okJobs.jobs(watcher.HookPreRollout); n != 1 {
+	if n, _ := okJobs.jobs(v1alpha1.HookPreRollout); n != 1 {
 		t.Errorf("%d preRollout Jobs, want 1 (adopted after the API server restart)", n)
 	}
-	n, preDone := okJobs.jobs(watcher.HookPreNode)
-	runs := okPods.runs(env.nodes[0], watcher.ActionRun)
+	n, preDone := okJobs.jobs(v1alpha1.HookPreNode)
+	runs := okPods.runs(env.nodes[0], v1alpha1.ActionRun)
 	if n != 1 || len(runs) != 1 {
 		t.Fatalf("%d preNode Jobs and run pods %v, want 1 and 1", n, runs)
 	}
 	if runAt := okPods.createdAt(runs[0]); preDone.IsZero() || runAt.Before(preDone) {
 		t.Errorf("preNode Job completed at %s, run pod created at %s: want the hook first", preDone, runAt)
 	}
-	if n, _ := okJobs.jobs(watcher.HookPostNode); n != 1 {
+	if n, _ := okJobs.jobs(v1alpha1.HookPostNode); n != 1 {
 		t.Errorf("%d postNode Jobs, want 1", n)
 	}
 	out, _, _ := cli(ctx, "", "status", okName)
@@ -211,7 +212,7 @@ spec:
 	// Every hook Job is deleted once its outcome is recorded.
 	for _, name := range []string{okName, badName} {
 		if !waitFor(20*time.Second, func() bool {
-			l, err := env.client.BatchV1().Jobs(watcher.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + name})
+			l, err := env.client.BatchV1().Jobs(v1alpha1.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodeScript + "=" + name})
 			return err == nil && len(l.Items) == 0
 		}) {
 			t.Errorf("nodescript %s: hook Jobs left behind", name)

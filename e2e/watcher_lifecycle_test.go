@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -56,15 +57,15 @@ spec:
   reapply: {schedule: "* * * * *"}
   script: 'echo reapplied'
 `, name, realNodes)
-	scripts, err := watcher.ParseNodeScripts(strings.NewReader(doc))
+	scripts, err := nodescripts.ParseNodeScripts(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	hash := v1alpha1.SpecHash(&scripts[0].Spec)
 	seeded := time.Now().Add(-2 * time.Minute).UTC().Truncate(time.Second)
 	for _, node := range env.nodes[:2] {
-		s := watcher.NodeState{Hash: hash, Phase: watcher.PhaseSucceeded, Since: seeded, Attempts: 1}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{watcher.StateAnnotation(name): s.Encode()}}})
+		s := nodescripts.NodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Since: seeded, Attempts: 1}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodescripts.StateAnnotation(name): s.Encode()}}})
 		if _, err := env.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +76,7 @@ spec:
 	waitFor(40*time.Second, func() bool {
 		for _, node := range env.nodes[:2] {
 			s, _ := nodeState(ctx, t, node, name)
-			if s.Phase != watcher.PhaseSucceeded || !s.Since.After(seeded) {
+			if s.Phase != v1alpha1.PhaseSucceeded || !s.Since.After(seeded) {
 				return false
 			}
 		}
@@ -83,14 +84,14 @@ spec:
 	})
 	for _, node := range env.nodes[:2] {
 		s, _ := nodeState(ctx, t, node, name)
-		if s.Phase != watcher.PhaseSucceeded || s.Attempts != 2 || !s.Since.After(seeded) {
+		if s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != 2 || !s.Since.After(seeded) {
 			t.Errorf("node %s: %+v; want a second success after %s", node, s, seeded)
 		}
-		if runs := pods.runs(node, watcher.ActionRun); len(runs) != 1 {
+		if runs := pods.runs(node, v1alpha1.ActionRun); len(runs) != 1 {
 			t.Errorf("node %s: run pods %v, want one", node, runs)
 		}
-		if evs := nodeEvents(ctx, t, node, watcher.ReasonReapplySchedule, name); len(evs) == 0 || !strings.Contains(evs[0], "spec.reapply.schedule") {
-			t.Errorf("node %s: Events %s: %q", node, watcher.ReasonReapplySchedule, evs)
+		if evs := nodeEvents(ctx, t, node, v1alpha1.ReasonReapplySchedule, name); len(evs) == 0 || !strings.Contains(evs[0], "spec.reapply.schedule") {
+			t.Errorf("node %s: Events %s: %q", node, v1alpha1.ReasonReapplySchedule, evs)
 		}
 	}
 	// The new success is after the latest activation: nothing more runs
@@ -98,7 +99,7 @@ spec:
 	if next := time.Now().Truncate(time.Minute).Add(time.Minute); time.Until(next) > 5*time.Second {
 		time.Sleep(min(3*time.Second, time.Until(next)-2*time.Second))
 		for _, node := range env.nodes[:2] {
-			if runs := pods.runs(node, watcher.ActionRun); len(runs) != 1 {
+			if runs := pods.runs(node, v1alpha1.ActionRun); len(runs) != 1 {
 				t.Errorf("node %s: ran again before the next activation: %v", node, runs)
 			}
 		}
@@ -144,7 +145,7 @@ spec:
     echo uninstalled > %s.uninstalled
 `, name, realNodes, file, b, file, file))
 	waitNodeScript(ctx, t, dyn, name, 40*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	path := func(node, ext string) string { return strings.ReplaceAll(file, "$NODE_NAME", node) + ext }
 	for _, node := range []string{a, b} {
@@ -159,7 +160,7 @@ spec:
 		_, err := dyn.Resource(v1alpha1.Resource).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}) {
-		ns, _ := watcher.Get(ctx, dyn, name)
+		ns, _ := nodescripts.Get(ctx, dyn, name)
 		t.Fatalf("the NodeScript is still there 40s after its deletion: %+v", ns)
 	}
 	// Node a: uninstalled (the file is gone, the uninstall's own is there),
@@ -170,29 +171,29 @@ spec:
 	if _, err := os.Stat(path(a, ".uninstalled")); err != nil {
 		t.Errorf("node %s: the uninstall script did not run: %v", a, err)
 	}
-	if s, n := nodeState(ctx, t, a, name); s.Hash != "" || n.Annotations[watcher.StateAnnotation(name)] != "" {
+	if s, n := nodeState(ctx, t, a, name); s.Hash != "" || n.Annotations[nodescripts.StateAnnotation(name)] != "" {
 		t.Errorf("node %s keeps a state after a successful uninstall: %+v", a, s)
 	}
-	if evs := nodeEvents(ctx, t, a, watcher.ReasonUninstallSucceeded, name); len(evs) != 1 {
-		t.Errorf("node %s: Events %s: %q", a, watcher.ReasonUninstallSucceeded, evs)
+	if evs := nodeEvents(ctx, t, a, v1alpha1.ReasonUninstallSucceeded, name); len(evs) != 1 {
+		t.Errorf("node %s: Events %s: %q", a, v1alpha1.ReasonUninstallSucceeded, evs)
 	}
 	// Node b: failed, reported, its record kept.
 	if _, err := os.Stat(path(b, ".installed")); err != nil {
 		t.Errorf("node %s: the file is gone though the uninstall failed: %v", b, err)
 	}
 	s, _ := nodeState(ctx, t, b, name)
-	if u := s.Uninstall; u == nil || u.Phase != watcher.UninstallFailed || u.ExitCode == nil || *u.ExitCode != 3 {
+	if u := s.Uninstall; u == nil || u.Phase != v1alpha1.UninstallFailed || u.ExitCode == nil || *u.ExitCode != 3 {
 		t.Errorf("node %s: uninstall record %+v, want Failed with exit code 3", b, u)
 	}
-	if evs := nodeEvents(ctx, t, b, watcher.ReasonUninstallFailed, name); len(evs) != 1 || !strings.Contains(evs[0], "exit code 3") {
-		t.Errorf("node %s: Events %s: %q", b, watcher.ReasonUninstallFailed, evs)
+	if evs := nodeEvents(ctx, t, b, v1alpha1.ReasonUninstallFailed, name); len(evs) != 1 || !strings.Contains(evs[0], "exit code 3") {
+		t.Errorf("node %s: Events %s: %q", b, v1alpha1.ReasonUninstallFailed, evs)
 	}
 	out, errOut, code := cli(ctx, "", "status", name)
-	if code != 0 || !strings.Contains(out, b+": Succeeded, uninstall Failed: exit code 3") || !strings.Contains(out, "kubectl annotate node NODE "+watcher.StateAnnotation(name)+"-") {
+	if code != 0 || !strings.Contains(out, b+": Succeeded, uninstall Failed: exit code 3") || !strings.Contains(out, "kubectl annotate node NODE "+nodescripts.StateAnnotation(name)+"-") {
 		t.Errorf("nodeexec status of the deleted NodeScript: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, node := range []string{a, b} {
-		if runs := pods.runs(node, watcher.ActionUninstall); len(runs) != 1 {
+		if runs := pods.runs(node, v1alpha1.ActionUninstall); len(runs) != 1 {
 			t.Errorf("node %s: uninstall pods %v, want one", node, runs)
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -152,10 +151,10 @@ spec:
 		return len(ns.Status.DrainBlocked) == 1 && strings.HasPrefix(ns.Status.DrainBlocked[0], node+": PDB default/"+app+" blocks pod default/"+first.Name)
 	})
 	s, n := nodeState(ctx, t, node, name)
-	if s.Phase != watcher.PhasePending || n.Spec.Unschedulable {
+	if s.Phase != v1alpha1.PhasePending || n.Spec.Unschedulable {
 		t.Errorf("node %s: %+v, unschedulable %t: want Pending, never cordoned", node, s, n.Spec.Unschedulable)
 	}
-	if got := pods.runs(node, watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(node, v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("run pods %v although the drain failed", got)
 	}
 	if p := workload(); p == nil || p.UID != first.UID {
@@ -168,13 +167,13 @@ spec:
 		t.Fatal(err)
 	}
 	ns := waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete after the drain", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1
 	})
 	s, n = nodeState(ctx, t, node, name)
-	if s.Phase != watcher.PhaseSucceeded || s.CordonedByUs || n.Spec.Unschedulable {
+	if s.Phase != v1alpha1.PhaseSucceeded || s.CordonedByUs || n.Spec.Unschedulable {
 		t.Errorf("node %s after the run: %+v, unschedulable %t; want Succeeded and uncordoned", node, s, n.Spec.Unschedulable)
 	}
-	runs := pods.runs(node, watcher.ActionRun)
+	runs := pods.runs(node, v1alpha1.ActionRun)
 	if len(runs) != 1 {
 		t.Fatalf("run pods %v, want 1", runs)
 	}
@@ -184,7 +183,7 @@ spec:
 	if created := pods.createdAt(runs[0]); gone.IsZero() || !gone.Before(created) {
 		t.Errorf("the workload pod went at %v, the run pod was created at %v: want the drain first", gone, created)
 	}
-	if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun); !strings.Contains(out, "maintained "+node) {
+	if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun); !strings.Contains(out, "maintained "+node) {
 		t.Errorf("run output %q", out)
 	}
 	var again *corev1.Pod
@@ -193,7 +192,7 @@ spec:
 	} else if again.Spec.NodeName != node {
 		t.Errorf("the workload came back on %s, want %s", again.Spec.NodeName, node)
 	}
-	for _, reason := range []string{watcher.ReasonCordoned, watcher.ReasonDrainBlocked, watcher.ReasonDrained, watcher.ReasonUncordoned} {
+	for _, reason := range []string{v1alpha1.ReasonCordoned, v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonDrained, v1alpha1.ReasonUncordoned} {
 		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
 		if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
 			t.Errorf("no %s Event on %s naming %s: %v", reason, node, name, err)

@@ -48,7 +48,7 @@ func newHookReceiver(t *testing.T, key string) *hookReceiver {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		sig := req.Header.Get(watcher.HeaderSignature)
+		sig := req.Header.Get(v1alpha1.HeaderSignature)
 		var p watcher.NotificationPayload
 		if req.Method != http.MethodPost || req.Header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &p) != nil ||
 			(sig != "" && !hmac.Equal([]byte(sig), []byte(watcher.Sign(r.key, body)))) {
@@ -116,12 +116,12 @@ func TestWatcherNotify(t *testing.T) {
 	cleanupNodeScript(t, dyn, failing)
 	cleanupNodeScript(t, dyn, ok)
 	key := "e2e-hmac-" + failing
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: failing, Namespace: watcher.DefaultNamespace}, Data: map[string][]byte{"hmac": []byte(key)}}
-	if _, err := env.client.CoreV1().Secrets(watcher.DefaultNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: failing, Namespace: v1alpha1.DefaultNamespace}, Data: map[string][]byte{"hmac": []byte(key)}}
+	if _, err := env.client.CoreV1().Secrets(v1alpha1.DefaultNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.client.CoreV1().Secrets(watcher.DefaultNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+		_ = env.client.CoreV1().Secrets(v1alpha1.DefaultNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
 	})
 	rec := newHookReceiver(t, key)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -145,7 +145,7 @@ spec:
   rollout: {canary: 0, maxConcurrency: 2, maxFailures: 0}
   notify:
   - webhook: {url: %q, secretRef: {name: %s, key: hmac}}
-`, failing, realNodes, watcher.EnvNode, bad, rec.url+"/halt", secret.Name))
+`, failing, realNodes, v1alpha1.EnvNode, bad, rec.url+"/halt", secret.Name))
 	applyNodeScript(ctx, t, dyn, fmt.Sprintf(`
 apiVersion: nodeexec.io/v1alpha1
 kind: NodeScript
@@ -160,16 +160,16 @@ spec:
 `, ok, realNodes, down, rec.url+"/ok", secret.Name))
 
 	halted := waitNodeScript(ctx, t, dyn, failing, 60*time.Second, "halted by the failure", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageHalted
+		return ns.Status.Stage == v1alpha1.StageHalted
 	})
 	done := waitNodeScript(ctx, t, dyn, ok, 60*time.Second, "complete on both nodes", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete
+		return ns.Status.Stage == v1alpha1.StageComplete
 	})
 	if done.Status.Succeeded != 2 || done.Status.Failed != 0 {
 		t.Errorf("%s with a receiver down: status %+v, want 2 succeeded as without notify", ok, done.Status)
 	}
 	for _, n := range env.nodes[:2] {
-		if s, _ := nodeState(ctx, t, n, ok); s.Phase != watcher.PhaseSucceeded {
+		if s, _ := nodeState(ctx, t, n, ok); s.Phase != v1alpha1.PhaseSucceeded {
 			t.Errorf("%s on %s: state %+v, want Succeeded", ok, n, s)
 		}
 	}
@@ -197,10 +197,10 @@ spec:
 	}
 	rec.mu.Lock()
 	for _, p := range append(rec.got["/halt"], rec.got["/ok"]...) {
-		if p.APIVersion != watcher.NotificationAPIVersion || p.Kind != watcher.NotificationKind || strings.HasPrefix(p.Message, "UNSIGNED") || p.SpecHash == "" {
-			t.Errorf("payload %+v: want signed, %s %s", p, watcher.NotificationAPIVersion, watcher.NotificationKind)
+		if p.APIVersion != v1alpha1.NotificationAPIVersion || p.Kind != v1alpha1.NotificationKind || strings.HasPrefix(p.Message, "UNSIGNED") || p.SpecHash == "" {
+			t.Errorf("payload %+v: want signed, %s %s", p, v1alpha1.NotificationAPIVersion, v1alpha1.NotificationKind)
 		}
-		if p.Event == v1alpha1.NotifyHalted && (p.Stage != watcher.StageHalted || p.Counts.Failed != 1 || p.Message == "") {
+		if p.Event == v1alpha1.NotifyHalted && (p.Stage != v1alpha1.StageHalted || p.Counts.Failed != 1 || p.Message == "") {
 			t.Errorf("Halted payload %+v", p)
 		}
 	}
@@ -210,7 +210,7 @@ spec:
 	rec.mu.Unlock()
 
 	// The dead receiver: NotificationFailed, the metric, status and nodeexec status.
-	waitEvent(ctx, t, "NodeScript", ok, watcher.ReasonNotificationFailed)
+	waitEvent(ctx, t, "NodeScript", ok, v1alpha1.ReasonNotificationFailed)
 	if !waitFor(20*time.Second, func() bool {
 		return notificationsTotal(t, reg, ok, v1alpha1.NotifyCompleted, "failed") == 1
 	}) {

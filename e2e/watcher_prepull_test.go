@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -66,33 +67,33 @@ spec:
   maintenance: {cordon: true, drain: {timeout: 10s, gracePeriodSeconds: 0}}
   retry: {limit: 0}
 `, bad, onlyNode(first), missing))
-	var s watcher.NodeState
+	var s nodescripts.NodeState
 	if !waitFor(45*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, first, bad)
-		return s.Phase == watcher.PhaseFailed
+		return s.Phase == v1alpha1.PhaseFailed
 	}) {
 		t.Fatalf("node %s: %+v, want a PrePullFailed failure", first, s)
 	}
-	if s.Reason != watcher.ReasonPrePullFailed || !s.Infrastructure || !strings.Contains(s.Message, missing) ||
+	if s.Reason != v1alpha1.ReasonPrePullFailed || !s.Infrastructure || !strings.Contains(s.Message, missing) ||
 		!strings.Contains(s.Message, "spec.backend.image") || !strings.Contains(s.Message, "cannot be pulled") {
 		t.Errorf("failure recorded as %+v; want PrePullFailed naming %s and spec.backend.image", s, missing)
 	}
 	if cordons.cordoned() {
 		t.Errorf("node %s was cordoned although its image could not be pulled", first)
 	}
-	if got := badPods.runs(first, watcher.ActionRun); len(got) != 0 {
+	if got := badPods.runs(first, v1alpha1.ActionRun); len(got) != 0 {
 		t.Errorf("run pods %v although the image could not be pulled", got)
 	}
-	if got := badPods.runs(first, watcher.ActionPrePull); len(got) != 1 {
+	if got := badPods.runs(first, v1alpha1.ActionPrePull); len(got) != 1 {
 		t.Errorf("pre-pull pods %v, want 1", got)
 	}
 	if !waitFor(20*time.Second, func() bool {
-		l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + bad})
+		l, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodeScript + "=" + bad})
 		return err == nil && len(l.Items) == 0
 	}) {
 		t.Error("the pre-pull pod was left behind")
 	}
-	waitNodeScript(ctx, t, dyn, bad, 20*time.Second, "halted", func(ns *v1alpha1.NodeScript) bool { return ns.Status.Stage == watcher.StageHalted })
+	waitNodeScript(ctx, t, dyn, bad, 20*time.Second, "halted", func(ns *v1alpha1.NodeScript) bool { return ns.Status.Stage == v1alpha1.StageHalted })
 	if err := dyn.Resource(v1alpha1.Resource).Delete(ctx, bad, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ spec:
   postCompleteLabels: {%q: "done"}
 `, good, realNodes, env.image, delay, key))
 	ns := waitNodeScript(ctx, t, dyn, good, 60*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	if ns.Status.NextStart != nil {
 		t.Errorf("status.nextStart %v once complete", ns.Status.NextStart)
@@ -127,7 +128,7 @@ spec:
 		a, b, sFirst = second, first, sb
 	}
 	for _, n := range []string{a, b} {
-		pulls, runs := pods.runs(n, watcher.ActionPrePull), pods.runs(n, watcher.ActionRun)
+		pulls, runs := pods.runs(n, v1alpha1.ActionPrePull), pods.runs(n, v1alpha1.ActionRun)
 		if len(pulls) != 1 || len(runs) != 1 {
 			t.Errorf("node %s: pre-pull pods %v, run pods %v; want one each", n, pulls, runs)
 			continue
@@ -136,8 +137,8 @@ spec:
 			t.Errorf("node %s: the pre-pull pod was not created before the run pod", n)
 		}
 	}
-	if pulls := pods.runs(b, watcher.ActionPrePull); len(pulls) == 1 {
-		p, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).Get(ctx, pulls[0], metav1.GetOptions{})
+	if pulls := pods.runs(b, v1alpha1.ActionPrePull); len(pulls) == 1 {
+		p, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(ctx, pulls[0], metav1.GetOptions{})
 		var created time.Time
 		if err == nil {
 			created = p.CreationTimestamp.Time

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
@@ -33,7 +35,7 @@ func TestWatcherReboot(t *testing.T) {
 		t.Skip("needs the local test cluster's node reboot")
 	}
 	node := env.nodes[1]
-	run := func(t *testing.T, rebooter func(context.Context, string) error, timeout string) (dynamic.Interface, string, watcher.NodeState) {
+	run := func(t *testing.T, rebooter func(context.Context, string) error, timeout string) (dynamic.Interface, string, nodescripts.NodeState) {
 		ctx := context.Background()
 		dyn := watcherSetup(t)
 		name := uniqueName("e2e-reboot-")
@@ -62,10 +64,10 @@ spec:
   rebootTimeout: %s
   maintenance: {cordon: true}
 `, name, onlyNode(node), sentinel, timeout))
-		var s watcher.NodeState
+		var s nodescripts.NodeState
 		if !waitFor(3*time.Minute, func() bool {
 			s, _ = nodeState(ctx, t, node, name)
-			return s.Phase == watcher.PhaseSucceeded || s.Phase == watcher.PhaseFailed
+			return s.Phase == v1alpha1.PhaseSucceeded || s.Phase == v1alpha1.PhaseFailed
 		}) {
 			t.Fatalf("node %s: %+v, never finished", node, s)
 		}
@@ -88,7 +90,7 @@ spec:
 		before, _ := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		_, name, s := run(t, rebooter, "2m")
 		after, n := nodeState(ctx, t, node, name)
-		if s.Phase != watcher.PhaseSucceeded || after.BootID == "" || after.BootID == before.Status.NodeInfo.BootID || after.BootID != n.Status.NodeInfo.BootID {
+		if s.Phase != v1alpha1.PhaseSucceeded || after.BootID == "" || after.BootID == before.Status.NodeInfo.BootID || after.BootID != n.Status.NodeInfo.BootID {
 			t.Errorf("state %+v (node boot ID %s, was %s): want Succeeded on the new boot", after, n.Status.NodeInfo.BootID, before.Status.NodeInfo.BootID)
 		}
 		if r := reboots.Load(); r != 1 {
@@ -100,7 +102,7 @@ spec:
 		}) {
 			t.Errorf("node %s still cordoned after the reboot", node)
 		}
-		for _, reason := range []string{watcher.ReasonRebooting, watcher.ReasonRebooted} {
+		for _, reason := range []string{v1alpha1.ReasonRebooting, v1alpha1.ReasonRebooted} {
 			events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
 			if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
 				t.Errorf("no %s Event on %s naming %s: %v", reason, node, name, err)
@@ -111,11 +113,11 @@ spec:
 	t.Run("never back", func(t *testing.T) {
 		ctx := context.Background()
 		dyn, name, s := run(t, func(context.Context, string) error { return nil }, "8s")
-		if s.Phase != watcher.PhaseFailed || s.Reason != watcher.ReasonRebootTimeout {
+		if s.Phase != v1alpha1.PhaseFailed || s.Reason != v1alpha1.ReasonRebootTimeout {
 			t.Errorf("state %+v: want Failed RebootTimeout", s)
 		}
 		waitNodeScript(ctx, t, dyn, name, 30*time.Second, "halted", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageHalted && ns.Status.Failed == 1
+			return ns.Status.Stage == v1alpha1.StageHalted && ns.Status.Failed == 1
 		})
 	})
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeexec/nodeexec/internal/testcluster"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -225,7 +224,7 @@ spec:
   rollout: {canary: 0, maxConcurrency: "%d%%", maxFailures: "2%%"}
 `, name, pct))
 		ns := waitNodeScript(ctx, t, dyn, name, 20*time.Minute, "complete", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageComplete
+			return ns.Status.Stage == v1alpha1.StageComplete
 		})
 		took := time.Since(t0)
 		t.Logf("SIMULATED: %d nodes in %s (%.1f nodes/s), maxConcurrency %d, at most %d run pods at once",
@@ -238,7 +237,7 @@ spec:
 		}
 		total := 0
 		for _, node := range names {
-			r := pods.runs(node, watcher.ActionRun)
+			r := pods.runs(node, v1alpha1.ActionRun)
 			if len(r) != 1 {
 				t.Errorf("node %s: %d run pods, want 1", node, len(r))
 			}
@@ -273,7 +272,7 @@ spec:
   rollout: {canary: 0, maxConcurrency: 10, maxFailures: 3}
 `, name))
 		ns := waitNodeScript(ctx, t, dyn, name, 10*time.Minute, "halted", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageHalted && ns.Status.Running == 0
+			return ns.Status.Stage == v1alpha1.StageHalted && ns.Status.Running == 0
 		})
 		if c := findCond(ns, v1alpha1.ConditionHalted); c == nil || c.Reason != "ErrorBudgetExceeded" {
 			t.Errorf("Halted condition %+v", c)
@@ -281,9 +280,9 @@ spec:
 		if f := ns.Status.Failed; f < 4 || f > 3+10 {
 			t.Errorf("%d failed; want more than the budget of 3 and at most 3 + the 10 running", f)
 		}
-		started := pods.count(watcher.ActionRun)
+		started := pods.count(v1alpha1.ActionRun)
 		time.Sleep(5 * time.Second)
-		if after := pods.count(watcher.ActionRun); after != started {
+		if after := pods.count(v1alpha1.ActionRun); after != started {
 			t.Errorf("%d run pods created after the halt", after-started)
 		}
 		if started != int(ns.Status.Succeeded+ns.Status.Failed) {
@@ -305,7 +304,7 @@ spec:
   rollout: {canary: 0, maxConcurrency: 1, maxFailures: 3}
 `, name))
 		ns := waitNodeScript(ctx, t, dyn, name, 10*time.Minute, "halted", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.Stage == watcher.StageHalted && ns.Status.Running == 0
+			return ns.Status.Stage == v1alpha1.StageHalted && ns.Status.Running == 0
 		})
 		if ns.Status.Failed != 4 {
 			t.Errorf("%d failed with one node at a time and a budget of 3; want exactly 4 (status %+v)", ns.Status.Failed, ns.Status)

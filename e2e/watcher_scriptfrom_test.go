@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -28,12 +27,12 @@ func TestWatcherScriptFrom(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
 	startWatcher(t, dyn)
-	cms := env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace)
-	secrets := env.client.CoreV1().Secrets(watcher.DefaultNamespace)
+	cms := env.client.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace)
+	secrets := env.client.CoreV1().Secrets(v1alpha1.DefaultNamespace)
 
 	t.Run("configmap", func(t *testing.T) {
 		name := uniqueName("e2e-cmscript-")
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: watcher.DefaultNamespace}, Data: map[string]string{"run.sh": `echo "v1 on $NODE_NAME"`}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1alpha1.DefaultNamespace}, Data: map[string]string{"run.sh": `echo "v1 on $NODE_NAME"`}}
 		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +40,7 @@ func TestWatcherScriptFrom(t *testing.T) {
 		controlledFrom(ctx, t, dyn, name, fmt.Sprintf("{configMapKeyRef: {name: %s, key: run.sh}}", name))
 		h1 := complete(ctx, t, dyn, name, 2).Status.SpecHash
 		for _, node := range env.nodes[:2] {
-			if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun); !strings.Contains(out, "v1 on "+node) {
+			if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun); !strings.Contains(out, "v1 on "+node) {
 				t.Errorf("%s: output %q", node, out)
 			}
 		}
@@ -50,11 +49,11 @@ func TestWatcherScriptFrom(t *testing.T) {
 			t.Fatal(err)
 		}
 		ns := waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete with the edited script", func(ns *v1alpha1.NodeScript) bool {
-			return ns.Status.SpecHash != h1 && ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+			return ns.Status.SpecHash != h1 && ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 		})
 		for _, node := range env.nodes[:2] {
 			s, _ := nodeState(ctx, t, node, name)
-			if out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun); s.Hash != ns.Status.SpecHash || !strings.Contains(out, "v2 on "+node) {
+			if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun); s.Hash != ns.Status.SpecHash || !strings.Contains(out, "v2 on "+node) {
 				t.Errorf("%s: state %+v, output %q; want the edited script's run", node, s, out)
 			}
 		}
@@ -63,7 +62,7 @@ func TestWatcherScriptFrom(t *testing.T) {
 	t.Run("secret", func(t *testing.T) {
 		name := uniqueName("e2e-secscript-")
 		marker := "only-in-the-secret-" + name
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: watcher.DefaultNamespace},
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1alpha1.DefaultNamespace},
 			StringData: map[string]string{"run.sh": fmt.Sprintf(`X=%s; echo "secret script ran on $NODE_NAME (${#X} bytes)"`, marker)}}
 		if _, err := secrets.Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -72,7 +71,7 @@ func TestWatcherScriptFrom(t *testing.T) {
 		controlledFrom(ctx, t, dyn, name, fmt.Sprintf("{secretKeyRef: {name: %s, key: run.sh}}", name))
 		ns := complete(ctx, t, dyn, name, 2)
 		for _, node := range env.nodes[:2] {
-			out := nodeOutput(ctx, t, watcher.DefaultNamespace, name, node, watcher.ActionRun)
+			out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, node, v1alpha1.ActionRun)
 			if !strings.Contains(out, fmt.Sprintf("secret script ran on %s (%d bytes)", node, len(marker))) {
 				t.Errorf("%s: output %q", node, out)
 			}
@@ -109,10 +108,10 @@ func TestWatcherConfigMapEnv(t *testing.T) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
 	startWatcher(t, dyn)
-	cms := env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace)
+	cms := env.client.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace)
 	name := uniqueName("e2e-cmenv-")
 	for cm, data := range map[string]map[string]string{name + "-one": {"LEVEL": "debug", "IGNORED": "x"}, name + "-all": {"REGION": "eu-1", "ZONE": "b"}} {
-		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm, Namespace: watcher.DefaultNamespace}, Data: data}, metav1.CreateOptions{}); err != nil {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm, Namespace: v1alpha1.DefaultNamespace}, Data: data}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cms.Delete(context.Background(), cm, metav1.DeleteOptions{}) })
@@ -124,7 +123,7 @@ func TestWatcherConfigMapEnv(t *testing.T) {
 `, name, name))
 	complete(ctx, t, dyn, printer, 2)
 	for _, node := range env.nodes[:2] {
-		if out := nodeOutput(ctx, t, watcher.DefaultNamespace, printer, node, watcher.ActionRun); !strings.Contains(out, "level=debug region=eu-1 zone=b ignored=unset") {
+		if out := nodeOutput(ctx, t, v1alpha1.DefaultNamespace, printer, node, v1alpha1.ActionRun); !strings.Contains(out, "level=debug region=eu-1 zone=b ignored=unset") {
 			t.Errorf("%s: output %q", node, out)
 		}
 	}

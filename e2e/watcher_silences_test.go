@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -113,10 +114,10 @@ spec:
 `, name, onlyNode(node), env.cluster.AlertmanagerURL()))
 
 	// 1. The Alertmanager is down: SilenceFailed, never cordoned.
-	var s watcher.NodeState
+	var s nodescripts.NodeState
 	if !waitFor(60*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, node, name)
-		return s.Phase == watcher.PhaseFailed && s.Reason == watcher.ReasonSilenceFailed
+		return s.Phase == v1alpha1.PhaseFailed && s.Reason == v1alpha1.ReasonSilenceFailed
 	}) {
 		t.Fatalf("node %s: %+v, want a SilenceFailed infrastructure failure", node, s)
 	}
@@ -136,7 +137,7 @@ spec:
 	var active amSilence
 	if !waitFor(60*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, node, name)
-		if s.Phase != watcher.PhaseRunning || len(s.Silences) == 0 {
+		if s.Phase != v1alpha1.PhaseRunning || len(s.Silences) == 0 {
 			return false
 		}
 		list, err := amSilences(ctx, name)
@@ -161,13 +162,13 @@ spec:
 		hasNode = hasNode || (m.Name == "node" && m.Value == node && m.IsEqual && !m.IsRegex)
 		hasAlert = hasAlert || (m.Name == "alertname" && m.Value == "NodeexecSilenceTest" && m.IsEqual)
 	}
-	if !hasNode || !hasAlert || active.Creator != watcher.SilenceCreatedBy || !strings.HasPrefix(active.Comment, "e2e | ") || !strings.Contains(active.Comment, node) {
-		t.Errorf("silence %+v: want the matchers alertname and node=%s, createdBy %s, the comment naming the node", active, node, watcher.SilenceCreatedBy)
+	if !hasNode || !hasAlert || active.Creator != v1alpha1.SilenceCreatedBy || !strings.HasPrefix(active.Comment, "e2e | ") || !strings.Contains(active.Comment, node) {
+		t.Errorf("silence %+v: want the matchers alertname and node=%s, createdBy %s, the comment naming the node", active, node, v1alpha1.SilenceCreatedBy)
 	}
 
 	// 3. Done: uncordoned, the silence expired and no longer recorded.
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1
 	})
 	if !waitFor(20*time.Second, func() bool {
 		s, _ = nodeState(ctx, t, node, name)
@@ -187,7 +188,7 @@ spec:
 			t.Errorf("silence %s is %s after the node's maintenance, want expired", sil.ID, sil.Status.State)
 		}
 	}
-	for _, reason := range []string{watcher.ReasonSilenceFailed, watcher.ReasonSilenceCreated, watcher.ReasonSilenceExpired} {
+	for _, reason := range []string{v1alpha1.ReasonSilenceFailed, v1alpha1.ReasonSilenceCreated, v1alpha1.ReasonSilenceExpired} {
 		events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason})
 		if err != nil || !strings.Contains(fmt.Sprint(events.Items), name) {
 			t.Errorf("no %s Event on %s naming %s: %v", reason, node, name, err)

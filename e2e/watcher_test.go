@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
@@ -68,7 +70,7 @@ func watcherSetup(t testing.TB) dynamic.Interface {
 			err = errors.New("the NodeScript CRD was not served within 30s")
 			return
 		}
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: watcher.DefaultNamespace,
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultNamespace,
 			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
 		if _, e := env.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); e != nil && !apierrors.IsAlreadyExists(e) {
 			err = e
@@ -117,11 +119,11 @@ func startWatcherWith(t testing.TB, o watcher.Options) (stop func()) {
 // applyNodeScript applies a NodeScript from YAML through the library.
 func applyNodeScript(ctx context.Context, t testing.TB, dyn dynamic.Interface, doc string) {
 	t.Helper()
-	scripts, err := watcher.ParseNodeScripts(strings.NewReader(doc))
+	scripts, err := nodescripts.ParseNodeScripts(strings.NewReader(doc))
 	if err != nil {
 		t.Fatalf("parse: %v\n%s", err, doc)
 	}
-	if _, err := watcher.Apply(ctx, dyn, scripts); err != nil {
+	if _, err := nodescripts.Apply(ctx, dyn, scripts); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 }
@@ -133,16 +135,16 @@ func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordo
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{})
-		sel := watcher.LabelNodeScript + "=" + name
-		_ = env.client.CoreV1().Pods(watcher.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+		sel := v1alpha1.LabelNodeScript + "=" + name
+		_ = env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 		nodes, _ := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		keys := []string{watcher.StateAnnotation(name), watcher.RerunAnnotation(name), watcher.IgnoreAnnotation(name)}
+		keys := []string{nodescripts.StateAnnotation(name), nodescripts.RerunAnnotation(name), nodescripts.IgnoreAnnotation(name)}
 		for _, n := range nodes.Items {
 			if n.Labels["type"] == "kwok" {
 				continue // simulated nodes are deleted with their annotations
 			}
 			for _, c := range n.Status.Conditions {
-				if c.Type == watcher.ConditionType(name) {
+				if c.Type == nodescripts.ConditionType(name) {
 					patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, c.Type)
 					_, _ = env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 				}
@@ -164,9 +166,9 @@ func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordo
 		}
 		// The watcher's finalizer goes too, in case no watcher runs any more.
 		_, _ = dyn.Resource(v1alpha1.Resource).Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
-		_ = env.client.CoreV1().ConfigMaps(watcher.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+		_ = env.client.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 		waitFor(30*time.Second, func() bool {
-			l, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			l, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 			return err == nil && len(l.Items) == 0
 		})
 	})
@@ -177,7 +179,7 @@ func cleanupNodeScript(t testing.TB, dyn dynamic.Interface, name string, uncordo
 // output, "" without one.
 func nodeOutput(ctx context.Context, t testing.TB, namespace, name, node, action string) string {
 	t.Helper()
-	cm, err := env.client.CoreV1().ConfigMaps(namespace).Get(ctx, watcher.OutputRecordName(name, node), metav1.GetOptions{})
+	cm, err := env.client.CoreV1().ConfigMaps(namespace).Get(ctx, nodescripts.OutputRecordName(name, node), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return ""
 	}
@@ -192,7 +194,7 @@ func waitNodeScript(ctx context.Context, t testing.TB, dyn dynamic.Interface, na
 	t.Helper()
 	var last *v1alpha1.NodeScript
 	ok := waitFor(timeout, func() bool {
-		ns, err := watcher.Get(ctx, dyn, name)
+		ns, err := nodescripts.Get(ctx, dyn, name)
 		if err != nil {
 			return false
 		}
@@ -210,19 +212,19 @@ func waitNodeScript(ctx context.Context, t testing.TB, dyn dynamic.Interface, na
 }
 
 // nodeState reads a node's state for a NodeScript.
-func nodeState(ctx context.Context, t testing.TB, node, name string) (watcher.NodeState, *corev1.Node) {
+func nodeState(ctx context.Context, t testing.TB, node, name string) (nodescripts.NodeState, *corev1.Node) {
 	t.Helper()
 	n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := watcher.DecodeState(n.Annotations, name)
+	s, err := nodescripts.DecodeState(n.Annotations, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The run pod is the record while it goes, as nodeexec status shows it.
 	pods, err := env.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		LabelSelector: watcher.LabelNodeScript + "=" + name + "," + watcher.LabelAction + " in (check,run)",
+		LabelSelector: v1alpha1.LabelNodeScript + "=" + name + "," + v1alpha1.LabelAction + " in (check,run)",
 		FieldSelector: "spec.nodeName=" + node,
 	})
 	if err != nil {
@@ -236,7 +238,7 @@ func nodeState(ctx context.Context, t testing.TB, node, name string) (watcher.No
 			going = p
 		}
 	}
-	return watcher.WithRunPod(s, going), n
+	return nodescripts.WithRunPod(s, going), n
 }
 
 // podLog records, from a watch, every pod a NodeScript's watcher created:
@@ -262,8 +264,8 @@ func recordPods(t testing.TB, name string) *podLog {
 		cancel: cancel, finished: make(chan struct{})}
 	// An informer, not a bare watch: the reflector relists and rewatches
 	// when the API server's watch cache lags ("too large resource version").
-	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(watcher.DefaultNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = watcher.LabelNodeScript + "=" + name }))
+	factory := informers.NewSharedInformerFactoryWithOptions(env.client, 0, informers.WithNamespace(v1alpha1.DefaultNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.LabelNodeScript + "=" + name }))
 	inf := factory.Core().V1().Pods().Informer()
 	seen := func(obj any, deleted bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -275,7 +277,7 @@ func recordPods(t testing.TB, name string) *podLog {
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		key := p.Spec.NodeName + "/" + p.Labels[watcher.LabelAction]
+		key := p.Spec.NodeName + "/" + p.Labels[v1alpha1.LabelAction]
 		if !l.seen[p.UID] {
 			l.seen[p.UID] = true
 			l.created[p.Name] = time.Now()
@@ -284,7 +286,7 @@ func recordPods(t testing.TB, name string) *podLog {
 		switch {
 		case deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 			delete(l.live, p.UID)
-		case p.Labels[watcher.LabelAction] == watcher.ActionRun:
+		case p.Labels[v1alpha1.LabelAction] == v1alpha1.ActionRun:
 			l.live[p.UID] = true
 		}
 		l.maxLive = max(l.maxLive, len(l.live))
@@ -368,9 +370,9 @@ spec:
   rollout: {canary: 1, maxConcurrency: 2}
 `, name, realNodes))
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete on one node", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 1 && ns.Status.Nodes == 1
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 1 && ns.Status.Nodes == 1
 	})
-	if s, _ := nodeState(ctx, t, first, name); s.Phase != watcher.PhaseSucceeded || nodeOutput(ctx, t, watcher.DefaultNamespace, name, first, watcher.ActionRun) != "fixed "+first+"\n" {
+	if s, _ := nodeState(ctx, t, first, name); s.Phase != v1alpha1.PhaseSucceeded || nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, first, v1alpha1.ActionRun) != "fixed "+first+"\n" {
 		t.Fatalf("node %s state %+v; want Succeeded with output %q", first, s, "fixed "+first)
 	}
 
@@ -392,9 +394,9 @@ spec:
 		}
 	}
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete on both nodes", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2 && ns.Status.Nodes == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2 && ns.Status.Nodes == 2
 	})
-	runs := pods.runs(second, watcher.ActionRun)
+	runs := pods.runs(second, v1alpha1.ActionRun)
 	if len(runs) != 1 {
 		t.Fatalf("run pods on %s: %v, want exactly one", second, runs)
 	}
@@ -404,16 +406,16 @@ spec:
 	if reaction > 10*time.Second {
 		t.Errorf("the run pod on the joining node was created %s after it became Ready; want within seconds", reaction)
 	}
-	if s, _ := nodeState(ctx, t, second, name); s.Phase != watcher.PhaseSucceeded || *s.ExitCode != 0 || s.Attempts != 1 || nodeOutput(ctx, t, watcher.DefaultNamespace, name, second, watcher.ActionRun) != "fixed "+second+"\n" {
+	if s, _ := nodeState(ctx, t, second, name); s.Phase != v1alpha1.PhaseSucceeded || *s.ExitCode != 0 || s.Attempts != 1 || nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, second, v1alpha1.ActionRun) != "fixed "+second+"\n" {
 		t.Errorf("node %s state %+v", second, s)
 	}
 	if c := findCond(ns, v1alpha1.ConditionComplete); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Complete condition %+v", c)
 	}
 	// Successes are aggregated: one Event on the NodeScript per reconcile, naming the nodes.
-	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=NodeScript,involvedObject.name=" + name + ",reason=" + watcher.ReasonSucceeded})
+	events, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=NodeScript,involvedObject.name=" + name + ",reason=" + v1alpha1.ReasonSucceeded})
 	if err != nil || !slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return strings.Contains(e.Message, second) }) {
-		t.Errorf("no %s event on %s naming node %s (%v)", watcher.ReasonSucceeded, name, second, err)
+		t.Errorf("no %s event on %s naming node %s (%v)", v1alpha1.ReasonSucceeded, name, second, err)
 	}
 }
 
@@ -453,39 +455,39 @@ spec:
 	}
 	applyNodeScript(ctx, t, dyn, doc(`echo "broken on $NODE_NAME" >&2; exit 3`))
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "halted with the canary rolled back", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageHalted && ns.Status.RolledBack == 1
+		return ns.Status.Stage == v1alpha1.StageHalted && ns.Status.RolledBack == 1
 	})
 	if c := findCond(ns, v1alpha1.ConditionHalted); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "CanaryFailed" {
 		t.Errorf("Halted condition %+v; want True, CanaryFailed", c)
 	}
 	var canary, other string
 	for _, n := range env.nodes[:2] {
-		if len(pods.runs(n, watcher.ActionRun)) > 0 {
+		if len(pods.runs(n, v1alpha1.ActionRun)) > 0 {
 			canary = n
 		} else {
 			other = n
 		}
 	}
 	if canary == "" || other == "" {
-		t.Fatalf("want the script run on exactly one node; runs: %v, %v", pods.runs(env.nodes[0], watcher.ActionRun), pods.runs(env.nodes[1], watcher.ActionRun))
+		t.Fatalf("want the script run on exactly one node; runs: %v, %v", pods.runs(env.nodes[0], v1alpha1.ActionRun), pods.runs(env.nodes[1], v1alpha1.ActionRun))
 	}
 	s, n := nodeState(ctx, t, canary, name)
-	if s.Phase != watcher.PhaseRolledBack || s.ExitCode == nil || *s.ExitCode != 3 || s.Rollback != watcher.PhaseSucceeded ||
-		!s.Cordoned || !s.CordonedByUs || !strings.Contains(nodeOutput(ctx, t, watcher.DefaultNamespace, name, canary, watcher.ActionRun), "broken on "+canary) {
+	if s.Phase != v1alpha1.PhaseRolledBack || s.ExitCode == nil || *s.ExitCode != 3 || s.Rollback != v1alpha1.PhaseSucceeded ||
+		!s.Cordoned || !s.CordonedByUs || !strings.Contains(nodeOutput(ctx, t, v1alpha1.DefaultNamespace, name, canary, v1alpha1.ActionRun), "broken on "+canary) {
 		t.Errorf("canary %s state %+v", canary, s)
 	}
 	if !n.Spec.Unschedulable {
 		t.Errorf("canary %s is not cordoned", canary)
 	}
-	if got := pods.runs(canary, watcher.ActionRollback); len(got) != 1 {
+	if got := pods.runs(canary, v1alpha1.ActionRollback); len(got) != 1 {
 		t.Errorf("rollback pods on %s: %v, want one", canary, got)
 	}
 	// Nothing ran on the other node, and nothing will while halted.
 	time.Sleep(3 * time.Second)
-	if got := pods.runs(other, watcher.ActionRun); len(got) != 0 {
+	if got := pods.runs(other, v1alpha1.ActionRun); len(got) != 0 {
 		t.Fatalf("pods ran on %s while the canary failed: %v", other, got)
 	}
-	if s, n := nodeState(ctx, t, other, name); s.Phase != watcher.PhasePending || n.Spec.Unschedulable {
+	if s, n := nodeState(ctx, t, other, name); s.Phase != v1alpha1.PhasePending || n.Spec.Unschedulable {
 		t.Errorf("other node %s: state %+v, unschedulable %t", other, s, n.Spec.Unschedulable)
 	}
 
@@ -493,7 +495,7 @@ spec:
 	// uncordoned once the corrected script succeeded there.
 	applyNodeScript(ctx, t, dyn, doc(`echo "fixed $NODE_NAME"`))
 	waitNodeScript(ctx, t, dyn, name, 90*time.Second, "complete after the fix", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	if !waitFor(20*time.Second, func() bool {
 		s, n := nodeState(ctx, t, canary, name)
@@ -545,7 +547,7 @@ spec:
 	}
 	applyNodeScript(ctx, t, dyn, doc("true"))
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete after the fix", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete
+		return ns.Status.Stage == v1alpha1.StageComplete
 	})
 	if !waitFor(20*time.Second, func() bool {
 		_, n := nodeState(ctx, t, env.nodes[0], name)
@@ -578,13 +580,13 @@ spec:
   rollout: {canary: 1, promotion: Manual, maxConcurrency: 2}
 `, name, realNodes))
 	ns := waitNodeScript(ctx, t, dyn, name, 60*time.Second, "awaiting promotion", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageAwaitingPromotion
+		return ns.Status.Stage == v1alpha1.StageAwaitingPromotion
 	})
 	if ns.Status.Succeeded != 1 || ns.Status.Pending != 1 {
 		t.Fatalf("before promotion: %+v; want 1 succeeded, 1 pending", ns.Status)
 	}
 	time.Sleep(2 * time.Second)
-	total := len(pods.runs(env.nodes[0], watcher.ActionRun)) + len(pods.runs(env.nodes[1], watcher.ActionRun))
+	total := len(pods.runs(env.nodes[0], v1alpha1.ActionRun)) + len(pods.runs(env.nodes[1], v1alpha1.ActionRun))
 	if total != 1 {
 		t.Fatalf("%d run pods before promotion, want 1", total)
 	}
@@ -593,7 +595,7 @@ spec:
 		t.Fatalf("nodeexec promote: exit %d\n%s%s", code, out, errOut)
 	}
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "complete after promotion", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	out, errOut, code = cli(ctx, "", "status", name)
 	if code != 0 || strings.Count(out, "Succeeded") != 2 || !strings.Contains(out, "stage Complete") {
@@ -630,7 +632,7 @@ spec:
 	lease := "e2e-" + name
 	start := func() *exec.Cmd {
 		cmd := exec.Command(env.cli, "--kubeconfig", env.kubeconfig, "watch", "--leader-elect",
-			"--leader-election-namespace", watcher.DefaultNamespace, "--leader-election-id", lease)
+			"--leader-election-namespace", v1alpha1.DefaultNamespace, "--leader-election-id", lease)
 		cmd.Stderr = &syncBuffer{}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -639,7 +641,7 @@ spec:
 	}
 	first := start()
 	t.Cleanup(func() {
-		_ = env.client.CoordinationV1().Leases(watcher.DefaultNamespace).Delete(context.Background(), lease, metav1.DeleteOptions{})
+		_ = env.client.CoordinationV1().Leases(v1alpha1.DefaultNamespace).Delete(context.Background(), lease, metav1.DeleteOptions{})
 	})
 	waitNodeScript(ctx, t, dyn, name, 60*time.Second, "running on a node", func(ns *v1alpha1.NodeScript) bool {
 		return ns.Status.Running == 1
@@ -655,10 +657,10 @@ spec:
 		_ = second.Wait()
 	})
 	waitNodeScript(ctx, t, dyn, name, 120*time.Second, "complete after the restart", func(ns *v1alpha1.NodeScript) bool {
-		return ns.Status.Stage == watcher.StageComplete && ns.Status.Succeeded == 2
+		return ns.Status.Stage == v1alpha1.StageComplete && ns.Status.Succeeded == 2
 	})
 	for _, n := range env.nodes[:2] {
-		if got := pods.runs(n, watcher.ActionRun); len(got) != 1 {
+		if got := pods.runs(n, v1alpha1.ActionRun); len(got) != 1 {
 			t.Errorf("node %s: run pods %v, want exactly one", n, got)
 		}
 		// The default backend (nsenter) sees the node's own filesystem.
@@ -669,7 +671,7 @@ spec:
 		if lines := strings.Count(strings.TrimSpace(out), "\n") + 1; lines != 1 {
 			t.Errorf("node %s ran the script %d times:\n%s", n, lines, out)
 		}
-		if s, _ := nodeState(ctx, t, n, name); s.Attempts != 1 || s.Phase != watcher.PhaseSucceeded {
+		if s, _ := nodeState(ctx, t, n, name); s.Attempts != 1 || s.Phase != v1alpha1.PhaseSucceeded {
 			t.Errorf("node %s state %+v; want Succeeded on attempt 1", n, s)
 		}
 	}
@@ -746,20 +748,20 @@ spec:
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	sel := metav1.ListOptions{LabelSelector: watcher.LabelNodeScript + "=" + name}
-	pods, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).List(ctx, sel)
+	sel := metav1.ListOptions{LabelSelector: v1alpha1.LabelNodeScript + "=" + name}
+	pods, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, sel)
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("run pods: %v %v", pods, err)
 	}
 	if err := dyn.Resource(v1alpha1.Resource).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if ns, err := watcher.Get(ctx, dyn, name); err != nil || ns.DeletionTimestamp == nil {
-		t.Fatalf("deleted without a watcher: %v; want it Terminating, held by %s", err, watcher.Finalizer)
+	if ns, err := nodescripts.Get(ctx, dyn, name); err != nil || ns.DeletionTimestamp == nil {
+		t.Fatalf("deleted without a watcher: %v; want it Terminating, held by %s", err, v1alpha1.Finalizer)
 	}
 	startWatcher(t, dyn)
 	if !waitFor(60*time.Second, func() bool {
-		p, err := env.client.CoreV1().Pods(watcher.DefaultNamespace).Get(ctx, pods.Items[0].Name, metav1.GetOptions{})
+		p, err := env.client.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(ctx, pods.Items[0].Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
 	}) {
 		t.Errorf("the run pod %s was not deleted with its NodeScript", pods.Items[0].Name)

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/client-go/dynamic"
@@ -52,11 +54,11 @@ func run(ctx context.Context, file string) error {
 		return err
 	}
 	defer f.Close()
-	scripts, err := watcher.ParseNodeScripts(f) // every error names its field
+	scripts, err := nodescripts.ParseNodeScripts(f) // every error names its field
 	if err != nil {
 		return err
 	}
-	if _, err := watcher.Apply(ctx, dyn, scripts); err != nil {
+	if _, err := nodescripts.Apply(ctx, dyn, scripts); err != nil {
 		return err
 	}
 	w, err := watcher.New(watcher.Options{Client: client, Dynamic: dyn})

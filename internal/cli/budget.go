@@ -6,9 +6,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"k8s.io/client-go/dynamic"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -18,12 +19,12 @@ import (
 // nothing. One line per object, as kubectl apply prints.
 func applyManifests(ctx context.Context, out io.Writer, dyn dynamic.Interface, scripts []*v1alpha1.NodeScript, budgets []*v1alpha1.MaintenanceBudget) error {
 	if len(budgets) > 0 {
-		if _, err := watcher.ApplyBudgets(ctx, dyn, budgets, true); err != nil {
+		if _, err := nodescripts.ApplyBudgets(ctx, dyn, budgets, true); err != nil {
 			return err
 		}
 	}
 	if len(scripts) > 0 {
-		results, err := watcher.Apply(ctx, dyn, scripts)
+		results, err := nodescripts.Apply(ctx, dyn, scripts)
 		for i, r := range results {
 			fmt.Fprintf(out, "nodescript.nodeexec.io/%s %s\n", scripts[i].Name, r)
 		}
@@ -32,7 +33,7 @@ func applyManifests(ctx context.Context, out io.Writer, dyn dynamic.Interface, s
 		}
 	}
 	if len(budgets) > 0 {
-		results, err := watcher.ApplyBudgets(ctx, dyn, budgets, false)
+		results, err := nodescripts.ApplyBudgets(ctx, dyn, budgets, false)
 		for i, r := range results {
 			fmt.Fprintf(out, "maintenancebudget.nodeexec.io/%s %s\n", budgets[i].Name, r)
 		}
@@ -44,7 +45,7 @@ func applyManifests(ctx context.Context, out io.Writer, dyn dynamic.Interface, s
 // printBudget prints the NodeScript's budget, exclusivity and priority
 // lines of nodeexec status: the budget's count and the nodes out of
 // service with why.
-func printBudget(w io.Writer, rep *watcher.Report) {
+func printBudget(w io.Writer, rep *nodescripts.Report) {
 	s := rep.NodeScript.Spec
 	if s.Exclusive {
 		fmt.Fprintln(w, "exclusive: never runs on a node while another NodeScript runs there")

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,7 +70,7 @@ func applyCommand(streams Streams) *ucli.Command {
 				defer file.Close()
 				in = file
 			}
-			m, err := watcher.ParseAllManifests(in)
+			m, err := nodescripts.ParseAllManifests(in)
 			if err != nil {
 				return err
 			}
@@ -102,7 +104,7 @@ func statusCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := watcher.Status(c.Context, cs, dyn, nsName)
+			rep, err := nodescripts.Status(c.Context, cs, dyn, nsName)
 			if err != nil {
 				return printLeftStates(c.Context, streams.Out, cs, nsName, err)
 			}
@@ -117,7 +119,7 @@ func statusCommand(streams Streams) *ucli.Command {
 	}
 }
 
-func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
+func printReport(w io.Writer, rep *nodescripts.Report, now time.Time) {
 	ns, st := rep.NodeScript, rep.NodeScript.Status
 	fmt.Fprintf(w, "NodeScript %s  spec %s  stage %s\n", ns.Name, st.SpecHash, st.Stage)
 	fmt.Fprintf(w, "nodes %d: succeeded %d, failed %d, rolled back %d, running %d, pending %d",
@@ -138,7 +140,7 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 	case v1alpha1.RebootAlways:
 		fmt.Fprintln(w, "reboot: after each successful run")
 	case v1alpha1.RebootIfRequired:
-		fmt.Fprintf(w, "reboot: when a run leaves %s or exits %d\n", watcher.RebootSentinel(&ns.Spec), v1alpha1.ExitRebootRequired)
+		fmt.Fprintf(w, "reboot: when a run leaves %s or exits %d\n", nodescripts.RebootSentinel(&ns.Spec), v1alpha1.ExitRebootRequired)
 	}
 	for _, b := range st.Blocked {
 		fmt.Fprintf(w, "blocked: %s (spec.blockingPodSelector)\n", b)
@@ -172,12 +174,12 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 		fmt.Fprintf(w, "maintenance window closed: opens at %s (in %s)\n", st.NextWindow.UTC().Format(time.RFC3339), st.NextWindow.Sub(now).Round(time.Second))
 	}
 	printPostComplete(w, ns, now)
-	if until, set, err := watcher.RunNowUntil(ns); set {
+	if until, set, err := nodescripts.RunNowUntil(ns); set {
 		if err != nil {
 			fmt.Fprintf(w, "run-now: %v\n", err)
 		} else {
 			fmt.Fprintf(w, "run-now: runs may start outside the maintenance window until %s (asked by %s; nodeexec run-now %s --cancel)\n",
-				until.UTC().Format(time.RFC3339), orDash(ns.Annotations[watcher.AnnotationRunNowBy]), ns.Name)
+				until.UTC().Format(time.RFC3339), orDash(ns.Annotations[v1alpha1.AnnotationRunNowBy]), ns.Name)
 		}
 	}
 	if rep.RunsError != "" {
@@ -230,16 +232,16 @@ func printReport(w io.Writer, rep *watcher.Report, now time.Time) {
 			reason = strings.TrimSpace(reason + " hook:" + s.Hook)
 		}
 		reason = strings.TrimSpace(reason + " " + uninstallReason(s))
-		out := n.Output[watcher.ActionRun]
+		out := n.Output[v1alpha1.ActionRun]
 		switch {
 		case s.Reason == "VerifyFailed":
-			out = n.Output[watcher.ActionVerify]
-		case s.Phase == watcher.PhaseNotNeeded || s.Reason == watcher.ReasonCheckFailed || s.Reason == watcher.ReasonCheckNeeded:
-			out = n.Output[watcher.ActionCheck]
+			out = n.Output[v1alpha1.ActionVerify]
+		case s.Phase == v1alpha1.PhaseNotNeeded || s.Reason == v1alpha1.ReasonCheckFailed || s.Reason == v1alpha1.ReasonCheckNeeded:
+			out = n.Output[v1alpha1.ActionCheck]
 		}
 		out = strings.ReplaceAll(strings.TrimSpace(out), "\n", " | ")
-		if why, ok := drainBlocked[n.Node]; ok && s.Phase != watcher.PhaseRunning {
-			reason, out = watcher.ReasonDrainBlocked, why
+		if why, ok := drainBlocked[n.Node]; ok && s.Phase != v1alpha1.PhaseRunning {
+			reason, out = v1alpha1.ReasonDrainBlocked, why
 		}
 		if out == "" {
 			out = s.Message // an infrastructure failure's detail and fix
@@ -288,7 +290,7 @@ func promoteCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			ns, err := watcher.Promote(c.Context, dyn, nsName, c.String("to"))
+			ns, err := nodescripts.Promote(c.Context, dyn, nsName, c.String("to"))
 			if err != nil {
 				return err
 			}
@@ -317,7 +319,7 @@ func pauseCommand(streams Streams, paused bool) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			ns, err := watcher.SetPaused(c.Context, dyn, nsName, paused)
+			ns, err := nodescripts.SetPaused(c.Context, dyn, nsName, paused)
 			if err != nil {
 				return err
 			}
@@ -361,7 +363,7 @@ func rerunCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := watcher.Rerun(c.Context, cs, dyn, nsName, targets)
+			res, err := nodescripts.Rerun(c.Context, cs, dyn, nsName, targets)
 			if err != nil {
 				return err
 			}
@@ -405,7 +407,7 @@ func ignoreCommand(streams Streams, ignore bool) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			who, err := watcher.SetIgnored(c.Context, cs, dyn, nsName, nodes, ignore)
+			who, err := nodescripts.SetIgnored(c.Context, cs, dyn, nsName, nodes, ignore)
 			if err != nil {
 				return err
 			}
@@ -426,19 +428,19 @@ func runNowCommand(streams Streams) *ucli.Command {
 		Name:      "run-now",
 		Usage:     "let a NodeScript start runs outside its maintenance window for a while (or --cancel)",
 		ArgsUsage: "NAME",
-		Description: "Sets the annotations " + watcher.AnnotationRunNow + " (until when, RFC 3339) and " + watcher.AnnotationRunNowBy + " (who asked,\n" +
+		Description: "Sets the annotations " + v1alpha1.AnnotationRunNow + " (until when, RFC 3339) and " + v1alpha1.AnnotationRunNowBy + " (who asked,\n" +
 			"from a SelfSubjectReview) on the NodeScript; the watcher records them in an Event and removes them once expired.",
 		Flags: []ucli.Flag{
-			&ucli.DurationFlag{Name: "for", Value: watcher.DefaultRunNowFor, Usage: "how long runs may start outside the window (at most " + watcher.MaxRunNowFor.String() + ", a week)"},
+			&ucli.DurationFlag{Name: "for", Value: nodescripts.DefaultRunNowFor, Usage: "how long runs may start outside the window (at most " + nodescripts.MaxRunNowFor.String() + ", a week)"},
 			&ucli.BoolFlag{Name: "cancel", Usage: "remove the override: runs start only inside the window again"},
 		},
-		OnUsageError: durationLimits(map[string]time.Duration{"for": watcher.MaxRunNowFor}),
+		OnUsageError: durationLimits(map[string]time.Duration{"for": nodescripts.MaxRunNowFor}),
 		Action: func(c *ucli.Context) error {
 			nsName, err := nodeScriptArg(c, "run-now")
 			if err != nil {
 				return err
 			}
-			o := watcher.RunNowOptions{For: c.Duration("for"), Cancel: c.Bool("cancel")}
+			o := nodescripts.RunNowOptions{For: c.Duration("for"), Cancel: c.Bool("cancel")}
 			switch {
 			case o.Cancel && c.IsSet("for"):
 				return errors.New("--cancel removes the override: give --for only to set one")
@@ -446,14 +448,14 @@ func runNowCommand(streams Streams) *ucli.Command {
 				o.For = 0
 			case o.For <= 0:
 				return fmt.Errorf("--for %s: give a positive duration such as 1h", o.For)
-			case o.For > watcher.MaxRunNowFor:
-				return fmt.Errorf("--for %s: too long: at most %s (a week); to run outside the window for longer, change the NodeScript's spec.window", o.For, watcher.MaxRunNowFor)
+			case o.For > nodescripts.MaxRunNowFor:
+				return fmt.Errorf("--for %s: too long: at most %s (a week); to run outside the window for longer, change the NodeScript's spec.window", o.For, nodescripts.MaxRunNowFor)
 			}
 			cs, dyn, err := watcherClients(c)
 			if err != nil {
 				return err
 			}
-			res, err := watcher.RunNow(c.Context, cs, dyn, nsName, o)
+			res, err := nodescripts.RunNow(c.Context, cs, dyn, nsName, o)
 			if err != nil {
 				return err
 			}
@@ -480,7 +482,7 @@ func watchCommand(streams Streams) *ucli.Command {
 			"JSON lines on stderr. Stopping it at any moment is safe: the next start continues the rollouts.",
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "leader-elect", Usage: "hold a Lease so that only one of several replicas runs rollouts"},
-			&ucli.StringFlag{Name: "leader-election-namespace", Value: watcher.DefaultNamespace, Usage: "namespace of the Lease"},
+			&ucli.StringFlag{Name: "leader-election-namespace", Value: v1alpha1.DefaultNamespace, Usage: "namespace of the Lease"},
 			&ucli.StringFlag{Name: "leader-election-id", Value: "nodeexec-watcher", Usage: "name of the Lease"},
 			&ucli.StringFlag{Name: "metrics-bind-address", Value: "0", Usage: "`ADDRESS` to serve Prometheus metrics on /metrics, without authentication: " +
 				"bind it to localhost (127.0.0.1:8080, as deploy/ does) and expose it through an authenticating proxy such as kube-rbac-proxy (0 disables)"},
@@ -510,7 +512,7 @@ func watchCommand(streams Streams) *ucli.Command {
 				return fmt.Errorf("--leader-election-id %q: not a Lease name (%s)", c.String("leader-election-id"), strings.Join(msgs, "; "))
 			}
 			if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
-				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + watcher.DefaultNamespace + ")")
+				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + v1alpha1.DefaultNamespace + ")")
 			}
 			if d := c.Duration("pod-batch-period"); d < 0 {
 				return fmt.Errorf("--pod-batch-period %s: give a duration such as 1s, or 0 to reconcile on every pod event at once", d)

@@ -5,14 +5,15 @@ import (
 	"io"
 	"time"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
 // printHooks prints one line per hook of spec.hooks: the rollout hooks'
 // last Job from status.hooks (phase, spec hash, attempt, since, message),
 // and, for the node hooks, how many nodes are at each step (NodeState.Hook).
-func printHooks(w io.Writer, rep *watcher.Report, now time.Time) {
+func printHooks(w io.Writer, rep *nodescripts.Report, now time.Time) {
 	ns := rep.NodeScript
 	hooks := ns.Spec.Hooks
 	if hooks == nil {
@@ -22,13 +23,13 @@ func printHooks(w io.Writer, rep *watcher.Report, now time.Time) {
 	if ns.Status.Hooks != nil {
 		st = *ns.Status.Hooks
 	}
-	rollout := map[string]*v1alpha1.HookStatus{watcher.HookPreRollout: st.PreRollout, watcher.HookPostRollout: st.PostRollout}
+	rollout := map[string]*v1alpha1.HookStatus{v1alpha1.HookPreRollout: st.PreRollout, v1alpha1.HookPostRollout: st.PostRollout}
 	for _, name := range v1alpha1.HookNames() {
 		if hooks.HookByName(name) == nil {
 			continue
 		}
 		switch name {
-		case watcher.HookPreRollout, watcher.HookPostRollout:
+		case v1alpha1.HookPreRollout, v1alpha1.HookPostRollout:
 			hs := rollout[name]
 			if hs == nil || hs.Hash != ns.Status.SpecHash {
 				fmt.Fprintf(w, "hook %s: not run for spec %s\n", name, orDash(ns.Status.SpecHash))
@@ -51,7 +52,7 @@ func printHooks(w io.Writer, rep *watcher.Report, now time.Time) {
 				}
 			}
 			fmt.Fprintf(w, "hook %s: running on %d node(s), succeeded %d, failed %d\n", name,
-				counts[watcher.HookRunning], counts[watcher.HookSucceeded], counts[watcher.HookFailed])
+				counts[v1alpha1.HookRunning], counts[v1alpha1.HookSucceeded], counts[v1alpha1.HookFailed])
 		}
 	}
 }

@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -63,7 +64,7 @@ func printUninstall(w io.Writer, ns *v1alpha1.NodeScript) {
 
 // uninstallReason is the REASON column's part for a node's uninstall
 // record: "uninstall:PHASE", or "" without one.
-func uninstallReason(s watcher.NodeState) string {
+func uninstallReason(s nodescripts.NodeState) string {
 	if s.Uninstall == nil {
 		return ""
 	}
@@ -83,13 +84,13 @@ func printLeftStates(ctx context.Context, w io.Writer, cs kubernetes.Interface, 
 	if lerr != nil {
 		return err
 	}
-	key := watcher.StateAnnotation(name)
+	key := nodescripts.StateAnnotation(name)
 	var lines []string
 	for _, n := range nodes.Items {
 		if _, ok := n.Annotations[key]; !ok {
 			continue
 		}
-		s, derr := watcher.DecodeState(n.Annotations, name)
+		s, derr := nodescripts.DecodeState(n.Annotations, name)
 		line := n.Name + ": " + s.Phase
 		switch {
 		case derr != nil:

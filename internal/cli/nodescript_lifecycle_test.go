@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -53,9 +54,9 @@ func TestReapplyScheduleLine(t *testing.T) {
 
 // After the NodeScript is gone, status lists the nodes keeping its state.
 func TestPrintLeftStates(t *testing.T) {
-	s := watcher.NodeState{Hash: "h", Phase: watcher.PhaseSucceeded, Uninstall: &watcher.UninstallRecord{Phase: watcher.UninstallFailed, ExitCode: ptr.To(3)}}
+	s := nodescripts.NodeState{Hash: "h", Phase: v1alpha1.PhaseSucceeded, Uninstall: &nodescripts.UninstallRecord{Phase: v1alpha1.UninstallFailed, ExitCode: ptr.To(3)}}
 	cs := fake.NewSimpleClientset(
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Annotations: map[string]string{watcher.StateAnnotation("fix"): s.Encode()}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Annotations: map[string]string{nodescripts.StateAnnotation("fix"): s.Encode()}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "nodeexec.io", Resource: "nodescripts"}, "fix")
 	var b bytes.Buffer

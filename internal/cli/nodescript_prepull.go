@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -16,7 +17,7 @@ import (
 // spec.maintenance.prePull, spec.rollout.postCompleteDelay (and when the
 // next node may start, status.nextStart) and spec.postCompleteLabels.
 func printPostComplete(w io.Writer, ns *v1alpha1.NodeScript, now time.Time) {
-	if watcher.PrePulls(ns) {
+	if nodescripts.PrePulls(ns) {
 		fmt.Fprintln(w, "pre-pull: the run's image is pulled on each node before it is cordoned (spec.maintenance.prePull)")
 	}
 	if d := ns.Spec.Rollout.PostCompleteDelay; d != nil && d.Duration > 0 {

@@ -5,13 +5,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
 )
 
 // printSilences prints, under nodeexec status's node table, the
 // Alertmanager silences spec.maintenance.silences asks for and those each
 // node holds now (its state's record), one line each.
-func printSilences(w io.Writer, rep *watcher.Report, now time.Time) {
+func printSilences(w io.Writer, rep *nodescripts.Report, now time.Time) {
 	m := rep.NodeScript.Spec.Maintenance
 	if m == nil || len(m.Silences) == 0 {
 		held := false

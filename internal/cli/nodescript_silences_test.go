@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
 func TestPrintSilences(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	rep := &watcher.Report{NodeScript: &v1alpha1.NodeScript{Spec: v1alpha1.NodeScriptSpec{Maintenance: &v1alpha1.MaintenanceSpec{
+	rep := &nodescripts.Report{NodeScript: &v1alpha1.NodeScript{Spec: v1alpha1.NodeScriptSpec{Maintenance: &v1alpha1.MaintenanceSpec{
 		Cordon: true, Silences: []v1alpha1.Silence{{URL: "http://am:9093", NodeLabel: "node"}},
-	}}}, Nodes: []watcher.NodeReport{
-		{Node: "n1", State: watcher.NodeState{Silences: []watcher.HeldSilence{{URL: "http://am:9093", ID: "id-1", EndsAt: now.Add(40 * time.Minute)}}}},
+	}}}, Nodes: []nodescripts.NodeReport{
+		{Node: "n1", State: nodescripts.NodeState{Silences: []nodescripts.HeldSilence{{URL: "http://am:9093", ID: "id-1", EndsAt: now.Add(40 * time.Minute)}}}},
 		{Node: "n2"},
 	}}
 	var b bytes.Buffer
@@ -32,7 +33,7 @@ func TestPrintSilences(t *testing.T) {
 		t.Errorf("n2 holds nothing:\n%s", b.String())
 	}
 	b.Reset()
-	printSilences(&b, &watcher.Report{NodeScript: &v1alpha1.NodeScript{}}, now)
+	printSilences(&b, &nodescripts.Report{NodeScript: &v1alpha1.NodeScript{}}, now)
 	if b.Len() != 0 {
 		t.Errorf("no silences asked or held: printed %q", b.String())
 	}

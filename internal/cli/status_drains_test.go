@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -18,9 +19,9 @@ func TestStatusDrainBlocked(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"}}
 	ns.Status.DrainBlocked = []string{"node-1: PDB web/web blocks pod web/web-1"}
-	rep := &watcher.Report{NodeScript: ns, Nodes: []watcher.NodeReport{
-		{Node: "node-1", Selected: true, Current: true, State: watcher.NodeState{Phase: watcher.PhasePending}},
-		{Node: "node-2", Selected: true, Current: true, State: watcher.NodeState{Phase: watcher.PhaseRunning, Maintenance: watcher.MaintenanceDraining}},
+	rep := &nodescripts.Report{NodeScript: ns, Nodes: []nodescripts.NodeReport{
+		{Node: "node-1", Selected: true, Current: true, State: nodescripts.NodeState{Phase: v1alpha1.PhasePending}},
+		{Node: "node-2", Selected: true, Current: true, State: nodescripts.NodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceDraining}},
 	}}
 	var b bytes.Buffer
 	printReport(&b, rep, now)

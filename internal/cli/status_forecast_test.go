@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -23,7 +24,7 @@ func TestStatusForecast(t *testing.T) {
 		Drain: &v1alpha1.StepDurations{Samples: []int64{60}, P50: 60, P95: 60},
 	}
 	var b bytes.Buffer
-	printReport(&b, &watcher.Report{NodeScript: ns}, now)
+	printReport(&b, &nodescripts.Report{NodeScript: ns}, now)
 	for _, want := range []string{
 		"forecast: 14 node(s) left (30m0s per node at p50, 2 at once, 7 wave(s)) ≈ 2 window(s), done about Tue 2026-01-06 03:10 Europe/Berlin\n",
 		"durations (p50/p95, samples): drain 60s/60s (1), run 1800s/2400s (3)\n",

@@ -8,11 +8,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	ucli "github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/nodeexec/nodeexec/nodeexec/watcher"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -68,28 +69,28 @@ func windowsCommand(streams Streams) *ucli.Command {
 // maintenancecalendars.
 func printWindows(ctx context.Context, w io.Writer, dyn dynamic.Interface, nsName, cal string, n int, now time.Time) error {
 	var (
-		ops  []watcher.Opening
+		ops  []nodescripts.Opening
 		loc  = time.UTC
 		head string
 	)
 	if cal != "" {
-		c, err := watcher.GetCalendar(ctx, dyn, cal)
+		c, err := nodescripts.GetCalendar(ctx, dyn, cal)
 		if err != nil {
 			return err
 		}
 		if l, err := time.LoadLocation(c.Spec.TimeZone); err == nil {
 			loc = l
 		}
-		open, why, err := watcher.CalendarNow(c, now)
+		open, why, err := nodescripts.CalendarNow(c, now)
 		if err != nil {
 			return fmt.Errorf("maintenancecalendar %s: %w", cal, err)
 		}
 		head = fmt.Sprintf("MaintenanceCalendar %s (%s): %s: %s", cal, loc, openWord(open), why)
-		if ops, err = watcher.CalendarOpenings(c, now, n); err != nil {
+		if ops, err = nodescripts.CalendarOpenings(c, now, n); err != nil {
 			return fmt.Errorf("maintenancecalendar %s: %w", cal, err)
 		}
 	} else {
-		ns, err := watcher.Get(ctx, dyn, nsName)
+		ns, err := nodescripts.Get(ctx, dyn, nsName)
 		if err != nil {
 			return err
 		}
@@ -111,20 +112,20 @@ func printWindows(ctx context.Context, w io.Writer, dyn dynamic.Interface, nsNam
 			}
 		}
 		for _, r := range ns.Spec.WindowRefs {
-			if c, err := watcher.GetCalendar(ctx, dyn, r); err == nil && c.Spec.TimeZone != "" {
+			if c, err := nodescripts.GetCalendar(ctx, dyn, r); err == nil && c.Spec.TimeZone != "" {
 				if l, err := time.LoadLocation(c.Spec.TimeZone); err == nil {
 					loc = l
 				}
 				break
 			}
 		}
-		if ops, err = watcher.Openings(ctx, dyn, ns, now, n); err != nil {
+		if ops, err = nodescripts.Openings(ctx, dyn, ns, now, n); err != nil {
 			return fmt.Errorf("%w (the watcher starts nothing while so)", err)
 		}
 	}
 	fmt.Fprintln(w, head)
 	if len(ops) == 0 {
-		fmt.Fprintf(w, "no opening within %s\n", watcher.OpeningsHorizon)
+		fmt.Fprintf(w, "no opening within %s\n", nodescripts.OpeningsHorizon)
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -168,9 +169,9 @@ func printCalendars(w io.Writer, ns *v1alpha1.NodeScript) {
 // checked by the API server (dry-run) first, then the NodeScripts and
 // MaintenanceBudgets (applyManifests), then the calendars, so that a
 // refused object applies nothing.
-func applyAll(ctx context.Context, out io.Writer, dyn dynamic.Interface, m watcher.Manifests) error {
+func applyAll(ctx context.Context, out io.Writer, dyn dynamic.Interface, m nodescripts.Manifests) error {
 	if len(m.Calendars) > 0 {
-		if _, err := watcher.ApplyCalendars(ctx, dyn, m.Calendars, true); err != nil {
+		if _, err := nodescripts.ApplyCalendars(ctx, dyn, m.Calendars, true); err != nil {
 			return err
 		}
 	}
@@ -180,7 +181,7 @@ func applyAll(ctx context.Context, out io.Writer, dyn dynamic.Interface, m watch
 	if len(m.Calendars) == 0 {
 		return nil
 	}
-	results, err := watcher.ApplyCalendars(ctx, dyn, m.Calendars, false)
+	results, err := nodescripts.ApplyCalendars(ctx, dyn, m.Calendars, false)
 	for i, r := range results {
 		fmt.Fprintf(out, "maintenancecalendar.nodeexec.io/%s %s\n", m.Calendars[i].Name, r)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -29,29 +31,9 @@ import (
 // node state, so the rollout halts and the failure policy's rollback
 // machinery runs spec.rollbackScript there.
 
-// Event reasons and the halt reason of canary analysis.
-const (
-	// ReasonAnalysisFailed is the reason of a canary's failure and of the
-	// Halted condition when the analysis found a regression.
-	ReasonAnalysisFailed = "AnalysisFailed"
-	// ReasonCanaryRegressed: a check found the canaries worse than the
-	// baseline or the threshold, with the numbers (Warning, on the
-	// NodeScript).
-	ReasonCanaryRegressed = "CanaryRegressed"
-	// ReasonAnalysisInconclusive, ReasonAnalysisError: a check could not
-	// judge (a canary without a series, no baseline) or failed (the query
-	// failed); recorded when the verdict becomes so (Warning, on the
-	// NodeScript). Promotion waits.
-	ReasonAnalysisInconclusive = "AnalysisInconclusive"
-	ReasonAnalysisError        = "AnalysisError"
-	// ReasonAnalysisPassed: a check passed after one that did not (or the
-	// first check passed) (Normal, on the NodeScript).
-	ReasonAnalysisPassed = "AnalysisPassed"
-)
-
-// AnalysisQueryTimeout bounds one analysis query (the HTTP request and
+// analysisQueryTimeout bounds one analysis query (the HTTP request and
 // Prometheus' own evaluation): a query that takes longer is an Error.
-const AnalysisQueryTimeout = 10 * time.Second
+const analysisQueryTimeout = 10 * time.Second
 
 // analysisMemo keeps, per NodeScript, the last analysis record this process
 // made and when (to the nanosecond): the status that holds it may not be
@@ -106,10 +88,10 @@ func newAnalysisChecks() *prometheus.CounterVec {
 // until the checks passed, and halts on the canaries a regression failed);
 // d.Analysis is the record, for the status. The time is decideDrainable's
 // recheck.
-func (c *controller) decideAnalyzed(ctx context.Context, ns *v1alpha1.NodeScript, hash string, nodes []Node, cached nodeSet, now time.Time) (Decision, time.Time, error) {
+func (c *controller) decideAnalyzed(ctx context.Context, ns *v1alpha1.NodeScript, hash string, nodes []rolloutNode, cached nodeSet, now time.Time) (decision, time.Time, error) {
 	analyzed, rec, err := c.analyze(ctx, ns, hash, nodes, cached, now)
 	if err != nil {
-		return Decision{}, time.Time{}, err
+		return decision{}, time.Time{}, err
 	}
 	d, recheck, err := c.decideDrainable(ctx, analyzed, nodes, cached, now)
 	d.Analysis = rec
@@ -125,7 +107,7 @@ func (c *controller) decideAnalyzed(ctx context.Context, ns *v1alpha1.NodeScript
 // marks the canaries Failed (reason AnalysisFailed) in nodes and in their
 // node state, once. Errors are the node state writes'; a query that fails
 // is a record with verdict Error, never an error here.
-func (c *controller) analyze(ctx context.Context, ns *v1alpha1.NodeScript, hash string, nodes []Node, cached nodeSet, now time.Time) (*v1alpha1.NodeScript, *v1alpha1.AnalysisStatus, error) {
+func (c *controller) analyze(ctx context.Context, ns *v1alpha1.NodeScript, hash string, nodes []rolloutNode, cached nodeSet, now time.Time) (*v1alpha1.NodeScript, *v1alpha1.AnalysisStatus, error) {
 	a := ns.Spec.Rollout.Analysis
 	if a == nil {
 		return ns, nil, nil
@@ -140,7 +122,7 @@ func (c *controller) analyze(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	if rec != nil && rec.SpecHash != hash {
 		rec, last = nil, time.Time{}
 	}
-	d, err := Decide(withAnalysis(ns, rec), nodes, now)
+	d, err := computeDecision(withAnalysis(ns, rec), nodes, now)
 	if err != nil {
 		return ns, rec, nil // decideUnblocked reports it
 	}
@@ -150,7 +132,7 @@ func (c *controller) analyze(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 		// restart) are marked failed now, without another query.
 		return withAnalysis(ns, rec), rec, c.failCanaries(ctx, ns, hash, rec, canaries, nodes, cached, now)
 	}
-	if d.Stage != StageSoaking || (!last.IsZero() && now.Sub(last) < analysisInterval(a)) {
+	if d.Stage != v1alpha1.StageSoaking || (!last.IsZero() && now.Sub(last) < analysisInterval(a)) {
 		return withAnalysis(ns, rec), rec, nil
 	}
 	index := make(map[string]int, len(nodes))
@@ -177,15 +159,15 @@ func (c *controller) analyze(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	if rec == nil || rec.Verdict != res.Verdict {
 		switch res.Verdict {
 		case v1alpha1.VerdictPassed:
-			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonAnalysisPassed, "canary analysis passed: %s", res.Message)
+			c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonAnalysisPassed, "canary analysis passed: %s", res.Message)
 		case v1alpha1.VerdictInconclusive:
-			c.events.Eventf(ns, corev1.EventTypeWarning, ReasonAnalysisInconclusive, "canary analysis inconclusive, promotion waits: %s", res.Message)
+			c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonAnalysisInconclusive, "canary analysis inconclusive, promotion waits: %s", res.Message)
 		case v1alpha1.VerdictError:
-			c.events.Eventf(ns, corev1.EventTypeWarning, ReasonAnalysisError, "canary analysis failed, promotion waits: %s", res.Message)
+			c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonAnalysisError, "canary analysis failed, promotion waits: %s", res.Message)
 		}
 	}
 	if res.Verdict == v1alpha1.VerdictRegressed {
-		c.events.Eventf(ns, corev1.EventTypeWarning, ReasonCanaryRegressed, "canary analysis: %s; halting the rollout and rolling back the canaries (%s)", res.Message, strings.Join(canaries, ", "))
+		c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonCanaryRegressed, "canary analysis: %s; halting the rollout and rolling back the canaries (%s)", res.Message, strings.Join(canaries, ", "))
 		return withAnalysis(ns, next), next, c.failCanaries(ctx, ns, hash, next, canaries, nodes, cached, now)
 	}
 	return withAnalysis(ns, next), next, nil
@@ -194,15 +176,15 @@ func (c *controller) analyze(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 // failCanaries marks each canary that is Succeeded at hash Failed with
 // reason AnalysisFailed and rec's message, in nodes and in its node state,
 // in parallel; the failure policy then rolls it back (analysisRollback).
-func (c *controller) failCanaries(ctx context.Context, ns *v1alpha1.NodeScript, hash string, rec *v1alpha1.AnalysisStatus, canaries []string, nodes []Node, cached nodeSet, now time.Time) error {
+func (c *controller) failCanaries(ctx context.Context, ns *v1alpha1.NodeScript, hash string, rec *v1alpha1.AnalysisStatus, canaries []string, nodes []rolloutNode, cached nodeSet, now time.Time) error {
 	var work []func() error
 	for i := range nodes {
 		s := nodes[i].State
 		n := cached.byName[nodes[i].Name]
-		if n == nil || !slices.Contains(canaries, nodes[i].Name) || s.Hash != hash || s.Phase != PhaseSucceeded {
+		if n == nil || !slices.Contains(canaries, nodes[i].Name) || s.Hash != hash || s.Phase != v1alpha1.PhaseSucceeded {
 			continue
 		}
-		s.Phase, s.Reason, s.Message, s.Since = PhaseFailed, ReasonAnalysisFailed, rec.Message, now
+		s.Phase, s.Reason, s.Message, s.Since = v1alpha1.PhaseFailed, v1alpha1.ReasonAnalysisFailed, rec.Message, now
 		nodes[i].State = s
 		work = append(work, func() error { return c.w.writeState(ctx, ns, n, s) })
 	}
@@ -215,14 +197,14 @@ func (c *controller) failCanaries(ctx context.Context, ns *v1alpha1.NodeScript, 
 // analysisRollback reports whether spec.rollbackScript runs on a node
 // whose state is s because the canary analysis failed it (whatever
 // spec.onFailure.rollback says).
-func analysisRollback(ns *v1alpha1.NodeScript, s NodeState) bool {
-	return s.Reason == ReasonAnalysisFailed && strings.TrimSpace(ns.Spec.RollbackScript) != ""
+func analysisRollback(ns *v1alpha1.NodeScript, s nodeState) bool {
+	return s.Reason == v1alpha1.ReasonAnalysisFailed && strings.TrimSpace(ns.Spec.RollbackScript) != ""
 }
 
 // analysisHaltReason is the halt reason for a canary the analysis failed:
 // "AnalysisFailed: " and the numbers.
-func analysisHaltReason(node string, s NodeState) string {
-	return fmt.Sprintf("%s: canary %s: %s", ReasonAnalysisFailed, node, s.Message)
+func analysisHaltReason(node string, s nodeState) string {
+	return fmt.Sprintf("%s: canary %s: %s", v1alpha1.ReasonAnalysisFailed, node, s.Message)
 }
 
 // analysisHolds reports whether ns's analysis keeps the canaries soaking
@@ -252,8 +234,8 @@ func analysisHolds(ns *v1alpha1.NodeScript, hash string, canaries []entry, now t
 
 // analysisNote is what the Progressing condition adds while the canaries
 // soak under an analysis: the last verdict and its message.
-func analysisNote(d Decision) string {
-	if d.Stage != StageSoaking || d.Analysis == nil {
+func analysisNote(d decision) string {
+	if d.Stage != v1alpha1.StageSoaking || d.Analysis == nil {
 		return ""
 	}
 	return fmt.Sprintf("; canary analysis %s: %s", d.Analysis.Verdict, d.Analysis.Message)
@@ -280,14 +262,14 @@ func analysisInterval(a *v1alpha1.CanaryAnalysis) time.Duration {
 // analysisBaseline is the baseline of an analysis at hash: the selected
 // nodes that are not canaries and have not run hash (Pending, or
 // NotNeeded: checkScript found them fine as they are).
-func analysisBaseline(ns *v1alpha1.NodeScript, hash string, nodes []Node, canaries []string) []string {
+func analysisBaseline(ns *v1alpha1.NodeScript, hash string, nodes []rolloutNode, canaries []string) []string {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var out []string
 	for _, n := range nodes {
-		if n.Ignored || !selects(&ns.Spec, sel, n.Name, n.Labels) || slices.Contains(canaries, n.Name) {
+		if n.Ignored || !nodescript.Selects(&ns.Spec, sel, n.Name, n.Labels) || slices.Contains(canaries, n.Name) {
 			continue
 		}
-		if n.State.Hash == hash && n.State.Phase != PhasePending && n.State.Phase != PhaseNotNeeded {
+		if n.State.Hash == hash && n.State.Phase != v1alpha1.PhasePending && n.State.Phase != v1alpha1.PhaseNotNeeded {
 			continue
 		}
 		out = append(out, n.Name)
@@ -347,13 +329,13 @@ func queryAnalysis(ctx context.Context, a *v1alpha1.CanaryAnalysis, at time.Time
 	if err != nil {
 		return nil, fmt.Errorf("prometheus %s: %w", a.URL, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, AnalysisQueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, analysisQueryTimeout)
 	defer cancel()
-	v, _, _, err := promv1.NewAPI(client).Query(ctx, a.Query, at, promv1.WithTimeout(AnalysisQueryTimeout))
+	v, _, _, err := promv1.NewAPI(client).Query(ctx, a.Query, at, promv1.WithTimeout(analysisQueryTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus %s: %w", a.URL, err)
 	}
-	return nodeValues(v, cmpOr(a.NodeLabel, v1alpha1.DefaultAnalysisNodeLabel))
+	return nodeValues(v, nodescript.CmpOr(a.NodeLabel, v1alpha1.DefaultAnalysisNodeLabel))
 }
 
 // nodeValues is each node's value in v, an instant vector whose series

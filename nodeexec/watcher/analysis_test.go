@@ -297,38 +297,38 @@ func TestReconcileAnalysisRegression(t *testing.T) {
 		t.Errorf("%d queries, want 1", p.count())
 	}
 	st := e.nodeScript().Status
-	if st.Stage != StageHalted || st.Analysis == nil || st.Analysis.Verdict != v1alpha1.VerdictRegressed ||
+	if st.Stage != v1alpha1.StageHalted || st.Analysis == nil || st.Analysis.Verdict != v1alpha1.VerdictRegressed ||
 		st.Analysis.Canary.String() != "0.5" || st.Analysis.Baseline.String() != "0.1" || !strings.Contains(st.Analysis.Message, "canaries' mean 0.5 > baseline 0.1 + 10% = 0.11") {
 		t.Fatalf("status %+v analysis %+v", st, st.Analysis)
 	}
 	halted := e.condition(v1alpha1.ConditionHalted)
-	if halted.Reason != ReasonAnalysisFailed || !strings.Contains(halted.Message, "AnalysisFailed: canary "+canary) || !strings.Contains(halted.Message, "0.5 > baseline 0.1") {
+	if halted.Reason != v1alpha1.ReasonAnalysisFailed || !strings.Contains(halted.Message, "AnalysisFailed: canary "+canary) || !strings.Contains(halted.Message, "0.5 > baseline 0.1") {
 		t.Errorf("Halted %+v", halted)
 	}
-	if s := e.state(canary); s.Phase != PhaseFailed || s.Reason != ReasonAnalysisFailed || !strings.Contains(s.Message, "0.5") {
+	if s := e.state(canary); s.Phase != v1alpha1.PhaseFailed || s.Reason != v1alpha1.ReasonAnalysisFailed || !strings.Contains(s.Message, "0.5") {
 		t.Errorf("canary state %+v", s)
 	}
 	events := strings.Join(e.recorded(), "\n")
-	if !strings.Contains(events, "Warning "+ReasonCanaryRegressed+" canary analysis: regressed: canaries' mean 0.5") || !strings.Contains(events, ReasonHalted) {
+	if !strings.Contains(events, "Warning "+v1alpha1.ReasonCanaryRegressed+" canary analysis: regressed: canaries' mean 0.5") || !strings.Contains(events, v1alpha1.ReasonHalted) {
 		t.Errorf("events:\n%s", events)
 	}
 	// The failure policy runs the rollback script on the canary (without
 	// spec.onFailure.rollback), and nothing starts elsewhere.
 	e.reconcile()
-	if diff := cmp.Diff([]string{podName(ns, canary, ActionRollback, 1)}, e.pods()); diff != "" {
+	if diff := cmp.Diff([]string{podName(ns, canary, v1alpha1.ActionRollback, 1)}, e.pods()); diff != "" {
 		t.Fatalf("pods (-want +got):\n%s", diff)
 	}
-	e.setPod(podName(ns, canary, ActionRollback, 1), exited(0))
+	e.setPod(podName(ns, canary, v1alpha1.ActionRollback, 1), exited(0))
 	e.reconcile()
-	if s := e.state(canary); s.Phase != PhaseRolledBack || s.Rollback != PhaseSucceeded || s.Reason != ReasonAnalysisFailed {
+	if s := e.state(canary); s.Phase != v1alpha1.PhaseRolledBack || s.Rollback != v1alpha1.PhaseSucceeded || s.Reason != v1alpha1.ReasonAnalysisFailed {
 		t.Errorf("after the rollback: %+v", s)
 	}
 	e.clock.Step(time.Hour)
 	e.reconcile()
-	if st := e.nodeScript().Status; st.Stage != StageHalted || st.RolledBack != 1 || st.Pending != 2 || len(e.pods()) != 0 {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageHalted || st.RolledBack != 1 || st.Pending != 2 || len(e.pods()) != 0 {
 		t.Errorf("after an hour: %+v, pods %v", st, e.pods())
 	}
-	if c := e.condition(v1alpha1.ConditionHalted); c.Reason != ReasonAnalysisFailed {
+	if c := e.condition(v1alpha1.ConditionHalted); c.Reason != v1alpha1.ReasonAnalysisFailed {
 		t.Errorf("Halted %+v after the rollback", c)
 	}
 	if p.count() != 1 {
@@ -353,14 +353,14 @@ func TestReconcileAnalysisPassPromotes(t *testing.T) {
 		t.Errorf("%d queries within one interval, want 1", p.count())
 	}
 	a := e.nodeScript().Status.Analysis
-	if a == nil || a.Verdict != v1alpha1.VerdictPassed || a.PassingSince == nil || e.nodeScript().Status.Stage != StageSoaking {
+	if a == nil || a.Verdict != v1alpha1.VerdictPassed || a.PassingSince == nil || e.nodeScript().Status.Stage != v1alpha1.StageSoaking {
 		t.Fatalf("after the first check: %+v", a)
 	}
 	// A check every 10s; promotion once the run of passes is a soak time old.
 	for i := 1; i <= 5; i++ {
 		e.clock.Step(10 * time.Second)
 		e.reconcile()
-		if st := e.nodeScript().Status; st.Stage != StageSoaking {
+		if st := e.nodeScript().Status; st.Stage != v1alpha1.StageSoaking {
 			t.Fatalf("after %ds: stage %s, want Soaking", i*10, st.Stage)
 		}
 	}
@@ -369,13 +369,13 @@ func TestReconcileAnalysisPassPromotes(t *testing.T) {
 	}
 	e.clock.Step(10 * time.Second)
 	e.reconcile()
-	if st := e.nodeScript().Status; st.Stage != StageRolling || st.Analysis.Checks != 7 || st.Analysis.Verdict != v1alpha1.VerdictPassed {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageRolling || st.Analysis.Checks != 7 || st.Analysis.Verdict != v1alpha1.VerdictPassed {
 		t.Fatalf("after a minute of passes: %+v %+v", st, st.Analysis)
 	}
-	if diff := cmp.Diff([]string{podName(ns, others[0], ActionRun, 1)}, e.pods()); diff != "" {
+	if diff := cmp.Diff([]string{podName(ns, others[0], v1alpha1.ActionRun, 1)}, e.pods()); diff != "" {
 		t.Errorf("promoted: pods (-want +got):\n%s", diff)
 	}
-	if c := e.condition(v1alpha1.ConditionProgressing); c.Reason != StageRolling {
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Reason != v1alpha1.StageRolling {
 		t.Errorf("Progressing %+v", c)
 	}
 }
@@ -399,13 +399,13 @@ func TestReconcileAnalysisErrorAndMissingHold(t *testing.T) {
 	if c := e.condition(v1alpha1.ConditionProgressing); !strings.Contains(c.Message, "canary analysis Error: query failed") {
 		t.Errorf("Progressing %+v", c)
 	}
-	e.checkEvents("a failed query", ReasonAnalysisError)
+	e.checkEvents("a failed query", v1alpha1.ReasonAnalysisError)
 	// The soak time has passed, but the errors hold the promotion.
 	for range 3 {
 		e.clock.Step(10 * time.Second)
 		e.reconcile()
 	}
-	if st := e.nodeScript().Status; st.Stage != StageSoaking || len(e.pods()) != 0 {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageSoaking || len(e.pods()) != 0 {
 		t.Fatalf("errors past the soak time: %+v, pods %v", st, e.pods())
 	}
 	// Back, but the canary has no series: Inconclusive, still held.
@@ -415,22 +415,22 @@ func TestReconcileAnalysisErrorAndMissingHold(t *testing.T) {
 	if a := e.nodeScript().Status.Analysis; a.Verdict != v1alpha1.VerdictInconclusive || !strings.Contains(a.Message, "no value for canary "+canary) {
 		t.Fatalf("a canary without a series: %+v", a)
 	}
-	e.checkEvents("a canary without a series", ReasonAnalysisInconclusive)
+	e.checkEvents("a canary without a series", v1alpha1.ReasonAnalysisInconclusive)
 	// Passing again: a whole soak time of passes before promotion.
 	p.set(0, map[string]float64{canary: 1, others[0]: 1})
 	for i := 0; i < 6; i++ {
 		e.clock.Step(10 * time.Second)
 		e.reconcile()
-		if st := e.nodeScript().Status; st.Stage != StageSoaking {
+		if st := e.nodeScript().Status; st.Stage != v1alpha1.StageSoaking {
 			t.Fatalf("pass %d after the errors: stage %s", i+1, st.Stage)
 		}
 	}
 	e.clock.Step(10 * time.Second)
 	e.reconcile()
-	if st := e.nodeScript().Status; st.Stage != StageRolling {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageRolling {
 		t.Fatalf("after a soak time of passes: %+v", st)
 	}
-	e.checkEvents("passing again", ReasonAnalysisPassed)
+	e.checkEvents("passing again", v1alpha1.ReasonAnalysisPassed)
 }
 
 // TestReconcileAnalysisRestart: the record lives in the status: a new
@@ -463,7 +463,7 @@ func TestReconcileAnalysisRestart(t *testing.T) {
 	if p.count() != 3 || !a.PassingSince.Equal(since) || a.Checks != 3 {
 		t.Errorf("after the restart: %d queries, %+v", p.count(), a)
 	}
-	if st := e.nodeScript().Status; st.Stage != StageRolling {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageRolling {
 		t.Errorf("stage %s after a soak time of passes across the restart (passing since %s, now %s)", st.Stage, since, e.clock.Now())
 	}
 }
@@ -481,7 +481,7 @@ func TestReconcileAnalysisThresholdNoBaseline(t *testing.T) {
 	e.reconcile()
 	var names []string
 	for _, n := range []string{"n1", "n2", "n3"} {
-		if s := e.state(n); s.Phase == PhaseRunning {
+		if s := e.state(n); s.Phase == v1alpha1.PhaseRunning {
 			names = append(names, n)
 			e.setPod(s.Pod, exited(0))
 		}
@@ -492,16 +492,16 @@ func TestReconcileAnalysisThresholdNoBaseline(t *testing.T) {
 	p.set(0, map[string]float64{names[0]: 0.01, names[1]: 0.07})
 	e.reconcile()
 	st := e.nodeScript().Status
-	if st.Stage != StageHalted || st.Analysis.Baseline != nil || !strings.Contains(st.Analysis.Message, "canary "+names[1]+" 0.07 > threshold 0.05") {
+	if st.Stage != v1alpha1.StageHalted || st.Analysis.Baseline != nil || !strings.Contains(st.Analysis.Message, "canary "+names[1]+" 0.07 > threshold 0.05") {
 		t.Fatalf("status %+v, analysis %+v", st, st.Analysis)
 	}
 	for _, n := range names {
-		if s := e.state(n); s.Reason != ReasonAnalysisFailed {
+		if s := e.state(n); s.Reason != v1alpha1.ReasonAnalysisFailed {
 			t.Errorf("%s: %+v; want every canary failed by the analysis", n, s)
 		}
 	}
 	e.reconcile()
-	if diff := cmp.Diff([]string{podName(ns, names[0], ActionRollback, 1), podName(ns, names[1], ActionRollback, 1)}, e.pods()); diff != "" {
+	if diff := cmp.Diff([]string{podName(ns, names[0], v1alpha1.ActionRollback, 1), podName(ns, names[1], v1alpha1.ActionRollback, 1)}, e.pods()); diff != "" {
 		t.Errorf("rollback pods (-want +got):\n%s", diff)
 	}
 }
@@ -514,8 +514,8 @@ func TestAnalysisHoldsWithoutRecord(t *testing.T) {
 	if len(d.Canaries) != 1 {
 		t.Fatalf("canaries %v", d.Canaries)
 	}
-	c.set(ns, PhaseSucceeded, d.Canaries[0])
-	if d := decide(t, ns, c, t0.Add(time.Hour)); d.Stage != StageSoaking || len(d.Start) != 0 {
+	c.set(ns, v1alpha1.PhaseSucceeded, d.Canaries[0])
+	if d := decide(t, ns, c, t0.Add(time.Hour)); d.Stage != v1alpha1.StageSoaking || len(d.Start) != 0 {
 		t.Errorf("no check made: %s %v; want Soaking, nothing started", d.Stage, d.Start)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,90 +16,10 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// External gates by annotation (spec.hooks.beforeRun, spec.hooks.afterRun;
-// docs/nodescript-annotations.md), after Flatcar's update operator: while
-// a node waits, it carries the label LabelBeforeRun (or LabelAfterRun) with
-// the NodeScript's name, for the controllers that act on it to find it;
-// each sets its annotation to "true" when it is done; once all the gate's
-// annotations are "true" the watcher removes them and the label, and goes
-// on. Progress is NodeState.Awaiting (and AwaitingSince), so a restarted
-// watcher resumes the wait.
-const (
-	// LabelBeforeRun is on a node waiting for spec.hooks.beforeRun; its
-	// value is the NodeScript's name.
-	LabelBeforeRun = "nodeexec.io/before-run"
-	// LabelAfterRun is on a node waiting for spec.hooks.afterRun; its
-	// value is the NodeScript's name.
-	LabelAfterRun = "nodeexec.io/after-run"
-)
-
-// Values of NodeState.Awaiting.
-const (
-	// AwaitingBeforeRun: Phase Running, labelled LabelBeforeRun, waiting
-	// for spec.hooks.beforeRun's annotations (not cordoned yet).
-	AwaitingBeforeRun = "BeforeRun"
-	// AwaitingBeforeRunDone: Phase Running, the annotations were all
-	// "true" and are removed; the run (silences, cordon, drain, pod) starts
-	// next.
-	AwaitingBeforeRunDone = "BeforeRunDone"
-	// AwaitingAfterRun: Phase Succeeded under spec.hooks.afterRun, the
-	// gate not yet passed: once the node is uncordoned it is labelled
-	// LabelAfterRun (AwaitingSince set) and waits for the annotations.
-	// Decide counts the node as running meanwhile.
-	AwaitingAfterRun = "AfterRun"
-)
-
-// Event reasons of the annotation gates (on the node).
-const (
-	// ReasonAwaitingAnnotations: the node was labelled and waits for the
-	// gate's annotations.
-	ReasonAwaitingAnnotations = "AwaitingAnnotations"
-	// ReasonAnnotationsReady: every annotation was "true"; they and the
-	// label were removed.
-	ReasonAnnotationsReady = "AnnotationsReady"
-	// ReasonBeforeRunTimeout: spec.hooks.beforeRun.timeout passed: an
-	// infrastructure failure (the node's reason too), retried under
-	// spec.retry; the node was not cordoned.
-	ReasonBeforeRunTimeout = "BeforeRunTimeout"
-	// ReasonAfterRunTimeout: spec.hooks.afterRun.timeout passed: the
-	// node's run is recorded Failed with this reason (no rollback, cordon
-	// or drain), counted against spec.rollout.maxFailures.
-	ReasonAfterRunTimeout = "AfterRunTimeout"
-)
-
-// AnnotationRecheck bounds how long a timeout of an annotation gate may
+// annotationRecheck bounds how long a timeout of an annotation gate may
 // go unnoticed when no node event comes (annotations set on the node
 // reconcile at once).
-const AnnotationRecheck = 5 * time.Second
-
-// annotationGate is spec.hooks.beforeRun (before true) or afterRun of ns,
-// with its label; nil when not set.
-func annotationGate(ns *v1alpha1.NodeScript, before bool) (*v1alpha1.AnnotationGate, string) {
-	h := ns.Spec.Hooks
-	switch {
-	case h == nil:
-		return nil, ""
-	case before:
-		return h.BeforeRun, LabelBeforeRun
-	default:
-		return h.AfterRun, LabelAfterRun
-	}
-}
-
-// MissingAnnotations are the keys of gate g whose value on node
-// annotations ann is not "true", in g's order. Pure.
-func MissingAnnotations(g *v1alpha1.AnnotationGate, ann map[string]string) []string {
-	if g == nil {
-		return nil
-	}
-	var missing []string
-	for _, k := range g.Annotations {
-		if ann[k] != "true" {
-			missing = append(missing, k)
-		}
-	}
-	return missing
-}
+const annotationRecheck = 5 * time.Second
 
 // gate verdicts of gateStep.
 const (
@@ -117,7 +39,7 @@ func gateStep(g *v1alpha1.AnnotationGate, label, name string, n *corev1.Node, si
 	if since != nil && g.Timeout != nil && !now.Before(since.Add(g.Timeout.Duration)) {
 		return gateTimeout
 	}
-	if labelled && owner == name && len(MissingAnnotations(g, n.Annotations)) == 0 {
+	if labelled && owner == name && len(nodescript.MissingAnnotations(g, n.Annotations)) == 0 {
 		return gateReady
 	}
 	return gateWait
@@ -126,8 +48,8 @@ func gateStep(g *v1alpha1.AnnotationGate, label, name string, n *corev1.Node, si
 // beforeRunPassed reports whether node state s has passed spec.hooks.beforeRun
 // for the run at hash: the gate said ready (AwaitingBeforeRunDone), or the
 // node is already Drained for the run (the gate comes before the cordon).
-func beforeRunPassed(s NodeState, hash string) bool {
-	return s.Hash == hash && s.Phase == PhaseRunning && (s.Awaiting == AwaitingBeforeRunDone || s.Maintenance == MaintenanceDrained)
+func beforeRunPassed(s nodeState, hash string) bool {
+	return s.Hash == hash && s.Phase == v1alpha1.PhaseRunning && (s.Awaiting == v1alpha1.AwaitingBeforeRunDone || s.Maintenance == v1alpha1.MaintenanceDrained)
 }
 
 // beforeRun is the step before a node's run under spec.hooks.beforeRun
@@ -137,17 +59,17 @@ func beforeRunPassed(s NodeState, hash string) bool {
 // node n (state s) Running with Awaiting BeforeRun (attempts kept, never
 // cordoned), labels it and waits (awaitBefore). RBAC: patch nodes, patch
 // nodes/status.
-func (c *controller) beforeRun(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) (bool, error) {
-	g, _ := annotationGate(ns, true)
+func (c *controller) beforeRun(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) (bool, error) {
+	g, _ := nodescript.AnnotationGate(ns, true)
 	if g == nil || beforeRunPassed(s, hash) {
 		return false, nil
 	}
-	next := NodeState{Hash: hash, Phase: PhaseRunning, Since: now, BootID: n.Status.NodeInfo.BootID,
-		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Awaiting: AwaitingBeforeRun}
+	next := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Since: now, BootID: n.Status.NodeInfo.BootID,
+		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Awaiting: v1alpha1.AwaitingBeforeRun}
 	if s.Hash == hash {
 		next.Attempts, next.AttemptsBefore, next.Checked = s.Attempts, s.AttemptsBefore, s.Checked
 	}
-	if s.Hash == hash && s.Phase == PhaseRunning && s.Awaiting == AwaitingBeforeRun {
+	if s.Hash == hash && s.Phase == v1alpha1.PhaseRunning && s.Awaiting == v1alpha1.AwaitingBeforeRun {
 		next = s // waiting already
 	} else if err := c.w.writeState(ctx, ns, n, next); err != nil {
 		return true, err
@@ -168,16 +90,16 @@ func (c *controller) beforeRun(ctx context.Context, ns *v1alpha1.NodeScript, has
 // (ReasonBeforeRunTimeout, counted as an attempt, retried after its
 // backoff), the annotations and label removed, never cordoned. A gate
 // removed from the spec meanwhile counts as passed.
-func (c *controller) awaitBefore(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
-	g, label := annotationGate(ns, true)
+func (c *controller) awaitBefore(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) error {
+	g, label := nodescript.AnnotationGate(ns, true)
 	if g == nil {
-		s.Awaiting = AwaitingBeforeRunDone
+		s.Awaiting = v1alpha1.AwaitingBeforeRunDone
 	}
-	if s.Awaiting == AwaitingBeforeRunDone {
-		if err := c.unlabel(ctx, ns, n, LabelBeforeRun); err != nil {
+	if s.Awaiting == v1alpha1.AwaitingBeforeRunDone {
+		if err := c.unlabel(ctx, ns, n, v1alpha1.LabelBeforeRun); err != nil {
 			return err
 		}
-		return c.start(ctx, ns, hash, n, s, ActionRun, now)
+		return c.start(ctx, ns, hash, n, s, v1alpha1.ActionRun, now)
 	}
 	if s.AwaitingSince == nil {
 		if owner, ok := n.Labels[label]; ok && owner != ns.Name {
@@ -187,7 +109,7 @@ func (c *controller) awaitBefore(ctx context.Context, ns *v1alpha1.NodeScript, h
 			return err
 		}
 		s.AwaitingSince = &now
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonAwaitingAnnotations, "nodescript %s: before the run (not cordoned): labelled %s=%s; waiting until %s are \"true\" (spec.hooks.beforeRun)",
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonAwaitingAnnotations, "nodescript %s: before the run (not cordoned): labelled %s=%s; waiting until %s are \"true\" (spec.hooks.beforeRun)",
 			ns.Name, label, ns.Name, strings.Join(g.Annotations, ", "))
 		return c.w.writeState(ctx, ns, n, s)
 	}
@@ -201,26 +123,26 @@ func (c *controller) awaitBefore(ctx context.Context, ns *v1alpha1.NodeScript, h
 	switch gateStep(g, label, ns.Name, n, s.AwaitingSince, now) {
 	case gateReady:
 		waited := now.Sub(*s.AwaitingSince).Round(time.Second)
-		s.Awaiting, s.AwaitingSince = AwaitingBeforeRunDone, nil
+		s.Awaiting, s.AwaitingSince = v1alpha1.AwaitingBeforeRunDone, nil
 		if err := c.w.writeState(ctx, ns, n, s, g.Annotations...); err != nil {
 			return err
 		}
 		c.w.metrics.annotationGates.WithLabelValues(ns.Name, "beforeRun", gateReady).Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonAnnotationsReady, "nodescript %s: %s were \"true\" after %s; removed with the label %s; the run starts (spec.hooks.beforeRun)",
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonAnnotationsReady, "nodescript %s: %s were \"true\" after %s; removed with the label %s; the run starts (spec.hooks.beforeRun)",
 			ns.Name, strings.Join(g.Annotations, ", "), waited, label)
 		return c.awaitBefore(ctx, ns, hash, n, s, now)
 	case gateTimeout:
-		missing := MissingAnnotations(g, n.Annotations)
+		missing := nodescript.MissingAnnotations(g, n.Annotations)
 		msg := fmt.Sprintf("spec.hooks.beforeRun: %s not \"true\" within %s (timeout); the node was not cordoned", strings.Join(missing, ", "), g.Timeout.Duration)
 		s.Attempts++
-		s.Phase, s.Awaiting, s.AwaitingSince, s.Infrastructure, s.Reason, s.Message, s.Since = PhaseFailed, "", nil, true, ReasonBeforeRunTimeout, msg, now
+		s.Phase, s.Awaiting, s.AwaitingSince, s.Infrastructure, s.Reason, s.Message, s.Since = v1alpha1.PhaseFailed, "", nil, true, v1alpha1.ReasonBeforeRunTimeout, msg, now
 		t := now.Add(backoff(ns, s.Attempts))
 		s.NextRetry = &t
 		if err := c.w.writeState(ctx, ns, n, s, g.Annotations...); err != nil {
 			return err
 		}
 		c.w.metrics.annotationGates.WithLabelValues(ns.Name, "beforeRun", gateTimeout).Inc()
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonBeforeRunTimeout, "nodescript %s: %s", ns.Name, msg)
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonBeforeRunTimeout, "nodescript %s: %s", ns.Name, msg)
 		return c.unlabel(ctx, ns, n, label)
 	}
 	return nil
@@ -229,17 +151,10 @@ func (c *controller) awaitBefore(ctx context.Context, ns *v1alpha1.NodeScript, h
 // afterRunArmed is NodeState.Awaiting for a run of ns that succeeded:
 // AwaitingAfterRun under spec.hooks.afterRun, else "".
 func afterRunArmed(ns *v1alpha1.NodeScript) string {
-	if g, _ := annotationGate(ns, false); g != nil {
-		return AwaitingAfterRun
+	if g, _ := nodescript.AnnotationGate(ns, false); g != nil {
+		return v1alpha1.AwaitingAfterRun
 	}
 	return ""
-}
-
-// awaitingAfterRun reports whether Decide counts node state s, of the
-// current hash, as still running: Succeeded with spec.hooks.afterRun not
-// passed yet.
-func awaitingAfterRun(s NodeState) bool {
-	return s.Phase == PhaseSucceeded && s.Awaiting == AwaitingAfterRun
 }
 
 // awaitAfter is phase 2's handling of node n Succeeded and awaiting
@@ -251,14 +166,14 @@ func awaitingAfterRun(s NodeState) bool {
 // ReasonAfterRunTimeout), the annotations and label removed. A gate
 // removed from the spec meanwhile counts as passed. RBAC: patch nodes,
 // patch nodes/status.
-func (c *controller) awaitAfter(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
-	g, label := annotationGate(ns, false)
+func (c *controller) awaitAfter(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, now time.Time) error {
+	g, label := nodescript.AnnotationGate(ns, false)
 	if g == nil {
 		s.Awaiting, s.AwaitingSince = "", nil
 		if err := c.w.writeState(ctx, ns, n, s); err != nil {
 			return err
 		}
-		return c.unlabel(ctx, ns, n, LabelAfterRun)
+		return c.unlabel(ctx, ns, n, v1alpha1.LabelAfterRun)
 	}
 	if s.AwaitingSince == nil {
 		if owner, ok := n.Labels[label]; ok && owner != ns.Name {
@@ -268,7 +183,7 @@ func (c *controller) awaitAfter(ctx context.Context, ns *v1alpha1.NodeScript, n 
 			return err
 		}
 		s.AwaitingSince = &now
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonAwaitingAnnotations, "nodescript %s: after the run: labelled %s=%s; waiting until %s are \"true\" (spec.hooks.afterRun)",
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonAwaitingAnnotations, "nodescript %s: after the run: labelled %s=%s; waiting until %s are \"true\" (spec.hooks.afterRun)",
 			ns.Name, label, ns.Name, strings.Join(g.Annotations, ", "))
 		if g.Timeout != nil {
 			c.queue.AddAfter(ns.Name, g.Timeout.Duration)
@@ -290,18 +205,18 @@ func (c *controller) awaitAfter(ctx context.Context, ns *v1alpha1.NodeScript, n 
 			return err
 		}
 		c.w.metrics.annotationGates.WithLabelValues(ns.Name, "afterRun", gateReady).Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonAnnotationsReady, "nodescript %s: %s were \"true\" after %s; removed with the label %s; the node is done (spec.hooks.afterRun)",
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonAnnotationsReady, "nodescript %s: %s were \"true\" after %s; removed with the label %s; the node is done (spec.hooks.afterRun)",
 			ns.Name, strings.Join(g.Annotations, ", "), waited, label)
 		return c.unlabel(ctx, ns, n, label)
 	case gateTimeout:
-		missing := MissingAnnotations(g, n.Annotations)
+		missing := nodescript.MissingAnnotations(g, n.Annotations)
 		msg := fmt.Sprintf("spec.hooks.afterRun: %s not \"true\" within %s (timeout) after the run succeeded", strings.Join(missing, ", "), g.Timeout.Duration)
-		s.Phase, s.Awaiting, s.AwaitingSince, s.Reason, s.Message, s.Since = PhaseFailed, "", nil, ReasonAfterRunTimeout, msg, now
+		s.Phase, s.Awaiting, s.AwaitingSince, s.Reason, s.Message, s.Since = v1alpha1.PhaseFailed, "", nil, v1alpha1.ReasonAfterRunTimeout, msg, now
 		if err := c.w.writeState(ctx, ns, n, s, g.Annotations...); err != nil {
 			return err
 		}
 		c.w.metrics.annotationGates.WithLabelValues(ns.Name, "afterRun", gateTimeout).Inc()
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonAfterRunTimeout, "nodescript %s: %s", ns.Name, msg)
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonAfterRunTimeout, "nodescript %s: %s", ns.Name, msg)
 		return c.unlabel(ctx, ns, n, label)
 	}
 	return nil
@@ -315,28 +230,28 @@ func (c *controller) awaitAfter(ctx context.Context, ns *v1alpha1.NodeScript, n 
 // meanwhile) is removed. The after-run wait is started from the
 // Succeeded case (awaitAfter), once the node is uncordoned. at is when to
 // look again for a timeout (zero: none).
-func (c *controller) annotationWork(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, selected, busy bool, now time.Time) (func() error, time.Time) {
+func (c *controller) annotationWork(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, selected, busy bool, now time.Time) (func() error, time.Time) {
 	current := selected && s.Hash == hash
-	if current && s.Phase == PhaseRunning && !busy && (s.Awaiting == AwaitingBeforeRun || s.Awaiting == AwaitingBeforeRunDone) {
+	if current && s.Phase == v1alpha1.PhaseRunning && !busy && (s.Awaiting == v1alpha1.AwaitingBeforeRun || s.Awaiting == v1alpha1.AwaitingBeforeRunDone) {
 		var at time.Time
-		if g, _ := annotationGate(ns, true); g != nil && g.Timeout != nil && s.AwaitingSince != nil {
-			at = earliest(s.AwaitingSince.Add(g.Timeout.Duration), now.Add(AnnotationRecheck))
+		if g, _ := nodescript.AnnotationGate(ns, true); g != nil && g.Timeout != nil && s.AwaitingSince != nil {
+			at = earliest(s.AwaitingSince.Add(g.Timeout.Duration), now.Add(annotationRecheck))
 		}
 		return func() error { return c.awaitBefore(ctx, ns, hash, n, s, now) }, at
 	}
 	var stray []string
-	if n.Labels[LabelBeforeRun] == ns.Name && !(current && s.Phase == PhaseRunning && s.Awaiting == AwaitingBeforeRun) {
-		stray = append(stray, LabelBeforeRun)
+	if n.Labels[v1alpha1.LabelBeforeRun] == ns.Name && !(current && s.Phase == v1alpha1.PhaseRunning && s.Awaiting == v1alpha1.AwaitingBeforeRun) {
+		stray = append(stray, v1alpha1.LabelBeforeRun)
 	}
-	if n.Labels[LabelAfterRun] == ns.Name && !(current && awaitingAfterRun(s)) {
-		stray = append(stray, LabelAfterRun)
+	if n.Labels[v1alpha1.LabelAfterRun] == ns.Name && !(current && nodescript.WaitsAfterRun(s)) {
+		stray = append(stray, v1alpha1.LabelAfterRun)
 	}
 	if len(stray) > 0 {
 		return func() error { return c.unlabel(ctx, ns, n, stray...) }, time.Time{}
 	}
-	if current && awaitingAfterRun(s) && s.AwaitingSince != nil {
-		if g, _ := annotationGate(ns, false); g != nil && g.Timeout != nil {
-			return nil, earliest(s.AwaitingSince.Add(g.Timeout.Duration), now.Add(AnnotationRecheck))
+	if current && nodescript.WaitsAfterRun(s) && s.AwaitingSince != nil {
+		if g, _ := nodescript.AnnotationGate(ns, false); g != nil && g.Timeout != nil {
+			return nil, earliest(s.AwaitingSince.Add(g.Timeout.Duration), now.Add(annotationRecheck))
 		}
 	}
 	return nil, time.Time{}
@@ -372,40 +287,4 @@ func (c *controller) patchLabels(ctx context.Context, n *corev1.Node, labels map
 		return fmt.Errorf("node %s: labels %v: %w", n.Name, labels, err)
 	}
 	return nil
-}
-
-// AwaitingAnnotations says what node state s of NodeScript ns on a node
-// with annotations ann and labels lbl waits for, for nodeexec status:
-// "before-run: k1, k2" (the annotations not yet "true"), "before-run:
-// after NAME" (another NodeScript's label is on the node), or "" when it
-// waits for nothing.
-func AwaitingAnnotations(ns *v1alpha1.NodeScript, s NodeState, ann, lbl map[string]string) string {
-	var (
-		g     *v1alpha1.AnnotationGate
-		label string
-		what  string
-	)
-	switch {
-	case s.Phase == PhaseRunning && s.Awaiting == AwaitingBeforeRun:
-		g, label = annotationGate(ns, true)
-		what = "before-run"
-	case awaitingAfterRun(s):
-		g, label = annotationGate(ns, false)
-		what = "after-run"
-		if s.AwaitingSince == nil {
-			return what + ": once uncordoned"
-		}
-	default:
-		return ""
-	}
-	if g == nil {
-		return ""
-	}
-	if owner, ok := lbl[label]; ok && owner != ns.Name {
-		return what + ": after nodescript " + owner + " (" + label + "=" + owner + ")"
-	}
-	if m := MissingAnnotations(g, ann); len(m) > 0 {
-		return what + ": " + strings.Join(m, ", ") + ` not yet "true"`
-	}
-	return what + ": ready"
 }

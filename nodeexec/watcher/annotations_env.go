@@ -6,37 +6,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// The run's place in the rollout, in the environment of the check, run and
-// verify pods (docs/nodescript-annotations.md). A script may act on it,
-// e.g. `kubeadm upgrade apply` on the first canary and `kubeadm upgrade
-// node` on the others.
-const (
-	// EnvOrdinal is the node's 0-based index in the rollout's
-	// deterministic order (Decision.Order: every selected node, sorted by
-	// sha256 of node UID, NodeScript UID and spec hash; nodes that need no
-	// run included), as a decimal; -1 when the node is not in it (no
-	// longer selected).
-	EnvOrdinal = "NODESCRIPT_ORDINAL"
-	// EnvCanary is "true" on the rollout's canary nodes
-	// (spec.rollout.canary, the first in order that need the script),
-	// "false" elsewhere.
-	EnvCanary = "NODESCRIPT_CANARY"
-	// EnvAttempt is the pod's attempt for the spec (1-based;
-	// NodeState.Attempts + 1 for a check or run: infrastructure retries
-	// and reruns counted).
-	EnvAttempt = "NODESCRIPT_ATTEMPT"
-	// EnvBootID is the node's status.nodeInfo.bootID when the pod was
-	// created (empty when unknown).
-	EnvBootID = "NODESCRIPT_BOOT_ID"
-)
-
-// RolloutPlace is a node's place in a rollout (RunPodSpec.Place).
-type RolloutPlace struct {
+// rolloutPlace is a node's place in a rollout (RunPodSpec.Place).
+type rolloutPlace struct {
 	// Ordinal is the node's index in Decision.Order, -1 when not in it.
 	Ordinal int
 	// Canary is set on a node of Decision.Canaries.
@@ -44,14 +22,14 @@ type RolloutPlace struct {
 }
 
 // placeEnv adds s's place to env (RunPod): nothing when s.Place is nil.
-func placeEnv(env map[string]string, s RunPodSpec) {
+func placeEnv(env map[string]string, s runPodSpec) {
 	if s.Place == nil {
 		return
 	}
-	env[EnvOrdinal] = strconv.Itoa(s.Place.Ordinal)
-	env[EnvCanary] = strconv.FormatBool(s.Place.Canary)
-	env[EnvAttempt] = strconv.Itoa(s.Attempt)
-	env[EnvBootID] = s.BootID
+	env[v1alpha1.EnvOrdinal] = strconv.Itoa(s.Place.Ordinal)
+	env[v1alpha1.EnvCanary] = strconv.FormatBool(s.Place.Canary)
+	env[v1alpha1.EnvAttempt] = strconv.Itoa(s.Attempt)
+	env[v1alpha1.EnvBootID] = s.BootID
 }
 
 // placeMemo keeps, per NodeScript, the order and canaries of its last
@@ -75,7 +53,7 @@ type places struct {
 
 // put records d's order and canaries for NodeScript name (when Decide set
 // an order: a decision that holds or halts keeps its order too).
-func (m *placeMemo) put(name string, d Decision) {
+func (m *placeMemo) put(name string, d decision) {
 	if d.Order == nil && d.Hash == "" {
 		return
 	}
@@ -89,12 +67,12 @@ func (m *placeMemo) put(name string, d Decision) {
 
 // get is node's place for NodeScript name at hash, and whether the memo
 // holds that hash's order.
-func (m *placeMemo) get(name, hash, node string) (RolloutPlace, bool) {
+func (m *placeMemo) get(name, hash, node string) (rolloutPlace, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.m[name]
 	if p == nil || p.hash != hash {
-		return RolloutPlace{}, false
+		return rolloutPlace{}, false
 	}
 	if p.index == nil {
 		p.index = make(map[string]int, len(p.order))
@@ -110,7 +88,7 @@ func (m *placeMemo) get(name, hash, node string) (RolloutPlace, bool) {
 	if !ok {
 		i = -1
 	}
-	return RolloutPlace{Ordinal: i, Canary: p.canary[node]}, true
+	return rolloutPlace{Ordinal: i, Canary: p.canary[node]}, true
 }
 
 func (m *placeMemo) forget(name string) {
@@ -123,26 +101,26 @@ func (m *placeMemo) forget(name string) {
 // decision, or, when it holds none for hash (a restarted watcher resuming a
 // node before its first decision, a spec just changed), computed by
 // Decide over the cached nodes and their states, and memoized.
-func (c *controller) place(ctx context.Context, ns *v1alpha1.NodeScript, hash, node string, now time.Time) *RolloutPlace {
+func (c *controller) place(ctx context.Context, ns *v1alpha1.NodeScript, hash, node string, now time.Time) *rolloutPlace {
 	if p, ok := c.w.places.get(ns.Name, hash, node); ok {
 		return &p
 	}
 	all, err := c.nodes.List(labels.Everything())
 	if err != nil {
-		return &RolloutPlace{Ordinal: -1}
+		return &rolloutPlace{Ordinal: -1}
 	}
-	nodes := make([]Node, 0, len(all))
+	nodes := make([]rolloutNode, 0, len(all))
 	for _, n := range all {
 		s, ok := c.w.state(ctx, ns.Name, n)
 		if !ok {
 			continue
 		}
 		ready, _ := nodeReady(n)
-		nodes = append(nodes, Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ignored(n, ns.Name), State: s})
+		nodes = append(nodes, rolloutNode{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: nodescript.Ignored(n, ns.Name), State: s})
 	}
 	d, err := decideRollout(ns, nodes, now)
 	if err != nil || d.Hash != hash {
-		return &RolloutPlace{Ordinal: -1}
+		return &rolloutPlace{Ordinal: -1}
 	}
 	c.w.places.put(ns.Name, d)
 	p, _ := c.w.places.get(ns.Name, hash, node)

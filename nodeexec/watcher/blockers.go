@@ -13,18 +13,14 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// ReasonBlockedByPod: a node was not started because a pod matching
-// spec.blockingPodSelector is on it (on the node).
-const ReasonBlockedByPod = "BlockedByPod"
-
 // Bounds of the blocking-pod checks (spec.blockingPodSelector).
 const (
-	// MaxBlockerLists is the most pod lists one reconcile makes to check
+	// maxBlockerLists is the most pod lists one reconcile makes to check
 	// the nodes it would start: the nodes past it wait for the next one.
-	MaxBlockerLists = 32
-	// BlockedRecheck is how soon a NodeScript with a blocked node is
+	maxBlockerLists = 32
+	// blockedRecheck is how soon a NodeScript with a blocked node is
 	// looked at again.
-	BlockedRecheck = 5 * time.Second
+	blockedRecheck = 5 * time.Second
 )
 
 // blocker returns the first pod on node matching sel that is not yet
@@ -57,8 +53,8 @@ func (c *controller) blocker(ctx context.Context, sel *metav1.LabelSelector, nod
 // checked; the start list is cut to the nodes checked. d.Blocked lists the
 // blocked nodes ("NODE: NAMESPACE/POD"), sorted; a node newly blocked
 // (not in ns's status) gets an Event. With no selector it is Decide.
-func (c *controller) decideUnblocked(ctx context.Context, ns *v1alpha1.NodeScript, nodes []Node, cached nodeSet, now time.Time) (Decision, error) {
-	d, err := Decide(ns, nodes, now)
+func (c *controller) decideUnblocked(ctx context.Context, ns *v1alpha1.NodeScript, nodes []rolloutNode, cached nodeSet, now time.Time) (decision, error) {
+	d, err := computeDecision(ns, nodes, now)
 	sel := ns.Spec.BlockingPodSelector
 	if err != nil || sel == nil {
 		return d, err
@@ -76,34 +72,34 @@ func (c *controller) decideUnblocked(ctx context.Context, ns *v1alpha1.NodeScrip
 				fresh = append(fresh, node)
 			}
 		}
-		if len(fresh) == 0 || lists >= MaxBlockerLists {
+		if len(fresh) == 0 || lists >= maxBlockerLists {
 			break
 		}
 		newly := false
 		for _, node := range fresh {
-			if lists >= MaxBlockerLists {
+			if lists >= maxBlockerLists {
 				break
 			}
 			lists++
 			checked[node] = true
 			pod, err := c.blocker(ctx, sel, node)
 			if err != nil {
-				return Decision{}, err
+				return decision{}, err
 			}
 			if pod != "" {
 				nodes[index[node]].Blocked = true
 				blocked = append(blocked, node+": "+pod)
 				newly = true
 				if n := cached.byName[node]; n != nil && !slices.Contains(ns.Status.Blocked, node+": "+pod) {
-					c.events.Eventf(n, corev1.EventTypeNormal, ReasonBlockedByPod, "nodescript %s: not started while pod %s (matching spec.blockingPodSelector) is on the node", ns.Name, pod)
+					c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonBlockedByPod, "nodescript %s: not started while pod %s (matching spec.blockingPodSelector) is on the node", ns.Name, pod)
 				}
 			}
 		}
 		if !newly {
 			break
 		}
-		if d, err = Decide(ns, nodes, now); err != nil {
-			return Decision{}, err
+		if d, err = computeDecision(ns, nodes, now); err != nil {
+			return decision{}, err
 		}
 	}
 	d.Start = slices.DeleteFunc(d.Start, func(node string) bool { return !checked[node] })

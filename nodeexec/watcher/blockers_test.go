@@ -69,11 +69,11 @@ func TestBlockingPods(t *testing.T) {
 	if diff := cmp.Diff([]string{"n1: default/job-1", "n2: default/job-2"}, e.nodeScript().Status.Blocked); diff != "" {
 		t.Errorf("status.blocked (-want +got):\n%s", diff)
 	}
-	if after <= 0 || after > BlockedRecheck {
-		t.Errorf("look again after %v, want within %v", after, BlockedRecheck)
+	if after <= 0 || after > blockedRecheck {
+		t.Errorf("look again after %v, want within %v", after, blockedRecheck)
 	}
-	e.checkEvents("blocked", ReasonBlockedByPod, ReasonBlockedByPod)
-	e.clock.Step(BlockedRecheck)
+	e.checkEvents("blocked", v1alpha1.ReasonBlockedByPod, v1alpha1.ReasonBlockedByPod)
+	e.clock.Step(blockedRecheck)
 	e.reconcile()
 	e.checkEvents("still blocked: no new Event", []string{}...)
 
@@ -83,32 +83,32 @@ func TestBlockingPods(t *testing.T) {
 	if _, err := e.cs.CoreV1().Pods("default").UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Step(BlockedRecheck)
+	e.clock.Step(blockedRecheck)
 	e.reconcile()
-	if s := e.state("n2"); s.Phase != PhaseRunning {
+	if s := e.state("n2"); s.Phase != v1alpha1.PhaseRunning {
 		t.Errorf("n2 after its blocking pod finished: %+v", s)
 	}
-	if s := e.state("n1"); s.Phase == PhaseRunning {
+	if s := e.state("n1"); s.Phase == v1alpha1.PhaseRunning {
 		t.Errorf("n1 started while job-1 runs: %+v", s)
 	}
 	// n1 was checked (and found blocked) only if it came before n2 in order.
 	if b := e.nodeScript().Status.Blocked; len(b) > 0 && !slices.Equal(b, []string{"n1: default/job-1"}) {
 		t.Errorf("status.blocked %v, want n1's pod or nothing", b)
 	}
-	e.setPod(podName(ns, "n2", ActionRun, 1), exited(0))
+	e.setPod(podName(ns, "n2", v1alpha1.ActionRun, 1), exited(0))
 	if err := e.cs.CoreV1().Pods("default").Delete(e.ctx, "job-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Step(time.Second)
 	e.reconcile()
-	if s := e.state("n1"); s.Phase != PhaseRunning {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseRunning {
 		t.Errorf("n1 after job-1 was deleted: %+v", s)
 	}
 	if b := e.nodeScript().Status.Blocked; len(b) != 0 {
 		t.Errorf("status.blocked %v after the blocking pods went", b)
 	}
 	for _, ev := range e.recorded() {
-		if strings.Contains(ev, ReasonBlockedByPod) {
+		if strings.Contains(ev, v1alpha1.ReasonBlockedByPod) {
 			t.Errorf("a BlockedByPod Event once unblocked: %s", ev)
 		}
 	}

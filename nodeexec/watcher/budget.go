@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,67 +26,36 @@ import (
 
 // The other maintainers' marks the budget count reads (see BudgetCount).
 const (
-	// KuredLockAnnotation is the annotation on kured's DaemonSet holding
-	// its reboot lock: one lock {"nodeID": ..., "created": ..., "TTL": ns},
-	// or with --concurrency > 1 {"maxOwners": N, "locks": [{"nodeID": ...}]}.
-	KuredLockAnnotation = "weave.works/kured-node-lock"
-	// KuredRebootAnnotation is the node annotation kured (--annotate-nodes)
-	// sets while it reboots the node.
-	KuredRebootAnnotation = "weave.works/kured-reboot-in-progress"
 	// DefaultKuredDaemonSet is kured's DaemonSet by default (its --ds-namespace and --ds-name).
 	DefaultKuredDaemonSet = "kube-system/kured"
 )
 
-// DisruptionTaints are the taint keys of a node another tool is taking
+// disruptionTaints are the taint keys of a node another tool is taking
 // away: cluster-autoscaler's scale-down, Karpenter's disruption (v1, and
 // the v1beta1 key before it).
-func DisruptionTaints() []string {
+func disruptionTaints() []string {
 	return []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption"}
 }
 
-// PlanResource is system-upgrade-controller's Plan: status.applying lists
+// planResource is system-upgrade-controller's Plan: status.applying lists
 // the nodes it is upgrading.
-var PlanResource = runtimeGVR("upgrade.cattle.io", "v1", "plans")
+var planResource = runtimeGVR("upgrade.cattle.io", "v1", "plans")
 
-// Why a node counts against a MaintenanceBudget (BudgetNode.Reasons).
-const (
-	BudgetUnschedulable = "Unschedulable"
-	BudgetNotReady      = "NotReady"
-	BudgetKuredLock     = "KuredLock"
-	BudgetKuredReboot   = "KuredRebootInProgress"
-	// BudgetPlanPrefix + PLAN: a system-upgrade-controller Plan applying.
-	BudgetPlanPrefix = "SystemUpgrade/"
-	// BudgetNodeScriptPrefix + NAME: in NodeScript NAME's maintenance.
-	BudgetNodeScriptPrefix = "NodeScript/"
-	// BudgetTaintPrefix + KEY: a disruption taint (DisruptionTaints).
-	BudgetTaintPrefix = "Taint/"
-)
-
-// Event reasons and condition reasons of the budget and exclusivity.
-const (
-	// ReasonBudgetExhausted: a NodeScript waits for room on its
-	// MaintenanceBudget (on the NodeScript; the Progressing reason).
-	ReasonBudgetExhausted = "BudgetExhausted"
-	// ReasonExclusiveWait: a node was not started because another
-	// NodeScript runs there and one of them is exclusive (on the node).
-	ReasonExclusiveWait = "ExclusiveWait"
-)
-
-// BudgetRecheck is how soon a NodeScript waiting for room on its budget
+// budgetRecheck is how soon a NodeScript waiting for room on its budget
 // is looked at again (besides node and NodeScript changes).
-const BudgetRecheck = 5 * time.Second
+const budgetRecheck = 5 * time.Second
 
-// BudgetSources are the other maintainers' marks a budget count reads
+// budgetSources are the other maintainers' marks a budget count reads
 // beside the nodes: kured's lock holders and the applying SUC Plans.
-type BudgetSources struct {
+type budgetSources struct {
 	// KuredHolders are the node names holding kured's lock.
 	KuredHolders map[string]bool
 	// Plans maps a node name to the Plans applying on it.
 	Plans map[string][]string
 }
 
-// Holder is a NodeScript out of service on a node, or running there.
-type Holder struct {
+// holder is a NodeScript out of service on a node, or running there.
+type holder struct {
 	// Name of the NodeScript.
 	Name string
 	// Disrupts: its run holds the node out of service (maintenance, or reboot).
@@ -93,23 +64,23 @@ type Holder struct {
 	Exclusive bool
 }
 
-// BudgetCount is the count of one budget's nodes: Reasons has each selected
+// budgetCount is the count of one budget's nodes: Reasons has each selected
 // node out of service, with why.
-type BudgetCount struct {
+type budgetCount struct {
 	Selected, Max int
 	Reasons       map[string][]string
 }
 
 // Unavailable is how many selected nodes are out of service.
-func (b BudgetCount) Unavailable() int { return len(b.Reasons) }
+func (b budgetCount) Unavailable() int { return len(b.Reasons) }
 
 // Room is how many more nodes may go out of service (0 or more).
-func (b BudgetCount) Room() int { return max(b.Max-len(b.Reasons), 0) }
+func (b budgetCount) Room() int { return max(b.Max-len(b.Reasons), 0) }
 
-// MaxUnavailable is spec.maxUnavailable as a count of selected nodes: a
+// maxUnavailable is spec.maxUnavailable as a count of selected nodes: a
 // percentage rounded down, at least 1 (so that a budget over few nodes
 // still lets one go at a time).
-func MaxUnavailable(v intstr.IntOrString, selected int) int {
+func maxUnavailable(v intstr.IntOrString, selected int) int {
 	n, err := intstr.GetScaledValueFromIntOrPercent(&v, selected, false)
 	if err != nil {
 		return 1
@@ -117,17 +88,17 @@ func MaxUnavailable(v intstr.IntOrString, selected int) int {
 	return max(n, 1)
 }
 
-// CountBudget counts budget b over nodes: each node b selects is out of
+// countBudget counts budget b over nodes: each node b selects is out of
 // service when it is unschedulable, not Ready (False or Unknown), holds
 // kured's lock or carries kured's reboot annotation, is under an applying
 // Plan, carries a disruption taint, or a NodeScript in holders[node]
 // disrupts it. It is a pure function.
-func CountBudget(b *v1alpha1.MaintenanceBudget, nodes []*corev1.Node, src BudgetSources, holders map[string][]Holder) (BudgetCount, error) {
+func countBudget(b *v1alpha1.MaintenanceBudget, nodes []*corev1.Node, src budgetSources, holders map[string][]holder) (budgetCount, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&b.Spec.NodeSelector)
 	if err != nil {
-		return BudgetCount{}, fmt.Errorf("maintenancebudget %s: spec.nodeSelector: %w", b.Name, err)
+		return budgetCount{}, fmt.Errorf("maintenancebudget %s: spec.nodeSelector: %w", b.Name, err)
 	}
-	c := BudgetCount{Reasons: map[string][]string{}}
+	c := budgetCount{Reasons: map[string][]string{}}
 	for _, n := range nodes {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
@@ -135,45 +106,45 @@ func CountBudget(b *v1alpha1.MaintenanceBudget, nodes []*corev1.Node, src Budget
 		c.Selected++
 		var why []string
 		if n.Spec.Unschedulable {
-			why = append(why, BudgetUnschedulable)
+			why = append(why, v1alpha1.BudgetUnschedulable)
 		}
 		if ready, _ := nodeReady(n); !ready {
-			why = append(why, BudgetNotReady)
+			why = append(why, v1alpha1.BudgetNotReady)
 		}
 		if src.KuredHolders[n.Name] {
-			why = append(why, BudgetKuredLock)
+			why = append(why, v1alpha1.BudgetKuredLock)
 		}
-		if _, ok := n.Annotations[KuredRebootAnnotation]; ok {
-			why = append(why, BudgetKuredReboot)
+		if _, ok := n.Annotations[v1alpha1.KuredRebootAnnotation]; ok {
+			why = append(why, v1alpha1.BudgetKuredReboot)
 		}
 		for _, p := range src.Plans[n.Name] {
-			why = append(why, BudgetPlanPrefix+p)
+			why = append(why, v1alpha1.BudgetPlanPrefix+p)
 		}
 		for _, t := range n.Spec.Taints {
-			if slices.Contains(DisruptionTaints(), t.Key) && !slices.Contains(why, BudgetTaintPrefix+t.Key) {
-				why = append(why, BudgetTaintPrefix+t.Key)
+			if slices.Contains(disruptionTaints(), t.Key) && !slices.Contains(why, v1alpha1.BudgetTaintPrefix+t.Key) {
+				why = append(why, v1alpha1.BudgetTaintPrefix+t.Key)
 			}
 		}
 		for _, h := range holders[n.Name] {
 			if h.Disrupts {
-				why = append(why, BudgetNodeScriptPrefix+h.Name)
+				why = append(why, v1alpha1.BudgetNodeScriptPrefix+h.Name)
 			}
 		}
 		if len(why) > 0 {
 			c.Reasons[n.Name] = why
 		}
 	}
-	c.Max = MaxUnavailable(b.Spec.MaxUnavailable, c.Selected)
+	c.Max = maxUnavailable(b.Spec.MaxUnavailable, c.Selected)
 	return c, nil
 }
 
-// KuredHolders parses the value of kured's lock annotation
+// kuredHolders parses the value of kured's lock annotation
 // (KuredLockAnnotation) into the node names holding it at now: the single
 // form {"nodeID": ...} or the multi form {"maxOwners": N, "locks": [...]};
 // a lock whose TTL (nanoseconds, 0: none) has passed since created holds
 // nothing. An empty value holds nothing; one that is not either form is an
 // error.
-func KuredHolders(value string, now time.Time) ([]string, error) {
+func kuredHolders(value string, now time.Time) ([]string, error) {
 	if strings.TrimSpace(value) == "" {
 		return nil, nil
 	}
@@ -188,12 +159,12 @@ func KuredHolders(value string, now time.Time) ([]string, error) {
 		Locks     []lock `json:"locks"`
 	}
 	if err := json.Unmarshal([]byte(value), &v); err != nil {
-		return nil, fmt.Errorf("kured lock annotation %s: %w", KuredLockAnnotation, err)
+		return nil, fmt.Errorf("kured lock annotation %s: %w", v1alpha1.KuredLockAnnotation, err)
 	}
 	locks := v.Locks
 	if v.MaxOwners == nil && v.Locks == nil {
 		if v.NodeID == "" {
-			return nil, fmt.Errorf("kured lock annotation %s: neither nodeID nor locks in %q", KuredLockAnnotation, value)
+			return nil, fmt.Errorf("kured lock annotation %s: neither nodeID nor locks in %q", v1alpha1.KuredLockAnnotation, value)
 		}
 		locks = []lock{v.lock}
 	}
@@ -207,9 +178,9 @@ func KuredHolders(value string, now time.Time) ([]string, error) {
 	return out, nil
 }
 
-// PlanNodes maps each node to the system-upgrade-controller Plans whose
+// planNodes maps each node to the system-upgrade-controller Plans whose
 // status.applying lists it, from the Plans (unstructured) given.
-func PlanNodes(plans []*unstructured.Unstructured) map[string][]string {
+func planNodes(plans []*unstructured.Unstructured) map[string][]string {
 	out := map[string][]string{}
 	for _, p := range plans {
 		applying, _, _ := unstructured.NestedStringSlice(p.Object, "status", "applying")
@@ -289,7 +260,7 @@ func ahead(a string, pa int32, b string, pb int32) bool {
 func (c *controller) scriptList() []*v1alpha1.NodeScript {
 	var out []*v1alpha1.NodeScript
 	for _, o := range c.scripts.List() {
-		if ns, err := toNodeScript(o); err == nil {
+		if ns, err := nodescript.ToNodeScript(o); err == nil {
 			v1alpha1.SetDefaults(ns)
 			out = append(out, ns)
 		}
@@ -302,8 +273,8 @@ func (c *controller) scriptList() []*v1alpha1.NodeScript {
 // whether each holds the node out of service: a run under maintenance
 // (Draining, Drained, Rebooting, or cordoned for it), or any run of a
 // NodeScript whose runs disrupt (disrupts). The caller holds the ledger's mu.
-func (c *controller) holders(ctx context.Context, scripts []*v1alpha1.NodeScript, cached nodeSet) map[string][]Holder {
-	out := map[string][]Holder{}
+func (c *controller) holders(ctx context.Context, scripts []*v1alpha1.NodeScript, cached nodeSet) map[string][]holder {
+	out := map[string][]holder{}
 	for _, s := range scripts {
 		dis := disrupts(&s.Spec)
 		seen := map[string]bool{}
@@ -312,11 +283,11 @@ func (c *controller) holders(ctx context.Context, scripts []*v1alpha1.NodeScript
 				return
 			}
 			seen[node] = true
-			out[node] = append(out[node], Holder{Name: s.Name, Disrupts: d, Exclusive: s.Spec.Exclusive})
+			out[node] = append(out[node], holder{Name: s.Name, Disrupts: d, Exclusive: s.Spec.Exclusive})
 		}
 		for _, n := range cached.all {
 			st, ok := c.w.state(ctx, s.Name, n)
-			if ok && st.Phase == PhaseRunning {
+			if ok && st.Phase == v1alpha1.PhaseRunning {
 				add(n.Name, dis || st.Maintenance != "" || st.Cordoned)
 			}
 		}
@@ -324,8 +295,8 @@ func (c *controller) holders(ctx context.Context, scripts []*v1alpha1.NodeScript
 			objs, _ := c.pods.ByIndex(byNodeScript, s.Name)
 			for _, o := range objs {
 				p := o.(*corev1.Pod)
-				if runsScript(p.Labels[LabelAction]) && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && cached.byName[p.Spec.NodeName] != nil {
-					add(p.Spec.NodeName, dis && p.Labels[LabelAction] == ActionRun)
+				if runsScript(p.Labels[v1alpha1.LabelAction]) && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && cached.byName[p.Spec.NodeName] != nil {
+					add(p.Spec.NodeName, dis && p.Labels[v1alpha1.LabelAction] == v1alpha1.ActionRun)
 				}
 			}
 		}
@@ -344,8 +315,8 @@ func (c *controller) holders(ctx context.Context, scripts []*v1alpha1.NodeScript
 // RBAC: get on daemonsets (apps) in kured's namespace; list/watch on
 // plans.upgrade.cattle.io. An error (refused, unreadable) is returned: the
 // budget is then closed.
-func (c *controller) budgetSources(ctx context.Context, now time.Time) (BudgetSources, error) {
-	src := BudgetSources{KuredHolders: map[string]bool{}}
+func (c *controller) budgetSources(ctx context.Context, now time.Time) (budgetSources, error) {
+	src := budgetSources{KuredHolders: map[string]bool{}}
 	for _, ds := range c.w.o.KuredDaemonSets {
 		nsName, name, _ := strings.Cut(ds, "/")
 		d, err := c.w.o.Client.AppsV1().DaemonSets(nsName).Get(ctx, name, metav1.GetOptions{})
@@ -353,11 +324,11 @@ func (c *controller) budgetSources(ctx context.Context, now time.Time) (BudgetSo
 			continue
 		}
 		if err != nil {
-			return BudgetSources{}, fmt.Errorf("reading kured's lock on daemonset %s: %w", ds, err)
+			return budgetSources{}, fmt.Errorf("reading kured's lock on daemonset %s: %w", ds, err)
 		}
-		ids, err := KuredHolders(d.Annotations[KuredLockAnnotation], now)
+		ids, err := kuredHolders(d.Annotations[v1alpha1.KuredLockAnnotation], now)
 		if err != nil {
-			return BudgetSources{}, fmt.Errorf("daemonset %s: %w", ds, err)
+			return budgetSources{}, fmt.Errorf("daemonset %s: %w", ds, err)
 		}
 		for _, id := range ids {
 			src.KuredHolders[id] = true
@@ -370,7 +341,7 @@ func (c *controller) budgetSources(ctx context.Context, now time.Time) (BudgetSo
 				plans = append(plans, u)
 			}
 		}
-		src.Plans = PlanNodes(plans)
+		src.Plans = planNodes(plans)
 	}
 	return src, nil
 }
@@ -410,7 +381,7 @@ func (c *controller) getBudget(name string) (*v1alpha1.MaintenanceBudget, error)
 // start. What nothing may start is d.Hold HoldBudget with d.Waiting saying
 // why. The nodes kept are reserved until release is called (after the
 // starts), so that another reconcile counts them.
-func (c *controller) budgetGate(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, nodes []Node, cached nodeSet, now time.Time) (Decision, func()) {
+func (c *controller) budgetGate(ctx context.Context, ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode, cached nodeSet, now time.Time) (decision, func()) {
 	name := ns.Spec.MaintenanceBudget
 	if len(d.Start) == 0 && name == "" {
 		return d, func() {}
@@ -433,7 +404,7 @@ func (c *controller) budgetGate(ctx context.Context, ns *v1alpha1.NodeScript, d 
 		costly = costlyStarts(ns, d, nodes)
 	}
 	var waits bool
-	if name != "" && d.Stage != StageComplete && d.Stage != StageHalted {
+	if name != "" && d.Stage != v1alpha1.StageComplete && d.Stage != v1alpha1.StageHalted {
 		waits = c.applyBudget(ctx, ns, &d, costly, scripts, held, cached, now)
 	}
 	if name != "" {
@@ -455,14 +426,14 @@ func (c *controller) budgetGate(ctx context.Context, ns *v1alpha1.NodeScript, d 
 // exclusivity drops from d.Start each node where a NodeScript runs (held)
 // that cannot share it with ns (spec.exclusive on either side): d.Blocked
 // says which, and a node newly blocked gets an Event.
-func (c *controller) exclusivity(ns *v1alpha1.NodeScript, d *Decision, held map[string][]Holder, cached nodeSet) {
+func (c *controller) exclusivity(ns *v1alpha1.NodeScript, d *decision, held map[string][]holder, cached nodeSet) {
 	var kept []string
 	for _, node := range d.Start {
 		if other := conflict(ns, held[node]); other != "" {
 			msg := node + ": nodescript " + other + " runs here (exclusive)"
 			d.Blocked = append(d.Blocked, msg)
 			if n := cached.byName[node]; n != nil && !slices.Contains(ns.Status.Blocked, msg) {
-				c.events.Eventf(n, corev1.EventTypeNormal, ReasonExclusiveWait, "nodescript %s: not started while nodescript %s runs here (spec.exclusive)", ns.Name, other)
+				c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonExclusiveWait, "nodescript %s: not started while nodescript %s runs here (spec.exclusive)", ns.Name, other)
 			}
 			continue
 		}
@@ -474,8 +445,8 @@ func (c *controller) exclusivity(ns *v1alpha1.NodeScript, d *Decision, held map[
 
 // costlyStarts are the nodes of d.Start a start takes out of service: all
 // but those whose next step is spec.checkScript's check.
-func costlyStarts(ns *v1alpha1.NodeScript, d Decision, nodes []Node) []string {
-	prev := map[string]NodeState{}
+func costlyStarts(ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode) []string {
+	prev := map[string]nodeState{}
 	for _, n := range nodes {
 		prev[n.Name] = n.State
 	}
@@ -493,7 +464,7 @@ func costlyStarts(ns *v1alpha1.NodeScript, d Decision, nodes []Node) []string {
 // MaintenanceBudget (none when it cannot be read or counted, or a
 // NodeScript ahead waits for room); it reports whether ns now waits for
 // room. The caller holds the ledger's mu.
-func (c *controller) applyBudget(ctx context.Context, ns *v1alpha1.NodeScript, d *Decision, costly []string, scripts []*v1alpha1.NodeScript, held map[string][]Holder, cached nodeSet, now time.Time) bool {
+func (c *controller) applyBudget(ctx context.Context, ns *v1alpha1.NodeScript, d *decision, costly []string, scripts []*v1alpha1.NodeScript, held map[string][]holder, cached nodeSet, now time.Time) bool {
 	name := ns.Spec.MaintenanceBudget
 	count, err := c.countBudget(ctx, name, cached, held, now)
 	switch {
@@ -502,7 +473,7 @@ func (c *controller) applyBudget(ctx context.Context, ns *v1alpha1.NodeScript, d
 		d.Start = slices.DeleteFunc(d.Start, func(n string) bool { return slices.Contains(costly, n) })
 		d.Waiting = fmt.Sprintf("maintenancebudget %s cannot be counted, so no node that it covers starts: %v", name, err)
 		if d.Hold == "" && len(d.Start) == 0 {
-			d.Hold = HoldBudget
+			d.Hold = v1alpha1.HoldBudget
 		}
 		return len(costly) > 0
 	case len(costly) == 0:
@@ -521,22 +492,22 @@ func (c *controller) applyBudget(ctx context.Context, ns *v1alpha1.NodeScript, d
 		d.Waiting = budgetMessage(name, count)
 	}
 	if len(d.Start) == 0 {
-		d.Hold = HoldBudget
+		d.Hold = v1alpha1.HoldBudget
 	}
 	return true
 }
 
 // countBudget counts MaintenanceBudget name (and sets its metrics).
-func (c *controller) countBudget(ctx context.Context, name string, cached nodeSet, held map[string][]Holder, now time.Time) (BudgetCount, error) {
+func (c *controller) countBudget(ctx context.Context, name string, cached nodeSet, held map[string][]holder, now time.Time) (budgetCount, error) {
 	b, err := c.getBudget(name)
 	if err != nil {
-		return BudgetCount{}, err
+		return budgetCount{}, err
 	}
 	src, err := c.budgetSources(ctx, now)
 	if err != nil {
-		return BudgetCount{}, err
+		return budgetCount{}, err
 	}
-	count, err := CountBudget(b, cached.all, src, held)
+	count, err := countBudget(b, cached.all, src, held)
 	if err != nil {
 		return count, err
 	}
@@ -548,7 +519,7 @@ func (c *controller) countBudget(ctx context.Context, name string, cached nodeSe
 // trimToRoom keeps in d.Start the nodes that cost nothing (not costly, or
 // already out of service) and room of the costly ones; the result is how
 // many it dropped.
-func trimToRoom(d *Decision, costly []string, count BudgetCount, room int) int {
+func trimToRoom(d *decision, costly []string, count budgetCount, room int) int {
 	var out []string
 	trimmed := 0
 	for _, node := range d.Start {
@@ -569,7 +540,7 @@ func trimToRoom(d *Decision, costly []string, count BudgetCount, room int) int {
 // conflict names a NodeScript among running (those on a node) that ns
 // cannot share the node with: any other when ns is exclusive, an exclusive
 // one otherwise; "" when none.
-func conflict(ns *v1alpha1.NodeScript, running []Holder) string {
+func conflict(ns *v1alpha1.NodeScript, running []holder) string {
 	for _, h := range running {
 		if h.Name != ns.Name && (ns.Spec.Exclusive || h.Exclusive) {
 			return h.Name
@@ -590,7 +561,7 @@ func (c *controller) firstWaiter(budget string, ns *v1alpha1.NodeScript, scripts
 		}
 		_, inLedger := c.w.ledger.waiting[budget][s.Name]
 		cond := findStatusCondition(s.Status.Conditions, v1alpha1.ConditionProgressing)
-		if !inLedger && (cond == nil || cond.Reason != ReasonBudgetExhausted || cond.ObservedGeneration != s.Generation) {
+		if !inLedger && (cond == nil || cond.Reason != v1alpha1.ReasonBudgetExhausted || cond.ObservedGeneration != s.Generation) {
 			continue
 		}
 		if !ahead(s.Name, s.Spec.Priority, ns.Name, ns.Spec.Priority) {
@@ -614,7 +585,7 @@ func findStatusCondition(cs []metav1.Condition, t string) *metav1.Condition {
 
 // budgetMessage says why a NodeScript waits on budget: its count, and the
 // nodes out of service with why (the first maxEventNodes).
-func budgetMessage(name string, c BudgetCount) string {
+func budgetMessage(name string, c budgetCount) string {
 	return fmt.Sprintf("maintenancebudget %s has no room: %d of %d selected nodes out of service (maxUnavailable %d): %s",
 		name, c.Unavailable(), c.Selected, c.Max, describeNodes(c.Reasons))
 }
@@ -644,16 +615,16 @@ func sortStrings(s []string) { sort.Strings(s) }
 // False, reason BudgetExhausted, with d.Waiting (an Event on ns when it
 // starts waiting); when only some nodes wait, d.Waiting is added to the
 // Progressing message.
-func (c *controller) budgetStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d Decision, now time.Time) {
+func (c *controller) budgetStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d decision, now time.Time) {
 	if d.Waiting == "" {
 		return
 	}
-	if d.Hold == HoldBudget {
+	if d.Hold == v1alpha1.HoldBudget {
 		was := findStatusCondition(ns.Status.Conditions, v1alpha1.ConditionProgressing)
-		if was == nil || was.Reason != ReasonBudgetExhausted {
-			c.events.Event(ns, corev1.EventTypeNormal, ReasonBudgetExhausted, d.Waiting)
+		if was == nil || was.Reason != v1alpha1.ReasonBudgetExhausted {
+			c.events.Event(ns, corev1.EventTypeNormal, v1alpha1.ReasonBudgetExhausted, d.Waiting)
 		}
-		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonBudgetExhausted, tail(fmt.Sprintf("waiting (%d running): %s", d.Counts.Running, d.Waiting), 1024), ns.Generation, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.ReasonBudgetExhausted, tail(fmt.Sprintf("waiting (%d running): %s", d.Counts.Running, d.Waiting), 1024), ns.Generation, now)
 		return
 	}
 	if cond := findStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); cond != nil && cond.Status == metav1.ConditionTrue {

@@ -22,17 +22,17 @@ func BenchmarkCountBudget1000(b *testing.B) {
 		Spec: v1alpha1.MaintenanceBudgetSpec{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"type": "kwok"}},
 			MaxUnavailable: intstr.FromString("100%")}}
 	nodes := make([]*corev1.Node, n)
-	holders := map[string][]Holder{}
+	holders := map[string][]holder{}
 	for i := range nodes {
 		name := fmt.Sprintf("kwok-node-%d", i)
 		nodes[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"type": "kwok"}},
 			Spec:   corev1.NodeSpec{Unschedulable: true},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-		holders[name] = []Holder{{Name: "bench", Disrupts: true}}
+		holders[name] = []holder{{Name: "bench", Disrupts: true}}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := CountBudget(budget, nodes, BudgetSources{}, holders)
+		c, err := countBudget(budget, nodes, budgetSources{}, holders)
 		if err != nil || c.Unavailable() != n {
 			b.Fatalf("%d unavailable, %v", c.Unavailable(), err)
 		}

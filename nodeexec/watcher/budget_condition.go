@@ -6,29 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
-)
-
-// MaintenanceConditionName is the name under which the watcher keeps the
-// Node condition MaintenanceConditionType (as a NodeScript's is kept under
-// its name; NodeScript names are lower-case, so they never clash).
-const MaintenanceConditionName = "Maintenance"
-
-// MaintenanceConditionType is the Node condition that says nodeexec holds
-// the node out of service, for other tools to honour: status True, reason
-// ReasonHeldByNodeScript, message "held out of service by nodescript(s)
-// A, B", while a NodeScript's run under spec.maintenance (cordoned,
-// draining, drained, running, rebooting) or a NodeScript whose runs
-// disrupt (spec.reboot) runs there; False (reason InService) after. A
-// node nodeexec never held has none.
-var MaintenanceConditionType = ConditionType(MaintenanceConditionName)
-
-// Reasons of MaintenanceConditionType.
-const (
-	ReasonHeldByNodeScript = "HeldByNodeScript"
-	ReasonInService        = "InService"
 )
 
 // maintenanceHolders is the prefix of MaintenanceConditionType's message
@@ -37,18 +19,18 @@ const maintenanceHolders = "held out of service by nodescript(s) "
 
 // heldBy reports whether NodeScript ns's state s on a node holds the node
 // out of service.
-func heldBy(ns *v1alpha1.NodeScript, s NodeState) bool {
-	return s.Phase == PhaseRunning && (s.Maintenance != "" || s.Cordoned || disrupts(&ns.Spec))
+func heldBy(ns *v1alpha1.NodeScript, s nodeState) bool {
+	return s.Phase == v1alpha1.PhaseRunning && (s.Maintenance != "" || s.Cordoned || disrupts(&ns.Spec))
 }
 
-// MaintenanceCondition is MaintenanceConditionType for a node held by the
+// maintenanceCondition is MaintenanceConditionType for a node held by the
 // NodeScripts named (none: False, InService). It is a pure function.
-func MaintenanceCondition(holders []string) *corev1.NodeCondition {
+func maintenanceCondition(holders []string) *corev1.NodeCondition {
 	if len(holders) == 0 {
-		return &corev1.NodeCondition{Type: MaintenanceConditionType, Status: corev1.ConditionFalse, Reason: ReasonInService, Message: "no NodeScript holds the node out of service"}
+		return &corev1.NodeCondition{Type: nodescript.MaintenanceConditionType, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonInService, Message: "no NodeScript holds the node out of service"}
 	}
 	slices.Sort(holders)
-	return &corev1.NodeCondition{Type: MaintenanceConditionType, Status: corev1.ConditionTrue, Reason: ReasonHeldByNodeScript, Message: maintenanceHolders + strings.Join(holders, ", ")}
+	return &corev1.NodeCondition{Type: nodescript.MaintenanceConditionType, Status: corev1.ConditionTrue, Reason: v1alpha1.ReasonHeldByNodeScript, Message: maintenanceHolders + strings.Join(holders, ", ")}
 }
 
 // conditionHolders are the NodeScripts a MaintenanceConditionType condition names.
@@ -70,7 +52,7 @@ func (c *controller) maintenanceConditions(ctx context.Context, ns *v1alpha1.Nod
 	)
 	for _, n := range cached.all {
 		s, ok := c.w.state(ctx, ns.Name, n)
-		have := c.w.condition(MaintenanceConditionName, n)
+		have := c.w.condition(v1alpha1.MaintenanceConditionName, n)
 		names := conditionHolders(have)
 		stale := false
 		for _, h := range names {
@@ -90,11 +72,13 @@ func (c *controller) maintenanceConditions(ctx context.Context, ns *v1alpha1.Nod
 				holders = append(holders, x.Name)
 			}
 		}
-		want := MaintenanceCondition(holders)
+		want := maintenanceCondition(holders)
 		if sameCondition(have, want) || (have == nil && len(holders) == 0) {
 			continue
 		}
-		work = append(work, func() error { return c.w.writeCondition(ctx, MaintenanceConditionName, n.Name, have, want, now) })
+		work = append(work, func() error {
+			return c.w.writeCondition(ctx, v1alpha1.MaintenanceConditionName, n.Name, have, want, now)
+		})
 	}
 	return c.parallel(work)
 }

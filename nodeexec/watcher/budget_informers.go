@@ -28,10 +28,10 @@ const budgetKeyPrefix = "maintenancebudget/"
 // budgetKey reports whether key is a MaintenanceBudget's, and its name.
 func budgetKey(key string) (string, bool) { return strings.CutPrefix(key, budgetKeyPrefix) }
 
-// BudgetStatusRecheck is how often a MaintenanceBudget's status is counted
+// budgetStatusRecheck is how often a MaintenanceBudget's status is counted
 // again besides node, NodeScript and budget changes (kured's lock, on a
 // DaemonSet the watcher does not watch, changes unseen otherwise).
-const BudgetStatusRecheck = 10 * time.Second
+const budgetStatusRecheck = 10 * time.Second
 
 // budgetInformers returns the informers of MaintenanceBudgets and of
 // system-upgrade-controller Plans from f, each nil when the API server
@@ -51,8 +51,8 @@ func (w *Watcher) budgetInformers(ctx context.Context, f dynamicinformer.Dynamic
 	if served(v1alpha1.BudgetResource) {
 		budgets = f.ForResource(v1alpha1.BudgetResource).Informer()
 	}
-	if served(PlanResource) {
-		plans = f.ForResource(PlanResource).Informer()
+	if served(planResource) {
+		plans = f.ForResource(planResource).Informer()
 	}
 	return budgets, plans
 }
@@ -85,9 +85,9 @@ func (c *controller) reconcileBudget(ctx context.Context, name string) (time.Dur
 	c.w.ledger.mu.Unlock()
 	st := v1alpha1.MaintenanceBudgetStatus{ObservedGeneration: b.Generation}
 	src, err := c.budgetSources(ctx, now)
-	var count BudgetCount
+	var count budgetCount
 	if err == nil {
-		count, err = CountBudget(b, cached.all, src, held)
+		count, err = countBudget(b, cached.all, src, held)
 	}
 	if err != nil {
 		st.Error = err.Error()
@@ -114,7 +114,7 @@ func (c *controller) reconcileBudget(ctx context.Context, name string) (time.Dur
 			return 0, fmt.Errorf("updating status of maintenancebudget %s: %w", name, err)
 		}
 	}
-	return BudgetStatusRecheck, nil
+	return budgetStatusRecheck, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

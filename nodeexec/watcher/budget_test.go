@@ -36,7 +36,7 @@ func TestCountBudgetEverySource(t *testing.T) {
 		testNode("notready", func(n *corev1.Node) { ready(n).Status = corev1.ConditionFalse }),
 		testNode("unknown", func(n *corev1.Node) { ready(n).Status = corev1.ConditionUnknown }),
 		testNode("kured"),
-		testNode("kured-annotated", func(n *corev1.Node) { n.Annotations = map[string]string{KuredRebootAnnotation: "true"} }),
+		testNode("kured-annotated", func(n *corev1.Node) { n.Annotations = map[string]string{v1alpha1.KuredRebootAnnotation: "true"} }),
 		testNode("suc"),
 		testNode("ca", taint("ToBeDeletedByClusterAutoscaler")),
 		testNode("karpenter", taint("karpenter.sh/disrupted")),
@@ -45,15 +45,15 @@ func TestCountBudgetEverySource(t *testing.T) {
 		testNode("nodescript-nodisrupt"),
 		testNode("other-pool", func(n *corev1.Node) { n.Labels = map[string]string{"pool": "b"}; n.Spec.Unschedulable = true }),
 	}
-	src := BudgetSources{KuredHolders: map[string]bool{"kured": true}, Plans: map[string][]string{"suc": {"system-upgrade/os"}}}
-	holders := map[string][]Holder{"nodescript": {{Name: "kernel", Disrupts: true}}, "nodescript-nodisrupt": {{Name: "audit"}}}
-	c, err := CountBudget(testBudget(intstr.FromString("50%")), nodes, src, holders)
+	src := budgetSources{KuredHolders: map[string]bool{"kured": true}, Plans: map[string][]string{"suc": {"system-upgrade/os"}}}
+	holders := map[string][]holder{"nodescript": {{Name: "kernel", Disrupts: true}}, "nodescript-nodisrupt": {{Name: "audit"}}}
+	c, err := countBudget(testBudget(intstr.FromString("50%")), nodes, src, holders)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"cordoned": {BudgetUnschedulable}, "notready": {BudgetNotReady}, "unknown": {BudgetNotReady},
-		"kured": {BudgetKuredLock}, "kured-annotated": {BudgetKuredReboot}, "suc": {"SystemUpgrade/system-upgrade/os"},
+		"cordoned": {v1alpha1.BudgetUnschedulable}, "notready": {v1alpha1.BudgetNotReady}, "unknown": {v1alpha1.BudgetNotReady},
+		"kured": {v1alpha1.BudgetKuredLock}, "kured-annotated": {v1alpha1.BudgetKuredReboot}, "suc": {"SystemUpgrade/system-upgrade/os"},
 		"ca": {"Taint/ToBeDeletedByClusterAutoscaler"}, "karpenter": {"Taint/karpenter.sh/disrupted"},
 		"karpenter-beta": {"Taint/karpenter.sh/disruption"}, "nodescript": {"NodeScript/kernel"},
 	}
@@ -79,7 +79,7 @@ func TestMaxUnavailableRounding(t *testing.T) {
 		{intstr.FromString("100%"), 3, 3},
 		{intstr.FromString("20%"), 0, 1},
 	} {
-		if got := MaxUnavailable(tc.v, tc.selected); got != tc.want {
+		if got := maxUnavailable(tc.v, tc.selected); got != tc.want {
 			t.Errorf("MaxUnavailable(%s, %d) = %d, want %d", tc.v.String(), tc.selected, got, tc.want)
 		}
 	}
@@ -102,7 +102,7 @@ func TestKuredHolders(t *testing.T) {
 		{"garbage", `not json`, nil, true},
 		{"no holder", `{"foo":1}`, nil, true},
 	} {
-		got, err := KuredHolders(tc.value, now)
+		got, err := kuredHolders(tc.value, now)
 		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
 			t.Errorf("%s: KuredHolders = %v, %v; want %v (error %v)", tc.name, got, err, tc.want, tc.err)
 		}
@@ -114,7 +114,7 @@ func FuzzKuredHolders(f *testing.F) {
 	f.Add(`{"maxOwners":2,"locks":[{"nodeID":"n1"}]}`)
 	f.Add(``)
 	f.Fuzz(func(t *testing.T, v string) {
-		ids, err := KuredHolders(v, time.Unix(0, 0))
+		ids, err := kuredHolders(v, time.Unix(0, 0))
 		if err != nil && ids != nil {
 			t.Fatalf("holders %v with error %v", ids, err)
 		}
@@ -129,7 +129,7 @@ func FuzzKuredHolders(f *testing.F) {
 func TestPlanNodes(t *testing.T) {
 	p := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "os", "namespace": "system-upgrade"}, "status": map[string]any{"applying": []any{"n1", "n2"}}}}
 	idle := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "k3s", "namespace": "system-upgrade"}}}
-	got := PlanNodes([]*unstructured.Unstructured{p, idle})
+	got := planNodes([]*unstructured.Unstructured{p, idle})
 	if diff := cmp.Diff(map[string][]string{"n1": {"system-upgrade/os"}, "n2": {"system-upgrade/os"}}, got); diff != "" {
 		t.Error(diff)
 	}
@@ -167,17 +167,17 @@ func maintained(name string, mutate func(*v1alpha1.NodeScriptSpec)) *v1alpha1.No
 }
 
 // gate runs budgetGate for ns wanting to start want (all Pending).
-func (e *env) gate(ns *v1alpha1.NodeScript, want ...string) (Decision, func()) {
+func (e *env) gate(ns *v1alpha1.NodeScript, want ...string) (decision, func()) {
 	e.t.Helper()
 	cached, err := e.c.listNodes(ns.Name)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var nodes []Node
+	var nodes []rolloutNode
 	for _, n := range cached.all {
-		nodes = append(nodes, Node{Name: n.Name, State: NodeState{Phase: PhasePending}})
+		nodes = append(nodes, rolloutNode{Name: n.Name, State: nodeState{Phase: v1alpha1.PhasePending}})
 	}
-	d := Decision{Hash: "h", Stage: StageRolling, Start: want}
+	d := decision{Hash: "h", Stage: v1alpha1.StageRolling, Start: want}
 	return e.c.budgetGate(e.ctx, ns, d, nodes, cached, t0)
 }
 
@@ -186,8 +186,8 @@ func TestBudgetGateCountsAHandCordon(t *testing.T) {
 	e := budgetEnv(t, 1, []*v1alpha1.NodeScript{a}, testNode("n1", func(n *corev1.Node) { n.Spec.Unschedulable = true }), testNode("n2"), testNode("n3"))
 	d, release := e.gate(a, "n2", "n3")
 	release()
-	if len(d.Start) != 0 || d.Hold != HoldBudget || !strings.Contains(d.Waiting, "n1 (Unschedulable)") || !strings.Contains(d.Waiting, "maintenancebudget shared") {
-		t.Fatalf("decision %+v: want nothing started, Hold %s, Waiting naming the budget and n1", d, HoldBudget)
+	if len(d.Start) != 0 || d.Hold != v1alpha1.HoldBudget || !strings.Contains(d.Waiting, "n1 (Unschedulable)") || !strings.Contains(d.Waiting, "maintenancebudget shared") {
+		t.Fatalf("decision %+v: want nothing started, Hold %s, Waiting naming the budget and n1", d, v1alpha1.HoldBudget)
 	}
 	// A node already out of service costs nothing more: n1 starts.
 	d, release = e.gate(a, "n1", "n2")
@@ -207,7 +207,7 @@ func TestBudgetGateNoDoubleSpend(t *testing.T) {
 	// a's start is not recorded yet: the ledger holds it, b gets no room.
 	db, releaseB := e.gate(b, "n3")
 	releaseB()
-	if len(db.Start) != 0 || db.Hold != HoldBudget || !strings.Contains(db.Waiting, "NodeScript/a") {
+	if len(db.Start) != 0 || db.Hold != v1alpha1.HoldBudget || !strings.Contains(db.Waiting, "NodeScript/a") {
 		t.Fatalf("b: %+v, want held by a's reservation of n1", db)
 	}
 	releaseA()
@@ -222,7 +222,7 @@ func TestBudgetGateNoDoubleSpend(t *testing.T) {
 func TestBudgetGateCountsARecordedMaintenance(t *testing.T) {
 	a, b := maintained("a", nil), maintained("b", nil)
 	running := func(n *corev1.Node) {
-		n.Annotations = map[string]string{StateAnnotation("a"): NodeState{Hash: "x", Phase: PhaseRunning, Maintenance: MaintenanceDraining, Cordoned: true}.Encode()}
+		n.Annotations = map[string]string{stateAnnotation("a"): nodeState{Hash: "x", Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceDraining, Cordoned: true}.Encode()}
 	}
 	e := budgetEnv(t, 1, []*v1alpha1.NodeScript{a, b}, testNode("n1", running), testNode("n2"))
 	d, release := e.gate(b, "n2")
@@ -278,7 +278,7 @@ func TestBudgetGateExclusive(t *testing.T) {
 	other.Name = "other"
 	runningFor := func(name string) func(*corev1.Node) {
 		return func(n *corev1.Node) {
-			n.Annotations = map[string]string{StateAnnotation(name): NodeState{Hash: "x", Phase: PhaseRunning}.Encode()}
+			n.Annotations = map[string]string{stateAnnotation(name): nodeState{Hash: "x", Phase: v1alpha1.PhaseRunning}.Encode()}
 		}
 	}
 	e := budgetEnv(t, 1, []*v1alpha1.NodeScript{ex, plain, other}, testNode("n1", runningFor("plain")), testNode("n2", runningFor("ex")), testNode("n3"))
@@ -301,7 +301,7 @@ func TestBudgetGateClosedOnError(t *testing.T) {
 	e := budgetEnv(t, 1, []*v1alpha1.NodeScript{a}, testNode("n1"))
 	d, release := e.gate(a, "n1")
 	release()
-	if len(d.Start) != 0 || d.Hold != HoldBudget || !strings.Contains(d.Waiting, "does not exist") {
+	if len(d.Start) != 0 || d.Hold != v1alpha1.HoldBudget || !strings.Contains(d.Waiting, "does not exist") {
 		t.Fatalf("%+v: want closed, naming the missing budget", d)
 	}
 	// A NodeScript whose runs do not take the node out of service starts.
@@ -314,11 +314,11 @@ func TestBudgetGateClosedOnError(t *testing.T) {
 }
 
 func TestMaintenanceCondition(t *testing.T) {
-	c := MaintenanceCondition([]string{"b", "a"})
-	if c.Type != "nodeexec.io/Maintenance" || c.Status != corev1.ConditionTrue || c.Reason != ReasonHeldByNodeScript || !slices.Equal(conditionHolders(c), []string{"a", "b"}) {
+	c := maintenanceCondition([]string{"b", "a"})
+	if c.Type != "nodeexec.io/Maintenance" || c.Status != corev1.ConditionTrue || c.Reason != v1alpha1.ReasonHeldByNodeScript || !slices.Equal(conditionHolders(c), []string{"a", "b"}) {
 		t.Fatalf("%+v", c)
 	}
-	if c := MaintenanceCondition(nil); c.Status != corev1.ConditionFalse || conditionHolders(c) != nil {
+	if c := maintenanceCondition(nil); c.Status != corev1.ConditionFalse || conditionHolders(c) != nil {
 		t.Fatalf("%+v", c)
 	}
 }

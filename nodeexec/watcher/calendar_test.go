@@ -35,12 +35,12 @@ func TestDecideWindowCloses(t *testing.T) {
 	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "u"}, Spec: v1alpha1.NodeScriptSpec{Script: "true",
 		Window: &v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00"}}}
 	now := time.Date(2026, 11, 24, 23, 0, 0, 0, time.UTC)
-	d, err := Decide(ns, []Node{{Name: "n", UID: "n", Ready: true}}, now)
+	d, err := computeDecision(ns, []rolloutNode{{Name: "n", UID: "n", Ready: true}}, now)
 	if err != nil || !d.WindowCloses.Equal(time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)) || d.Hold != "" {
 		t.Errorf("open: closes %v, hold %q, %v", d.WindowCloses, d.Hold, err)
 	}
-	d, err = Decide(ns, []Node{{Name: "n", UID: "n", Ready: true}}, now.Add(6*time.Hour))
-	if err != nil || !d.WindowCloses.IsZero() || d.Hold != HoldOutsideWindow {
+	d, err = computeDecision(ns, []rolloutNode{{Name: "n", UID: "n", Ready: true}}, now.Add(6*time.Hour))
+	if err != nil || !d.WindowCloses.IsZero() || d.Hold != v1alpha1.HoldOutsideWindow {
 		t.Errorf("closed: closes %v, hold %q, %v", d.WindowCloses, d.Hold, err)
 	}
 }

@@ -7,25 +7,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
-)
-
-// Events of spec.windowRefs (on the NodeScript).
-const (
-	// ReasonCalendarClosed: a MaintenanceCalendar the NodeScript names
-	// closed (its windows closed, a blackout began, or it went missing).
-	ReasonCalendarClosed = "CalendarClosed"
-	// ReasonCalendarOpened: a MaintenanceCalendar the NodeScript names opened.
-	ReasonCalendarOpened = "CalendarOpened"
 )
 
 // newCalendarOpen is the metric nodeexec_watcher_calendar_open.
@@ -110,7 +102,7 @@ func (c *controller) calendarsFor(ns *v1alpha1.NodeScript) ([]*v1alpha1.Maintena
 			errs = append(errs, fmt.Errorf("maintenancecalendar %s does not exist", name))
 			continue
 		}
-		cal, err := toCalendar(obj)
+		cal, err := nodescript.ToCalendar(obj)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -118,19 +110,6 @@ func (c *controller) calendarsFor(ns *v1alpha1.NodeScript) ([]*v1alpha1.Maintena
 		out = append(out, cal)
 	}
 	return out, errors.Join(errs...)
-}
-
-// toCalendar decodes a MaintenanceCalendar from the informer's cache.
-func toCalendar(obj any) (*v1alpha1.MaintenanceCalendar, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("unexpected object %T", obj)
-	}
-	cal := &v1alpha1.MaintenanceCalendar{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cal); err != nil {
-		return nil, fmt.Errorf("maintenancecalendar %s: %w", u.GetName(), err)
-	}
-	return cal, nil
 }
 
 // calendarWindow is the step after Decide for spec.windowRefs: it sets
@@ -143,12 +122,12 @@ func toCalendar(obj any) (*v1alpha1.MaintenanceCalendar, error) {
 // (AnnotationRunNow) still lets runs start (d.RunNow). Events
 // CalendarOpened/CalendarClosed when a calendar's state changes (against
 // status.calendars); metric nodeexec_watcher_calendar_open.
-func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, now time.Time) Decision {
+func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript, d decision, now time.Time) decision {
 	if len(ns.Spec.WindowRefs) == 0 {
 		c.w.metrics.calendarOpen.DeletePartialMatch(prometheus.Labels{"nodescript": ns.Name})
 		return d
 	}
-	over := d.Stage == StageComplete || d.Stage == StageHalted
+	over := d.Stage == v1alpha1.StageComplete || d.Stage == v1alpha1.StageHalted
 	cals, readErr := c.calendarsFor(ns)
 	byName := map[string]*v1alpha1.MaintenanceCalendar{}
 	for _, cal := range cals {
@@ -169,7 +148,7 @@ func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript
 		} else if errs := v1alpha1.ValidateCalendar(cal); len(errs) > 0 {
 			st.Message = "invalid, closed: " + errs.ToAggregate().Error()
 			problems = append(problems, "maintenancecalendar "+name+" is invalid: "+errs.ToAggregate().Error())
-		} else if open, msg, err := calendarNow(cal, now); err != nil {
+		} else if open, msg, err := nodescript.CalendarNow(cal, now); err != nil {
 			st.Message = "closed: " + err.Error()
 			problems = append(problems, "maintenancecalendar "+name+": "+err.Error())
 		} else {
@@ -185,13 +164,13 @@ func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript
 		c.w.metrics.calendarOpen.WithLabelValues(ns.Name, name).Set(v)
 		d.Calendars = append(d.Calendars, st)
 	}
-	if over || d.Hold == HoldPaused {
+	if over || d.Hold == v1alpha1.HoldPaused {
 		return d
 	}
-	var next []Opening
+	var next []opening
 	if len(problems) == 0 {
 		var err error
-		if next, err = openings(ns, cals, now, 1); err != nil {
+		if next, err = nodescript.Openings(ns, cals, now, 1); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -208,17 +187,17 @@ func (c *controller) calendarWindow(ctx context.Context, ns *v1alpha1.NodeScript
 			why = append(why, st.Name+": "+st.Message)
 		}
 		if ns.Spec.Window != nil {
-			if open, _, err := InWindow(ns.Spec.Window, now); err == nil && !open {
+			if open, _, err := inWindow(ns.Spec.Window, now); err == nil && !open {
 				why = append(why, "spec.window closed")
 			}
 		}
 		reason = strings.Join(why, "; ")
 	}
-	if until, set, err := RunNowUntil(ns); err == nil && set && now.Before(until) {
+	if until, set, err := nodescript.RunNowUntil(ns); err == nil && set && now.Before(until) {
 		d.RunNow = until
 		return d
 	}
-	d.Hold, d.WindowReason, d.NextWindow = HoldOutsideWindow, reason, time.Time{}
+	d.Hold, d.WindowReason, d.NextWindow = v1alpha1.HoldOutsideWindow, reason, time.Time{}
 	if len(problems) == 0 && len(next) > 0 {
 		d.NextWindow = next[0].Start
 	}
@@ -242,15 +221,15 @@ func (c *controller) calendarEvent(ns *v1alpha1.NodeScript, st v1alpha1.Calendar
 	}
 	switch {
 	case st.Open:
-		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonCalendarOpened, "maintenancecalendar %s is open: %s", st.Name, st.Message)
+		c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonCalendarOpened, "maintenancecalendar %s is open: %s", st.Name, st.Message)
 	case was:
-		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonCalendarClosed, "maintenancecalendar %s is closed: %s", st.Name, st.Message)
+		c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonCalendarClosed, "maintenancecalendar %s is closed: %s", st.Name, st.Message)
 	}
 }
 
 // windowHoldMessage is the Progressing condition's message for
 // HoldOutsideWindow.
-func windowHoldMessage(d Decision) string {
+func windowHoldMessage(d decision) string {
 	msg := fmt.Sprintf("outside the maintenance window: nothing new starts (%d running)", d.Counts.Running)
 	if d.WindowReason != "" {
 		msg += " (" + d.WindowReason + ")"

@@ -48,7 +48,7 @@ func TestReconcileWindowRefs(t *testing.T) {
 	// Missing: closed.
 	e.setCalendars()
 	e.reconcile()
-	if got := progressing(); !strings.HasPrefix(got, HoldOutsideWindow) || !strings.Contains(got, "maintenancecalendar patch does not exist") || len(e.pods()) != 0 {
+	if got := progressing(); !strings.HasPrefix(got, v1alpha1.HoldOutsideWindow) || !strings.Contains(got, "maintenancecalendar patch does not exist") || len(e.pods()) != 0 {
 		t.Fatalf("missing calendar: %q, pods %v", got, e.pods())
 	}
 	if st := e.nodeScript().Status.Calendars; len(st) != 1 || st[0].Open {
@@ -68,7 +68,7 @@ func TestReconcileWindowRefs(t *testing.T) {
 	if got := testutil.ToFloat64(e.c.w.metrics.calendarOpen.WithLabelValues("fix", "patch")); got != 1 {
 		t.Errorf("nodeexec_watcher_calendar_open = %v", got)
 	}
-	e.checkEvents("opened", ReasonCalendarOpened)
+	e.checkEvents("opened", v1alpha1.ReasonCalendarOpened)
 }
 
 // TestCalendarWindowStep: the step alone: a blackout holds (reason and
@@ -80,11 +80,11 @@ func TestCalendarWindowStep(t *testing.T) {
 	open := []v1alpha1.CalendarWindow{{Name: "w", Weekly: &v1alpha1.WeeklyWindow{Start: "00:00", End: "23:59"}}}
 	freeze := v1alpha1.Blackout{Name: "freeze", Start: mt(now.Add(-time.Minute)), End: mt(now.Add(time.Hour)), Reason: "change freeze"}
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.WindowRefs = []string{"a"} })
-	start := Decision{Stage: StageRolling, Start: []string{"n1"}}
+	start := decision{Stage: v1alpha1.StageRolling, Start: []string{"n1"}}
 
 	e.setCalendars(calendar("a", "", open, freeze))
 	d := e.c.calendarWindow(e.ctx, ns, start, now)
-	if d.Hold != HoldOutsideWindow || len(d.Start) != 0 || !strings.Contains(d.WindowReason, "blackout freeze until 2026-11-21T13:00:00Z: change freeze") {
+	if d.Hold != v1alpha1.HoldOutsideWindow || len(d.Start) != 0 || !strings.Contains(d.WindowReason, "blackout freeze until 2026-11-21T13:00:00Z: change freeze") {
 		t.Errorf("blackout: %+v", d)
 	}
 	if !d.NextWindow.Equal(now.Add(time.Hour)) {
@@ -92,7 +92,7 @@ func TestCalendarWindowStep(t *testing.T) {
 	}
 
 	withRunNow := ns.DeepCopy()
-	withRunNow.Annotations = map[string]string{AnnotationRunNow: now.Add(time.Hour).Format(time.RFC3339)}
+	withRunNow.Annotations = map[string]string{v1alpha1.AnnotationRunNow: now.Add(time.Hour).Format(time.RFC3339)}
 	d = e.c.calendarWindow(e.ctx, withRunNow, start, now)
 	if d.Hold != "" || len(d.Start) != 1 || d.RunNow.IsZero() {
 		t.Errorf("run-now: %+v", d)
@@ -104,12 +104,12 @@ func TestCalendarWindowStep(t *testing.T) {
 		t.Errorf("open: %+v", d)
 	}
 
-	paused := Decision{Stage: StageRolling, Hold: HoldPaused}
+	paused := decision{Stage: v1alpha1.StageRolling, Hold: v1alpha1.HoldPaused}
 	e.setCalendars(calendar("a", "", nil))
-	if d = e.c.calendarWindow(e.ctx, ns, paused, now); d.Hold != HoldPaused || len(d.Calendars) != 1 || d.Calendars[0].Open {
+	if d = e.c.calendarWindow(e.ctx, ns, paused, now); d.Hold != v1alpha1.HoldPaused || len(d.Calendars) != 1 || d.Calendars[0].Open {
 		t.Errorf("paused: %+v", d)
 	}
-	if d = e.c.calendarWindow(e.ctx, ns, start, now); d.Hold != HoldOutsideWindow || !d.NextWindow.IsZero() || !strings.Contains(d.WindowReason, "no window opens") {
+	if d = e.c.calendarWindow(e.ctx, ns, start, now); d.Hold != v1alpha1.HoldOutsideWindow || !d.NextWindow.IsZero() || !strings.Contains(d.WindowReason, "no window opens") {
 		t.Errorf("never open: %+v", d)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,28 +17,7 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// ConditionPrefix starts the type of every NodeScript's Node condition.
-const ConditionPrefix = "nodeexec.io/"
-
-// Reasons of a NodeScript's Node condition (see NodeCondition).
-const (
-	ConditionApplied  = "Applied"
-	ConditionFailed   = "Failed"
-	ConditionPending  = "Pending"
-	ConditionOutdated = "Outdated"
-	// ConditionNotNeeded: spec.checkScript found the node fine (True).
-	ConditionNotNeeded = "NotNeeded"
-)
-
-// ConditionType is the type of NodeScript name's condition on the nodes
-// it selects: "nodeexec.io/NAME", a Kubernetes qualified name (NodeScript
-// names are DNS labels of at most 63 characters, the limit of a qualified
-// name's part after the slash), so at most 75 characters.
-func ConditionType(name string) corev1.NodeConditionType {
-	return corev1.NodeConditionType(ConditionPrefix + name)
-}
-
-// NodeCondition is the condition NodeScript name, at spec hash, puts on a
+// nodeCondition is the condition NodeScript name, at spec hash, puts on a
 // node it selects whose record of it is s (times left unset), so that other
 // controllers can gate on "this fix is applied here". Its message starts
 // with "spec HASH" (the hash the reason refers to):
@@ -53,35 +34,35 @@ func ConditionType(name string) corev1.NodeConditionType {
 // A node the NodeScript no longer selects (or ignores) has none: the
 // watcher removes it, and the finalizer removes it from every node when
 // the NodeScript is deleted. It is a pure function.
-func NodeCondition(name, hash string, s NodeState) *corev1.NodeCondition {
+func nodeCondition(name, hash string, s nodeState) *corev1.NodeCondition {
 	if s.Hash == "" {
 		return nil
 	}
-	c := &corev1.NodeCondition{Type: ConditionType(name), Status: corev1.ConditionFalse}
+	c := &corev1.NodeCondition{Type: nodescript.ConditionType(name), Status: corev1.ConditionFalse}
 	spec := "spec " + hash
 	switch {
 	case s.Hash != hash:
-		c.Reason, c.Message = ConditionOutdated, fmt.Sprintf("%s not yet run here (last ran spec %s: %s)", spec, s.Hash, s.Phase)
-	case s.Phase == PhaseSucceeded:
-		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionApplied, spec+" succeeded here"
-	case s.Phase == PhaseNotNeeded:
-		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionNotNeeded, spec+" not needed here (checkScript exited 0)"
-	case s.Phase == PhaseFailed || s.Phase == PhaseRolledBack:
-		c.Reason, c.Message = ConditionFailed, spec+" failed here: "+failure(s)
-		if s.Phase == PhaseRolledBack {
+		c.Reason, c.Message = v1alpha1.ConditionOutdated, fmt.Sprintf("%s not yet run here (last ran spec %s: %s)", spec, s.Hash, s.Phase)
+	case s.Phase == v1alpha1.PhaseSucceeded:
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, v1alpha1.ConditionApplied, spec+" succeeded here"
+	case s.Phase == v1alpha1.PhaseNotNeeded:
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, v1alpha1.ConditionNotNeeded, spec+" not needed here (checkScript exited 0)"
+	case s.Phase == v1alpha1.PhaseFailed || s.Phase == v1alpha1.PhaseRolledBack:
+		c.Reason, c.Message = v1alpha1.ConditionFailed, spec+" failed here: "+failure(s)
+		if s.Phase == v1alpha1.PhaseRolledBack {
 			c.Message += "; rolled back"
 		}
-	case s.Phase == PhaseRunning:
-		c.Reason, c.Message = ConditionPending, spec+" is running here"
+	case s.Phase == v1alpha1.PhaseRunning:
+		c.Reason, c.Message = v1alpha1.ConditionPending, spec+" is running here"
 	default:
-		c.Reason, c.Message = ConditionPending, spec+" is to run here"
+		c.Reason, c.Message = v1alpha1.ConditionPending, spec+" is to run here"
 	}
 	return c
 }
 
 // failure describes a failed run: its reason (an infrastructure failure
 // says so) or its exit code.
-func failure(s NodeState) string {
+func failure(s nodeState) string {
 	switch {
 	case s.Infrastructure:
 		return s.Reason + " (an infrastructure failure)"
@@ -102,16 +83,6 @@ func sameCondition(a, b *corev1.NodeCondition) bool {
 	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
 }
 
-// findCondition is a copy of node n's condition typ, or nil.
-func findCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
-	for _, c := range n.Status.Conditions {
-		if c.Type == typ {
-			return &c
-		}
-	}
-	return nil
-}
-
 // nodeConditions is phase 4. Inputs: ns at spec hash, the cached nodes
 // and now. Each node ns selects (and does not ignore) gets the condition
 // NodeCondition says from its state (as phase 3 left it); every other node
@@ -129,12 +100,12 @@ func (c *controller) nodeConditions(ctx context.Context, ns *v1alpha1.NodeScript
 			want    *corev1.NodeCondition
 			running bool
 		)
-		if selectsNode(ns, sel, n) {
+		if nodescript.SelectsNode(ns, sel, n) {
 			s, ok := c.w.state(ctx, ns.Name, n)
 			if !ok {
 				continue // unreadable: left alone (and logged)
 			}
-			want, running = NodeCondition(ns.Name, hash, s), podRecord(s)
+			want, running = nodeCondition(ns.Name, hash, s), podRecord(s)
 		}
 		have := c.w.condition(ns.Name, n)
 		if running {
@@ -145,11 +116,11 @@ func (c *controller) nodeConditions(ctx context.Context, ns *v1alpha1.NodeScript
 			if have != nil {
 				continue
 			}
-			before, err := DecodeState(n.Annotations, ns.Name)
+			before, err := decodeState(n.Annotations, ns.Name)
 			if err != nil {
 				continue
 			}
-			want = NodeCondition(ns.Name, hash, before)
+			want = nodeCondition(ns.Name, hash, before)
 		}
 		if sameCondition(have, want) {
 			continue
@@ -163,7 +134,7 @@ func (c *controller) nodeConditions(ctx context.Context, ns *v1alpha1.NodeScript
 // condition is node n's condition of NodeScript name: what this process
 // last wrote when the informer does not show it yet, else the node's.
 func (w *Watcher) condition(name string, n *corev1.Node) *corev1.NodeCondition {
-	cached := findCondition(n, ConditionType(name))
+	cached := nodescript.FindCondition(n, nodescript.ConditionType(name))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if o, ok := w.conds[name][n.Name]; ok {
@@ -236,13 +207,13 @@ func patchCondition(ctx context.Context, client kubernetes.Interface, node strin
 // strategic merge patch of its status deleting that type only; a node
 // without it, or gone, has nothing to remove). RBAC: patch on nodes/status.
 func removeCondition(ctx context.Context, client kubernetes.Interface, node, name string) error {
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": ConditionType(name), "$patch": "delete"}}}})
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": nodescript.ConditionType(name), "$patch": "delete"}}}})
 	if err != nil {
 		return err
 	}
 	_, err = client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}, "status")
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %s: removing condition %s: %w", node, ConditionType(name), err)
+		return fmt.Errorf("node %s: removing condition %s: %w", node, nodescript.ConditionType(name), err)
 	}
 	return nil
 }

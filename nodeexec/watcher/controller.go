@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -20,54 +22,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
-)
-
-// Event reasons recorded on nodes and NodeScripts.
-const (
-	ReasonSucceeded      = "ScriptSucceeded"
-	ReasonFailed         = "ScriptFailed"
-	ReasonInfrastructure = "RunInfrastructureFailure"
-	ReasonVerified       = "VerifySucceeded"
-	ReasonVerifyFailed   = "VerifyFailed"
-	ReasonRolledBack     = "RollbackSucceeded"
-	ReasonRollbackFailed = "RollbackFailed"
-	ReasonCordoned       = "Cordoned"
-	ReasonUncordoned     = "Uncordoned"
-	ReasonDrained        = "Drained"
-	ReasonDrainFailed    = "DrainFailed"
-	ReasonTaintRemoved   = "StartupTaintRemoved"
-	ReasonHalted         = "Halted"
-	ReasonComplete       = "Complete"
-	ReasonPodCreate      = "PodCreateFailed"
-	// ReasonOutputNotRecorded: spec.recordOutput is set and an output
-	// record could not be written (on the NodeScript).
-	ReasonOutputNotRecorded = "OutputNotRecorded"
-	// ReasonLeftCordoned: the NodeScript that cordoned the node after a
-	// failure was deleted; the node stays cordoned (on the node).
-	ReasonLeftCordoned = "LeftCordoned"
-	// ReasonRerun: a rerun request (nodeexec rerun) was applied: the node
-	// runs the spec again (on the node).
-	ReasonRerun = "RerunRequested"
-	// ReasonRerunDropped: a rerun request for another spec, or on a node
-	// not selected, was removed (on the node).
-	ReasonRerunDropped = "RerunDropped"
-	// ReasonRunNow: a run-now override (nodeexec run-now) is in effect,
-	// with who asked and until when (on the NodeScript).
-	ReasonRunNow = "RunNow"
-	// ReasonCheckNotNeeded, ReasonCheckNeeded: spec.checkScript exited 0
-	// (the node is NotNeeded) or 1 (the script runs next) (on the node).
-	ReasonCheckNotNeeded = "CheckNotNeeded"
-	ReasonCheckNeeded    = "CheckNeeded"
-	// ReasonCheckFailed: spec.checkScript exited otherwise (126 or 127:
-	// not found), or timed out: a failure, counted against the error budget,
-	// with no rollback, cordon or drain (on the node, and the node's reason).
-	ReasonCheckFailed = "CheckFailed"
-	// ReasonRunNowExpired, ReasonRunNowInvalid, ReasonRunNowCancelled: the
-	// run-now override ended, was unreadable, or was removed (on the
-	// NodeScript).
-	ReasonRunNowExpired   = "RunNowExpired"
-	ReasonRunNowInvalid   = "RunNowInvalid"
-	ReasonRunNowCancelled = "RunNowCancelled"
 )
 
 // controller is one run of the watcher: its caches, queue and recorder.
@@ -180,7 +134,7 @@ func (c *controller) reconcile(ctx context.Context, name string) (time.Duration,
 	retryAt = earliest(retryAt, hooksAt)
 	c.w.places.put(ns.Name, d) // NODESCRIPT_ORDINAL, NODESCRIPT_CANARY (annotations_env.go)
 	if len(d.Blocked) > 0 || d.Waiting != "" {
-		if t := now.Add(BlockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
+		if t := now.Add(blockedRecheck); retryAt.IsZero() || t.Before(retryAt) {
 			retryAt = t
 		}
 	}
@@ -245,7 +199,7 @@ func (c *controller) admit(ctx context.Context, name string) (*v1alpha1.NodeScri
 		c.notify.forget(name)
 		return nil, nil
 	}
-	ns, err := toNodeScript(obj)
+	ns, err := nodescript.ToNodeScript(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +227,7 @@ func (c *controller) haltInvalid(ctx context.Context, ns *v1alpha1.NodeScript, n
 	}
 	st := ns.Status.DeepCopy()
 	st.ObservedGeneration = ns.Generation
-	st.Stage = StageHalted
+	st.Stage = v1alpha1.StageHalted
 	setCondition(st, v1alpha1.ConditionHalted, true, "InvalidSpec", errs.ToAggregate().Error(), ns.Generation, now)
 	setCondition(st, v1alpha1.ConditionProgressing, false, "InvalidSpec", "the spec is invalid; fix it with nodeexec apply", ns.Generation, now)
 	return true, c.writeStatus(ctx, ns, st)
@@ -316,18 +270,18 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 	)
 	for _, o := range podObjs {
 		pod := o.(*corev1.Pod)
-		node, action := pod.Spec.NodeName, pod.Labels[LabelAction]
+		node, action := pod.Spec.NodeName, pod.Labels[v1alpha1.LabelAction]
 		n := cached.byName[node]
 		if n == nil {
 			// The node is gone; its pods go with it (pod GC).
 			continue
 		}
-		if action == ActionPrePull {
+		if action == v1alpha1.ActionPrePull {
 			c.strayPrePull(ctx, ns, n, pod) // judged in phase 2 (pulling)
 			continue
 		}
 		ready, since := nodeReady(n)
-		out := PodOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
+		out := podOutcome(pod, ready, since, now, c.w.o.NotReadyGrace)
 		if out.Done && pod.DeletionTimestamp == nil && c.w.alreadyRecorded(pod.UID) {
 			// Recorded and deleted by an earlier reconcile; the cache lags.
 			// Skipped before its boot ID is read (an API GET for a failed
@@ -337,16 +291,16 @@ func (c *controller) recordFinished(ctx context.Context, ns *v1alpha1.NodeScript
 		}
 		if runsScript(action) && out.Done {
 			if s, ok := c.w.state(ctx, ns.Name, n); ok {
-				start := startBootID(pod, s)
+				start := nodescript.StartBootID(pod, s)
 				bootID, err := c.bootID(ctx, n, start, out)
 				if err != nil {
 					return runPods{}, err
 				}
-				out = Rebooted(out, start, bootID)
+				out = rebooted(out, start, bootID)
 			}
 		}
 		if pod.DeletionTimestamp != nil && !out.Done {
-			out = Outcome{}
+			out = runOutcome{}
 		}
 		if !out.Done || pod.DeletionTimestamp != nil {
 			// Running, or being deleted (a terminating pod may still run).
@@ -395,7 +349,7 @@ func (s *succeeded) event(r record.EventRecorder, ns *v1alpha1.NodeScript) {
 	if more := len(s.nodes) - maxEventNodes; more > 0 {
 		names += fmt.Sprintf(" and %d more", more)
 	}
-	r.Eventf(ns, corev1.EventTypeNormal, ReasonSucceeded, "the script succeeded on %d node(s): %s", len(s.nodes), names)
+	r.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonSucceeded, "the script succeeded on %d node(s): %s", len(s.nodes), names)
 }
 
 // nodePolicies is phase 2. Inputs: ns at spec hash, the cached nodes, the
@@ -410,10 +364,10 @@ func (s *succeeded) event(r record.EventRecorder, ns *v1alpha1.NodeScript) {
 // running a run of an older spec counts as Running), and the earliest of
 // the NextRetry of the infrastructure failures waiting for one and the
 // times spec.reapply.interval makes a success due (zero when none).
-func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, going runPods, now time.Time) ([]Node, time.Time, error) {
+func (c *controller) nodePolicies(ctx context.Context, ns *v1alpha1.NodeScript, hash string, cached nodeSet, going runPods, now time.Time) ([]rolloutNode, time.Time, error) {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	var (
-		nodes []Node
+		nodes []rolloutNode
 		p     policyPass
 	)
 	for _, n := range cached.all {
@@ -449,22 +403,22 @@ func (p *policyPass) at(t time.Time) { p.retryAt = earliest(p.retryAt, t) }
 // requests (rerun, reapply), its annotations' work, then the lifecycle's
 // (lifecycleWork) and spec.hooks.postNode. The result is n as Decide
 // takes it; ok is false when n's state is unreadable.
-func (c *controller) nodePolicy(ctx context.Context, ns *v1alpha1.NodeScript, hash string, sel labels.Selector, n *corev1.Node, going runPods, now time.Time, p *policyPass) (Node, bool) {
+func (c *controller) nodePolicy(ctx context.Context, ns *v1alpha1.NodeScript, hash string, sel labels.Selector, n *corev1.Node, going runPods, now time.Time, p *policyPass) (rolloutNode, bool) {
 	s, ok := c.w.state(ctx, ns.Name, n)
 	if !ok {
-		return Node{}, false
+		return rolloutNode{}, false
 	}
 	// selectsNode, with ignored kept for the Node below.
-	ign := ignored(n, ns.Name)
-	selected := !ign && selects(&ns.Spec, sel, n.Name, n.Labels)
+	ign := nodescript.Ignored(n, ns.Name)
+	selected := !ign && nodescript.Selects(&ns.Spec, sel, n.Name, n.Labels)
 	s = c.requests(ctx, ns, hash, n, s, selected, going, now, p)
 	ready, _ := nodeReady(n)
 	busy := going.busy[n.Name]
-	if busy && !(s.Hash == hash && s.Phase == PhaseRunning) {
+	if busy && !(s.Hash == hash && s.Phase == v1alpha1.PhaseRunning) {
 		// A run of an older spec still going: it counts as running.
-		s = NodeState{Hash: hash, Phase: PhaseRunning}
+		s = nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning}
 	}
-	node := Node{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ign, State: s}
+	node := rolloutNode{Name: n.Name, UID: string(n.UID), Labels: n.Labels, Ready: ready, Ignored: ign, State: s}
 	if w, at := c.annotationWork(ctx, ns, hash, n, s, selected, busy, now); w != nil || !at.IsZero() {
 		p.at(at) // spec.hooks.beforeRun, afterRun (annotations.go)
 		if w != nil {
@@ -477,7 +431,7 @@ func (c *controller) nodePolicy(ctx context.Context, ns *v1alpha1.NodeScript, ha
 	}
 	c.lifecycleWork(ctx, ns, hash, n, s, going, now, p)
 	if !busy && postNodeDue(ns, hash, n, s) { // spec.hooks.postNode (hooks.go)
-		p.at(now.Add(HookRecheck))
+		p.at(now.Add(hookRecheck))
 		p.add(func() error { return c.postNode(ctx, ns, hash, n, s, now) })
 	}
 	return node, true
@@ -486,7 +440,7 @@ func (c *controller) nodePolicy(ctx context.Context, ns *v1alpha1.NodeScript, ha
 // requests applies node n's rerun request (the node becomes Pending), then
 // for a selected node without one spec.reapply (a success due again
 // becomes Pending): the state after them.
-func (c *controller) requests(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, selected bool, going runPods, now time.Time, p *policyPass) NodeState {
+func (c *controller) requests(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, selected bool, going runPods, now time.Time, p *policyPass) nodeState {
 	s, write := c.rerun(ctx, ns, hash, n, s, selected, going, now)
 	p.add(write)
 	if selected && write == nil {
@@ -500,21 +454,21 @@ func (c *controller) requests(ctx context.Context, ns *v1alpha1.NodeScript, hash
 
 // lifecycleWork is the work the transition table (transitions.go) gives
 // node n in state s, of the current hash.
-func (c *controller) lifecycleWork(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, going runPods, now time.Time, p *policyPass) {
+func (c *controller) lifecycleWork(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, going runPods, now time.Time, p *policyPass) {
 	busy := going.busy[n.Name]
 	switch transition(s.Phase, nodeEvent(s, busy, func() bool { return c.w.expected(s.Pod) })) {
 	case actRebooting:
-		p.at(now.Add(RebootRecheck))
+		p.at(now.Add(rebootRecheck))
 		p.add(func() error { return c.rebooting(ctx, ns, hash, n, s, now) })
 	case actRunDrained:
-		p.add(func() error { return c.start(ctx, ns, hash, n, s, ActionRun, now) })
+		p.add(func() error { return c.start(ctx, ns, hash, n, s, v1alpha1.ActionRun, now) })
 	case actResumeDrain:
 		c.resumeDrain(ctx, ns, n)
 	case actPulling:
-		p.at(now.Add(PrePullRecheck))
+		p.at(now.Add(prePullRecheck))
 		p.add(func() error { return c.pulling(ctx, ns, hash, n, s, now) })
 	case actPreNodeWait:
-		p.at(now.Add(HookRecheck)) // spec.hooks.preNode (hooks.go)
+		p.at(now.Add(hookRecheck)) // spec.hooks.preNode (hooks.go)
 		p.add(func() error { return c.preNodeWaiting(ctx, ns, hash, n, s, now) })
 	case actLost:
 		p.add(func() error { return c.lost(ctx, ns, n, s, now) })
@@ -527,7 +481,9 @@ func (c *controller) lifecycleWork(ctx context.Context, ns *v1alpha1.NodeScript,
 			})
 		}
 	case actFailurePolicy:
-		p.add(func() error { return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+ActionRollback], now) })
+		p.add(func() error {
+			return c.failurePolicy(ctx, ns, n, s, going.actions[n.Name+"/"+v1alpha1.ActionRollback], now)
+		})
 	case actAfterSuccess:
 		c.afterSuccess(ctx, ns, hash, n, s, now, p)
 	}
@@ -544,14 +500,14 @@ func (c *controller) resumeDrain(ctx context.Context, ns *v1alpha1.NodeScript, n
 // afterSuccess adds the work on node n after a success (or NotNeeded):
 // the startup taint removed; the watcher's own cordon undone, or
 // spec.hooks.afterRun awaited, or the node labelled.
-func (c *controller) afterSuccess(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time, p *policyPass) {
+func (c *controller) afterSuccess(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time, p *policyPass) {
 	if t := ns.Spec.StartupTaint; t != nil && hasTaint(n, t) {
 		p.add(func() error { return c.removeTaint(ctx, n, t) })
 	}
 	switch {
 	case s.CordonedByUs && n.Spec.Unschedulable:
 		p.add(func() error { return c.uncordon(ctx, ns, n, s, "it succeeded here") })
-	case awaitingAfterRun(s):
+	case nodescript.WaitsAfterRun(s):
 		p.add(func() error { return c.awaitAfter(ctx, ns, n, s, now) }) // spec.hooks.afterRun
 	case wantsLabels(ns, hash, n, s):
 		p.add(func() error { return c.labelNode(ctx, ns, n) })
@@ -565,24 +521,24 @@ func (c *controller) afterSuccess(ctx context.Context, ns *v1alpha1.NodeScript, 
 // it Running; the check pod instead where spec.checkScript is set and has
 // not yet said the node needs the script) and the verify pod of each node in d.Verify that has none
 // going. Output: the joined errors of the pods not created, for the status.
-func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, cached nodeSet, nodes []Node, going runPods, now time.Time) error {
-	prev := map[string]NodeState{}
+func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d decision, cached nodeSet, nodes []rolloutNode, going runPods, now time.Time) error {
+	prev := map[string]nodeState{}
 	for _, n := range nodes {
 		prev[n.Name] = n.State
 	}
 	var start []func() error
 	for _, node := range d.Start {
 		n, s := cached.byName[node], prev[node]
-		action := ActionRun
+		action := v1alpha1.ActionRun
 		if ns.Spec.CheckScript != "" && !(s.Hash == d.Hash && s.Checked) {
-			action = ActionCheck
+			action = v1alpha1.ActionCheck
 		}
 		start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, action, now) })
 	}
 	for _, node := range d.Verify {
-		if !going.actions[node+"/"+ActionVerify] {
+		if !going.actions[node+"/"+v1alpha1.ActionVerify] {
 			n, s := cached.byName[node], prev[node]
-			start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, ActionVerify, now) })
+			start = append(start, func() error { return c.start(ctx, ns, d.Hash, n, s, v1alpha1.ActionVerify, now) })
 		}
 	}
 	return c.parallel(start)
@@ -592,12 +548,12 @@ func (c *controller) startRuns(ctx context.Context, ns *v1alpha1.NodeScript, d D
 // decided d: at the earliest retryAt (phase 2), when the window opens or the
 // run-now override ends, at least a second from now; every 2 seconds at
 // most while the canaries soak; 0 otherwise (on the next change or resync).
-func requeueAfter(d Decision, retryAt, now time.Time) time.Duration {
+func requeueAfter(d decision, retryAt, now time.Time) time.Duration {
 	var after time.Duration
 	if !retryAt.IsZero() {
 		after = max(retryAt.Sub(now), time.Second)
 	}
-	if d.Stage == StageSoaking && (after == 0 || after > 2*time.Second) {
+	if d.Stage == v1alpha1.StageSoaking && (after == 0 || after > 2*time.Second) {
 		after = 2 * time.Second
 	}
 	for _, t := range []time.Time{d.NextWindow, d.RunNow, d.NextStart, d.WindowCloses} {

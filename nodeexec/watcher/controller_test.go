@@ -42,14 +42,14 @@ func (e *env) phase(after func(*env), run func(nodeSet) error) ([]string, error)
 type phaseCase struct {
 	name  string
 	spec  func(*v1alpha1.NodeScriptSpec)
-	state *NodeState // n1's; nil: none; no Hash: the spec's
+	state *nodeState // n1's; nil: none; no Hash: the spec's
 	node  func(*corev1.Node)
 	pods  func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod
 	// going are the actions with a pod going on n1 (phase 1's output).
 	going []string
 	after func(*env)
 
-	want        *NodeState // n1's; nil: unchanged; no Hash: the spec's
+	want        *nodeState // n1's; nil: unchanged; no Hash: the spec's
 	wantCalls   []string
 	wantReasons []string
 	wantErr     string
@@ -59,7 +59,7 @@ type phaseCase struct {
 // not seen it yet would lack it.
 func uncache(name string) func(*env) {
 	return func(e *env) {
-		if err := e.podCache.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: name}}); err != nil {
+		if err := e.podCache.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultNamespace, Name: name}}); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -93,21 +93,21 @@ func (c phaseCase) check(t *testing.T, e *env, ns *v1alpha1.NodeScript, calls []
 	if diff := cmp.Diff(c.wantCalls, calls, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	want := NodeState{Phase: PhasePending}
+	want := nodeState{Phase: v1alpha1.PhasePending}
 	switch {
 	case c.want != nil:
 		want = hashed(*c.want, ns)
 	case c.state != nil:
 		want = hashed(*c.state, ns)
 	}
-	if diff := cmp.Diff(want, e.state("n1"), cmpopts.IgnoreFields(NodeState{}, "NextRetry", "Message")); diff != "" {
+	if diff := cmp.Diff(want, e.state("n1"), cmpopts.IgnoreFields(nodeState{}, "NextRetry", "Message")); diff != "" {
 		t.Errorf("state (-want +got):\n%s", diff)
 	}
 	e.checkEvents("events", c.wantReasons...)
 }
 
 // hashed is s with ns's spec hash when it has none.
-func hashed(s NodeState, ns *v1alpha1.NodeScript) NodeState {
+func hashed(s nodeState, ns *v1alpha1.NodeScript) nodeState {
 	if s.Hash == "" {
 		s.Hash = v1alpha1.SpecHash(&ns.Spec)
 	}
@@ -116,8 +116,8 @@ func hashed(s NodeState, ns *v1alpha1.NodeScript) NodeState {
 
 // state is a state of n1 for NodeScript ns (of its spec hash once hashed):
 // the run of attempt 1 since t0, changed by mutate.
-func state(ns *v1alpha1.NodeScript, phase string, mutate func(*NodeState)) *NodeState {
-	s := &NodeState{Phase: phase, Attempts: 1, Since: t0, Pod: podName(ns, "n1", ActionRun, 1), BootID: "boot-1"}
+func state(ns *v1alpha1.NodeScript, phase string, mutate func(*nodeState)) *nodeState {
+	s := &nodeState{Phase: phase, Attempts: 1, Since: t0, Pod: podName(ns, "n1", v1alpha1.ActionRun, 1), BootID: "boot-1"}
 	if mutate != nil {
 		mutate(s)
 	}
@@ -139,17 +139,17 @@ func pod(action string, st corev1.PodStatus, mutate func(*corev1.Pod)) func(*tes
 
 func TestRecordFinished(t *testing.T) {
 	ns := script(nil) // the NodeScript of every case (no spec changes)
-	run := podName(ns, "n1", ActionRun, 1)
-	code := func(c int) func(*NodeState) { return func(s *NodeState) { s.ExitCode = ptr.To(c) } }
+	run := podName(ns, "n1", v1alpha1.ActionRun, 1)
+	code := func(c int) func(*nodeState) { return func(s *nodeState) { s.ExitCode = ptr.To(c) } }
 	// finished is the state finish records for the run pod.
-	finished := func(phase string, mutate func(*NodeState)) *NodeState {
-		return state(ns, phase, func(s *NodeState) {
+	finished := func(phase string, mutate func(*nodeState)) *nodeState {
+		return state(ns, phase, func(s *nodeState) {
 			s.BootID = ""
 			mutate(s)
 		})
 	}
-	infra := func(reason string) *NodeState {
-		return finished(PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason, s.ExitCode = true, reason, nil })
+	infra := func(reason string) *nodeState {
+		return finished(v1alpha1.PhaseFailed, func(s *nodeState) { s.Infrastructure, s.Reason, s.ExitCode = true, reason, nil })
 	}
 	deleted := func(name string) []string { return []string{"patch nodes/status n1", "delete pods " + name} }
 	// A failure on a node whose cached boot ID is the run's is checked
@@ -160,81 +160,81 @@ func TestRecordFinished(t *testing.T) {
 		busy bool
 	}{
 		{phaseCase: phaseCase{
-			name: "run succeeded", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(0), nil),
+			name: "run succeeded", state: state(ns, v1alpha1.PhaseRunning, nil), pods: pod(v1alpha1.ActionRun, exited(0), nil),
 			// A success keeps the boot the run started in (spec.reapply.onReboot).
-			want: state(ns, PhaseSucceeded, code(0)), wantCalls: deleted(run), wantReasons: []string{ReasonSucceeded},
+			want: state(ns, v1alpha1.PhaseSucceeded, code(0)), wantCalls: deleted(run), wantReasons: []string{v1alpha1.ReasonSucceeded},
 		}},
 		{phaseCase: phaseCase{
-			name: "run failed", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(2), nil),
-			want: finished(PhaseFailed, code(2)), wantCalls: failed, wantReasons: []string{ReasonFailed},
+			name: "run failed", state: state(ns, v1alpha1.PhaseRunning, nil), pods: pod(v1alpha1.ActionRun, exited(2), nil),
+			want: finished(v1alpha1.PhaseFailed, code(2)), wantCalls: failed, wantReasons: []string{v1alpha1.ReasonFailed},
 		}},
 		{phaseCase: phaseCase{
-			name: "run timed out", state: state(ns, PhaseRunning, nil),
-			pods: pod(ActionRun, corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}, nil),
-			want: finished(PhaseFailed, func(s *NodeState) { s.Reason, s.ExitCode = "Timeout", ptr.To(-1) }), wantCalls: failed, wantReasons: []string{ReasonFailed},
+			name: "run timed out", state: state(ns, v1alpha1.PhaseRunning, nil),
+			pods: pod(v1alpha1.ActionRun, corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded"}, nil),
+			want: finished(v1alpha1.PhaseFailed, func(s *nodeState) { s.Reason, s.ExitCode = "Timeout", ptr.To(-1) }), wantCalls: failed, wantReasons: []string{v1alpha1.ReasonFailed},
 		}},
 		{phaseCase: phaseCase{
-			name: "image not pulled", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, waiting("ErrImagePull"), nil),
-			want: infra("ErrImagePull"), wantCalls: deleted(run), wantReasons: []string{ReasonInfrastructure},
+			name: "image not pulled", state: state(ns, v1alpha1.PhaseRunning, nil), pods: pod(v1alpha1.ActionRun, waiting("ErrImagePull"), nil),
+			want: infra("ErrImagePull"), wantCalls: deleted(run), wantReasons: []string{v1alpha1.ReasonInfrastructure},
 		}},
 		{phaseCase: phaseCase{
-			name: "node not ready past the grace", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, running, nil),
+			name: "node not ready past the grace", state: state(ns, v1alpha1.PhaseRunning, nil), pods: pod(v1alpha1.ActionRun, running, nil),
 			node: func(n *corev1.Node) {
 				ready(n).Status, ready(n).LastTransitionTime = corev1.ConditionUnknown, metav1.NewTime(t0.Add(-2*time.Minute))
 			},
-			want: infra("NodeNotReady"), wantCalls: deleted(run), wantReasons: []string{ReasonInfrastructure},
+			want: infra("NodeNotReady"), wantCalls: deleted(run), wantReasons: []string{v1alpha1.ReasonInfrastructure},
 		}},
 		{phaseCase: phaseCase{
-			name: "node rebooted, the cache not yet showing it", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(137), nil),
+			name: "node rebooted, the cache not yet showing it", state: state(ns, v1alpha1.PhaseRunning, nil), pods: pod(v1alpha1.ActionRun, exited(137), nil),
 			after: func(e *env) { e.updateNode("n1", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" }) },
-			want:  infra("NodeRebooted"), wantCalls: failed, wantReasons: []string{ReasonInfrastructure},
+			want:  infra("NodeRebooted"), wantCalls: failed, wantReasons: []string{v1alpha1.ReasonInfrastructure},
 		}},
 		{phaseCase: phaseCase{
-			name: "failed, node not rebooted", state: state(ns, PhaseRunning, nil), pods: pod(ActionRun, exited(137), nil),
-			want: finished(PhaseFailed, code(137)), wantCalls: failed, wantReasons: []string{ReasonFailed},
+			name: "failed, node not rebooted", state: state(ns, v1alpha1.PhaseRunning, nil), pods: pod(v1alpha1.ActionRun, exited(137), nil),
+			want: finished(v1alpha1.PhaseFailed, code(137)), wantCalls: failed, wantReasons: []string{v1alpha1.ReasonFailed},
 		}},
 		{phaseCase: phaseCase{
-			name: "running pod adopted", pods: pod(ActionRun, running, nil),
-			want: finished(PhaseRunning, func(*NodeState) {}), // the pod is the record: nothing written
+			name: "running pod adopted", pods: pod(v1alpha1.ActionRun, running, nil),
+			want: finished(v1alpha1.PhaseRunning, func(*nodeState) {}), // the pod is the record: nothing written
 		}, busy: true},
 		{phaseCase: phaseCase{
-			name: "terminating pod", state: state(ns, PhaseRunning, nil),
-			pods: pod(ActionRun, running, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }),
+			name: "terminating pod", state: state(ns, v1alpha1.PhaseRunning, nil),
+			pods: pod(v1alpha1.ActionRun, running, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }),
 		}, busy: true},
 		{phaseCase: phaseCase{
 			// Recorded and deleted by this process, its node NotReady: the
 			// kubelet cannot confirm, so the pod holds its concurrency slot.
-			name: "terminating pod this process recorded", state: state(ns, PhaseFailed, nil),
-			pods:  pod(ActionRun, running, func(p *corev1.Pod) { p.UID, p.DeletionTimestamp = "uid-1", ptr.To(metav1.NewTime(t0)) }),
+			name: "terminating pod this process recorded", state: state(ns, v1alpha1.PhaseFailed, nil),
+			pods:  pod(v1alpha1.ActionRun, running, func(p *corev1.Pod) { p.UID, p.DeletionTimestamp = "uid-1", ptr.To(metav1.NewTime(t0)) }),
 			after: func(e *env) { e.c.w.recorded("uid-1", t0) },
-			want:  state(ns, PhaseFailed, nil),
+			want:  state(ns, v1alpha1.PhaseFailed, nil),
 		}, busy: true},
 		{phaseCase: phaseCase{
-			name: "recorded before: deleted only", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionRun, exited(0), nil),
+			name: "recorded before: deleted only", state: state(ns, v1alpha1.PhaseSucceeded, code(0)), pods: pod(v1alpha1.ActionRun, exited(0), nil),
 			wantCalls: []string{"delete pods " + run},
 		}},
 		{phaseCase: phaseCase{
-			name: "verify passed", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionVerify, exited(0), nil),
-			want:      state(ns, PhaseSucceeded, func(s *NodeState) { s.ExitCode, s.Verified = ptr.To(0), true }),
-			wantCalls: deleted(podName(ns, "n1", ActionVerify, 1)), wantReasons: []string{ReasonVerified},
+			name: "verify passed", state: state(ns, v1alpha1.PhaseSucceeded, code(0)), pods: pod(v1alpha1.ActionVerify, exited(0), nil),
+			want:      state(ns, v1alpha1.PhaseSucceeded, func(s *nodeState) { s.ExitCode, s.Verified = ptr.To(0), true }),
+			wantCalls: deleted(podName(ns, "n1", v1alpha1.ActionVerify, 1)), wantReasons: []string{v1alpha1.ReasonVerified},
 		}},
 		{phaseCase: phaseCase{
-			name: "verify failed", state: state(ns, PhaseSucceeded, code(0)), pods: pod(ActionVerify, exited(1), nil),
-			want:      state(ns, PhaseFailed, func(s *NodeState) { s.ExitCode, s.Reason = ptr.To(1), "VerifyFailed" }),
-			wantCalls: deleted(podName(ns, "n1", ActionVerify, 1)), wantReasons: []string{ReasonVerifyFailed},
+			name: "verify failed", state: state(ns, v1alpha1.PhaseSucceeded, code(0)), pods: pod(v1alpha1.ActionVerify, exited(1), nil),
+			want:      state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.ExitCode, s.Reason = ptr.To(1), "VerifyFailed" }),
+			wantCalls: deleted(podName(ns, "n1", v1alpha1.ActionVerify, 1)), wantReasons: []string{v1alpha1.ReasonVerifyFailed},
 		}},
 		{phaseCase: phaseCase{
-			name: "rollback succeeded", state: state(ns, PhaseFailed, func(s *NodeState) { s.Rollback = PhaseRunning }), pods: pod(ActionRollback, exited(0), nil),
-			want:      state(ns, PhaseRolledBack, func(s *NodeState) { s.Rollback, s.RollbackExitCode = PhaseSucceeded, ptr.To(0) }),
-			wantCalls: deleted(podName(ns, "n1", ActionRollback, 1)), wantReasons: []string{ReasonRolledBack},
+			name: "rollback succeeded", state: state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Rollback = v1alpha1.PhaseRunning }), pods: pod(v1alpha1.ActionRollback, exited(0), nil),
+			want:      state(ns, v1alpha1.PhaseRolledBack, func(s *nodeState) { s.Rollback, s.RollbackExitCode = v1alpha1.PhaseSucceeded, ptr.To(0) }),
+			wantCalls: deleted(podName(ns, "n1", v1alpha1.ActionRollback, 1)), wantReasons: []string{v1alpha1.ReasonRolledBack},
 		}},
 		{phaseCase: phaseCase{
-			name: "rollback failed", state: state(ns, PhaseFailed, func(s *NodeState) { s.Rollback = PhaseRunning }), pods: pod(ActionRollback, exited(1), nil),
-			want:      state(ns, PhaseFailed, func(s *NodeState) { s.Rollback, s.RollbackExitCode = PhaseFailed, ptr.To(1) }),
-			wantCalls: deleted(podName(ns, "n1", ActionRollback, 1)), wantReasons: []string{ReasonRollbackFailed},
+			name: "rollback failed", state: state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Rollback = v1alpha1.PhaseRunning }), pods: pod(v1alpha1.ActionRollback, exited(1), nil),
+			want:      state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Rollback, s.RollbackExitCode = v1alpha1.PhaseFailed, ptr.To(1) }),
+			wantCalls: deleted(podName(ns, "n1", v1alpha1.ActionRollback, 1)), wantReasons: []string{v1alpha1.ReasonRollbackFailed},
 		}},
 		{phaseCase: phaseCase{
-			name: "node gone", pods: pod(ActionRun, exited(0), func(p *corev1.Pod) { p.Spec.NodeName = "n9" }),
+			name: "node gone", pods: pod(v1alpha1.ActionRun, exited(0), func(p *corev1.Pod) { p.Spec.NodeName = "n9" }),
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -254,8 +254,8 @@ func TestRecordFinished(t *testing.T) {
 
 func TestNodePolicies(t *testing.T) {
 	ns := script(nil)
-	failed := state(ns, PhaseFailed, func(s *NodeState) { s.ExitCode = ptr.To(1) })
-	with := func(s *NodeState, mutate func(*NodeState)) *NodeState {
+	failed := state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.ExitCode = ptr.To(1) })
+	with := func(s *nodeState, mutate func(*nodeState)) *nodeState {
 		cp := *s
 		mutate(&cp)
 		return &cp
@@ -266,7 +266,7 @@ func TestNodePolicies(t *testing.T) {
 	cordoned := func(n *corev1.Node) { n.Spec.Unschedulable = true }
 	taint := &corev1.Taint{Key: "example.com/unconfigured", Effect: corev1.TaintEffectNoSchedule}
 	tainted := func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{*taint} }
-	rollback := podName(script(policy(v1alpha1.FailurePolicy{Rollback: true})), "n1", ActionRollback, 1)
+	rollback := podName(script(policy(v1alpha1.FailurePolicy{Rollback: true})), "n1", v1alpha1.ActionRollback, 1)
 	retry := t0.Add(30 * time.Second)
 	for _, c := range []struct {
 		phaseCase
@@ -274,90 +274,90 @@ func TestNodePolicies(t *testing.T) {
 		wantRetryAt time.Time
 	}{
 		{phaseCase: phaseCase{
-			name: "lost run", state: state(ns, PhaseRunning, nil),
-			want:      state(ns, PhaseFailed, func(s *NodeState) { s.Infrastructure, s.Reason = true, "PodDisappeared" }),
-			wantCalls: []string{"get pods " + podName(ns, "n1", ActionRun, 1), "patch nodes/status n1"}, wantReasons: []string{ReasonInfrastructure},
-		}, wantPhase: PhaseRunning},
+			name: "lost run", state: state(ns, v1alpha1.PhaseRunning, nil),
+			want:      state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Infrastructure, s.Reason = true, "PodDisappeared" }),
+			wantCalls: []string{"get pods " + podName(ns, "n1", v1alpha1.ActionRun, 1), "patch nodes/status n1"}, wantReasons: []string{v1alpha1.ReasonInfrastructure},
+		}, wantPhase: v1alpha1.PhaseRunning},
 		{phaseCase: phaseCase{
-			name: "run pod in the cache since phase 1's snapshot", state: state(ns, PhaseRunning, nil),
+			name: "run pod in the cache since phase 1's snapshot", state: state(ns, v1alpha1.PhaseRunning, nil),
 			pods: func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
-				return []*corev1.Pod{runPod(t, ns, "n1", ActionRun, 1)}
+				return []*corev1.Pod{runPod(t, ns, "n1", v1alpha1.ActionRun, 1)}
 			},
-		}, wantPhase: PhaseRunning},
+		}, wantPhase: v1alpha1.PhaseRunning},
 		{phaseCase: phaseCase{
-			name: "run pod in the API server, not yet in the cache", state: state(ns, PhaseRunning, nil),
+			name: "run pod in the API server, not yet in the cache", state: state(ns, v1alpha1.PhaseRunning, nil),
 			pods: func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
-				return []*corev1.Pod{runPod(t, ns, "n1", ActionRun, 1)}
+				return []*corev1.Pod{runPod(t, ns, "n1", v1alpha1.ActionRun, 1)}
 			},
-			after:     uncache(podName(ns, "n1", ActionRun, 1)),
-			wantCalls: []string{"get pods " + podName(ns, "n1", ActionRun, 1)},
-		}, wantPhase: PhaseRunning},
+			after:     uncache(podName(ns, "n1", v1alpha1.ActionRun, 1)),
+			wantCalls: []string{"get pods " + podName(ns, "n1", v1alpha1.ActionRun, 1)},
+		}, wantPhase: v1alpha1.PhaseRunning},
 		{phaseCase: phaseCase{
 			name:  "infrastructure failure waiting for its retry",
-			state: state(ns, PhaseFailed, func(s *NodeState) { s.Infrastructure, s.NextRetry = true, &retry }),
-		}, wantPhase: PhaseFailed, wantRetryAt: retry},
+			state: state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Infrastructure, s.NextRetry = true, &retry }),
+		}, wantPhase: v1alpha1.PhaseFailed, wantRetryAt: retry},
 		{phaseCase: phaseCase{
 			name: "failure policy: cordon", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,
-			want:      with(failed, func(s *NodeState) { s.Cordoned, s.CordonedByUs = true, true }),
-			wantCalls: []string{"patch nodes n1", "patch nodes/status n1"}, wantReasons: []string{ReasonCordoned},
-		}, wantPhase: PhaseFailed},
+			want:      with(failed, func(s *nodeState) { s.Cordoned, s.CordonedByUs = true, true }),
+			wantCalls: []string{"patch nodes n1", "patch nodes/status n1"}, wantReasons: []string{v1alpha1.ReasonCordoned},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: cordoned by someone else", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed, node: cordoned,
-			want: with(failed, func(s *NodeState) { s.Cordoned = true }), wantCalls: []string{"patch nodes/status n1"},
-		}, wantPhase: PhaseFailed},
+			want: with(failed, func(s *nodeState) { s.Cordoned = true }), wantCalls: []string{"patch nodes/status n1"},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: rollback", spec: policy(v1alpha1.FailurePolicy{Rollback: true}), state: failed,
-			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
+			want:      with(failed, func(s *nodeState) { s.Rollback = v1alpha1.PhaseRunning }),
 			wantCalls: []string{"create pods " + rollback, "patch nodes/status n1"},
-		}, wantPhase: PhaseFailed},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: rollback pod going", spec: policy(v1alpha1.FailurePolicy{Rollback: true}), state: failed,
-			going: []string{ActionRollback},
-		}, wantPhase: PhaseFailed},
+			going: []string{v1alpha1.ActionRollback},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: rollback pod lost", spec: policy(v1alpha1.FailurePolicy{Rollback: true}),
-			state:     with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
-			want:      with(failed, func(s *NodeState) { s.Rollback = PhaseFailed }),
-			wantCalls: []string{"get pods " + rollback, "patch nodes/status n1"}, wantReasons: []string{ReasonRollbackFailed},
-		}, wantPhase: PhaseFailed},
+			state:     with(failed, func(s *nodeState) { s.Rollback = v1alpha1.PhaseRunning }),
+			want:      with(failed, func(s *nodeState) { s.Rollback = v1alpha1.PhaseFailed }),
+			wantCalls: []string{"get pods " + rollback, "patch nodes/status n1"}, wantReasons: []string{v1alpha1.ReasonRollbackFailed},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "failure policy: rollback pod in the API server, not yet in the cache", spec: policy(v1alpha1.FailurePolicy{Rollback: true}),
-			state: with(failed, func(s *NodeState) { s.Rollback = PhaseRunning }),
+			state: with(failed, func(s *nodeState) { s.Rollback = v1alpha1.PhaseRunning }),
 			pods: func(t *testing.T, ns *v1alpha1.NodeScript) []*corev1.Pod {
-				return []*corev1.Pod{runPod(t, ns, "n1", ActionRollback, 1)}
+				return []*corev1.Pod{runPod(t, ns, "n1", v1alpha1.ActionRollback, 1)}
 			},
 			after:     uncache(rollback),
 			wantCalls: []string{"get pods " + rollback},
-		}, wantPhase: PhaseFailed},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "not selected: no policy", spec: policy(v1alpha1.FailurePolicy{Cordon: true}), state: failed,
 			node: func(n *corev1.Node) { n.Labels["pool"] = "b" },
-		}, wantPhase: PhaseFailed},
+		}, wantPhase: v1alpha1.PhaseFailed},
 		{phaseCase: phaseCase{
 			name: "succeeded: startup taint removed", spec: func(s *v1alpha1.NodeScriptSpec) { s.StartupTaint = taint },
-			state: state(ns, PhaseSucceeded, nil), node: tainted,
-			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonTaintRemoved},
-		}, wantPhase: PhaseSucceeded},
+			state: state(ns, v1alpha1.PhaseSucceeded, nil), node: tainted,
+			wantCalls: []string{"patch nodes n1"}, wantReasons: []string{v1alpha1.ReasonTaintRemoved},
+		}, wantPhase: v1alpha1.PhaseSucceeded},
 		{phaseCase: phaseCase{
 			name: "succeeded: the taint's removal fails when the node changed", spec: func(s *v1alpha1.NodeScriptSpec) { s.StartupTaint = taint },
-			state: state(ns, PhaseSucceeded, nil), node: tainted,
+			state: state(ns, v1alpha1.PhaseSucceeded, nil), node: tainted,
 			after:     func(e *env) { e.updateNode("n1", func(n *corev1.Node) { n.ResourceVersion = "2" }) },
 			wantCalls: []string{"patch nodes n1"}, wantErr: "removing taint example.com/unconfigured: testing value /metadata/resourceVersion failed",
-		}, wantPhase: PhaseSucceeded},
+		}, wantPhase: v1alpha1.PhaseSucceeded},
 		{phaseCase: phaseCase{
-			name: "succeeded: our cordon undone", state: state(ns, PhaseSucceeded, func(s *NodeState) { s.Cordoned, s.CordonedByUs = true, true }), node: cordoned,
-			want:      state(ns, PhaseSucceeded, nil),
-			wantCalls: []string{"patch nodes n1", "patch nodes/status n1"}, wantReasons: []string{ReasonUncordoned},
-		}, wantPhase: PhaseSucceeded},
+			name: "succeeded: our cordon undone", state: state(ns, v1alpha1.PhaseSucceeded, func(s *nodeState) { s.Cordoned, s.CordonedByUs = true, true }), node: cordoned,
+			want:      state(ns, v1alpha1.PhaseSucceeded, nil),
+			wantCalls: []string{"patch nodes n1", "patch nodes/status n1"}, wantReasons: []string{v1alpha1.ReasonUncordoned},
+		}, wantPhase: v1alpha1.PhaseSucceeded},
 		{phaseCase: phaseCase{
-			name: "run of an older spec going", state: state(ns, PhaseSucceeded, func(s *NodeState) { s.Hash = "older" }),
-			going: []string{ActionRun},
-		}, wantPhase: PhaseRunning},
+			name: "run of an older spec going", state: state(ns, v1alpha1.PhaseSucceeded, func(s *nodeState) { s.Hash = "older" }),
+			going: []string{v1alpha1.ActionRun},
+		}, wantPhase: v1alpha1.PhaseRunning},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, ns := c.setUp(t)
 			var (
-				nodes   []Node
+				nodes   []rolloutNode
 				retryAt time.Time
 			)
 			calls, err := e.phase(c.after, func(cached nodeSet) (err error) {
@@ -379,30 +379,30 @@ func TestStartRuns(t *testing.T) {
 	ns := script(nil)
 	withVerify := func(s *v1alpha1.NodeScriptSpec) { s.VerifyScript = "true" }
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	run := func(attempt int) string { return podName(ns, "n1", ActionRun, attempt) }
-	infra := state(ns, PhaseFailed, func(s *NodeState) { s.Attempts, s.Infrastructure, s.CordonedByUs, s.Cordoned = 2, true, true, true })
-	succeeded := state(ns, PhaseSucceeded, nil)
+	run := func(attempt int) string { return podName(ns, "n1", v1alpha1.ActionRun, attempt) }
+	infra := state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Attempts, s.Infrastructure, s.CordonedByUs, s.Cordoned = 2, true, true, true })
+	succeeded := state(ns, v1alpha1.PhaseSucceeded, nil)
 	for _, c := range []struct {
 		phaseCase
 		start, verify []string
 	}{
 		{phaseCase: phaseCase{
-			name: "first run", want: state(ns, PhaseRunning, nil), wantCalls: []string{"create pods " + run(1)},
+			name: "first run", want: state(ns, v1alpha1.PhaseRunning, nil), wantCalls: []string{"create pods " + run(1)},
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "retry", state: infra,
-			want:      &NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 3, Since: t0, Pod: run(3), BootID: "boot-1", CordonedByUs: true, Cordoned: true},
+			want:      &nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Attempts: 3, Since: t0, Pod: run(3), BootID: "boot-1", CordonedByUs: true, Cordoned: true},
 			wantCalls: []string{"create pods " + run(3)},
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "run pod created before, not in the cache yet",
 			after: func(e *env) {
-				if _, err := e.cs.CoreV1().Pods(DefaultNamespace).Create(e.ctx, runPod(t, ns, "n1", ActionRun, 1), metav1.CreateOptions{}); err != nil {
+				if _, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Create(e.ctx, runPod(t, ns, "n1", v1alpha1.ActionRun, 1), metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			},
 			// The pod found is the record: created without a boot ID here.
-			want: state(ns, PhaseRunning, func(s *NodeState) { s.BootID = "" }), wantCalls: []string{"create pods " + run(1)},
+			want: state(ns, v1alpha1.PhaseRunning, func(s *nodeState) { s.BootID = "" }), wantCalls: []string{"create pods " + run(1)},
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
 			name: "create refused",
@@ -414,17 +414,17 @@ func TestStartRuns(t *testing.T) {
 			wantCalls: []string{"create pods " + run(1)}, wantErr: "node n1: creating run pod: quota exceeded",
 		}, start: []string{"n1"}},
 		{phaseCase: phaseCase{
-			name: "verify", spec: withVerify, state: succeeded, wantCalls: []string{"create pods " + podName(script(withVerify), "n1", ActionVerify, 1)},
+			name: "verify", spec: withVerify, state: succeeded, wantCalls: []string{"create pods " + podName(script(withVerify), "n1", v1alpha1.ActionVerify, 1)},
 		}, verify: []string{"n1"}},
 		{phaseCase: phaseCase{
-			name: "verify pod going", state: succeeded, going: []string{ActionVerify},
+			name: "verify pod going", state: succeeded, going: []string{v1alpha1.ActionVerify},
 		}, verify: []string{"n1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, ns := c.setUp(t)
-			nodes := []Node{{Name: "n1", State: e.state("n1")}}
+			nodes := []rolloutNode{{Name: "n1", State: e.state("n1")}}
 			calls, err := e.phase(c.after, func(cached nodeSet) error {
-				d := Decision{Hash: hash, Start: c.start, Verify: c.verify}
+				d := decision{Hash: hash, Start: c.start, Verify: c.verify}
 				return e.c.startRuns(e.ctx, ns, d, cached, nodes, c.runPods(), t0)
 			})
 			c.check(t, e, ns, calls, err)
@@ -437,48 +437,48 @@ func (c phaseCase) runPods() runPods {
 	going := runPods{busy: map[string]bool{}, actions: map[string]bool{}}
 	for _, action := range c.going {
 		going.actions["n1/"+action] = true
-		going.busy["n1"] = going.busy["n1"] || action == ActionRun
+		going.busy["n1"] = going.busy["n1"] || action == v1alpha1.ActionRun
 	}
 	return going
 }
 
 func TestStatus(t *testing.T) {
-	counts := Counts{Nodes: 10, Pending: 2, Running: 1, Succeeded: 5, Failed: 1, RolledBack: 1}
+	counts := phaseCounts{Nodes: 10, Pending: 2, Running: 1, Succeeded: 5, Failed: 1, RolledBack: 1}
 	for _, c := range []struct {
 		name     string
-		d        Decision
+		d        decision
 		startErr error
 		// the conditions Halted, Progressing and Complete, as "True Reason: message"
 		want   [3]string
 		events []string
 	}{
 		{
-			name: "rolling", d: Decision{Stage: StageRolling, Counts: counts},
+			name: "rolling", d: decision{Stage: v1alpha1.StageRolling, Counts: counts},
 			want: [3]string{"False Rolling: ", "True Rolling: 5 of 10 nodes succeeded, 1 running", "False Rolling: "},
 		},
 		{
-			name: "awaiting promotion", d: Decision{Stage: StageAwaitingPromotion, Counts: Counts{Nodes: 10, Succeeded: 1, Pending: 9}},
+			name: "awaiting promotion", d: decision{Stage: v1alpha1.StageAwaitingPromotion, Counts: phaseCounts{Nodes: 10, Succeeded: 1, Pending: 9}},
 			want: [3]string{"False AwaitingPromotion: ", "False AwaitingPromotion: 1 of 10 nodes succeeded, 0 running; promote with: nodeexec promote fix --to all", "False AwaitingPromotion: "},
 		},
 		{
-			name: "canary failed", d: Decision{Stage: StageHalted, HaltReason: "canary n1 failed", Counts: counts},
+			name: "canary failed", d: decision{Stage: v1alpha1.StageHalted, HaltReason: "canary n1 failed", Counts: counts},
 			want:   [3]string{"True CanaryFailed: canary n1 failed", "False CanaryFailed: halted: canary n1 failed", "False CanaryFailed: halted"},
-			events: []string{ReasonHalted},
+			events: []string{v1alpha1.ReasonHalted},
 		},
 		{
-			name: "error budget exceeded", d: Decision{Stage: StageHalted, HaltReason: "3 nodes failed, more than the error budget of 2", Counts: counts},
+			name: "error budget exceeded", d: decision{Stage: v1alpha1.StageHalted, HaltReason: "3 nodes failed, more than the error budget of 2", Counts: counts},
 			want: [3]string{"True ErrorBudgetExceeded: 3 nodes failed, more than the error budget of 2",
 				"False ErrorBudgetExceeded: halted: 3 nodes failed, more than the error budget of 2", "False ErrorBudgetExceeded: halted"},
-			events: []string{ReasonHalted},
+			events: []string{v1alpha1.ReasonHalted},
 		},
 		{
-			name: "complete within the error budget", d: Decision{Stage: StageComplete, Counts: Counts{Nodes: 10, Succeeded: 8, Failed: 1, RolledBack: 1}},
+			name: "complete within the error budget", d: decision{Stage: v1alpha1.StageComplete, Counts: phaseCounts{Nodes: 10, Succeeded: 8, Failed: 1, RolledBack: 1}},
 			want: [3]string{"False Complete: ", "False Complete: every selected node ran the script",
 				"True Complete: 8 nodes succeeded, 2 failed (within the error budget)"},
-			events: []string{ReasonComplete},
+			events: []string{v1alpha1.ReasonComplete},
 		},
 		{
-			name: "pods not created", d: Decision{Stage: StageRolling, Counts: counts}, startErr: errors.New("node n3: creating run pod: quota exceeded"),
+			name: "pods not created", d: decision{Stage: v1alpha1.StageRolling, Counts: counts}, startErr: errors.New("node n3: creating run pod: quota exceeded"),
 			want: [3]string{"False Rolling: ", "False PodCreateFailed: node n3: creating run pod: quota exceeded", "False Rolling: "},
 		},
 	} {

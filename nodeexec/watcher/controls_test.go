@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -27,7 +30,7 @@ import (
 // condition is node's condition of NodeScript "fix" as stored, or nil.
 func (e *env) nodeCondition(node string) *corev1.NodeCondition {
 	e.t.Helper()
-	return findCondition(e.node(node), ConditionType("fix"))
+	return nodescript.FindCondition(e.node(node), nodescript.ConditionType("fix"))
 }
 
 // annotate sets (or, with "", removes) annotations of the stored NodeScript "fix".
@@ -71,22 +74,22 @@ func TestNodeCondition(t *testing.T) {
 	const h = "h1"
 	for _, c := range []struct {
 		name string
-		s    NodeState
+		s    nodeState
 		want string // "Status Reason: message"; "" for none
 	}{
-		{"never ran", NodeState{Phase: PhasePending}, ""},
-		{"succeeded", NodeState{Hash: h, Phase: PhaseSucceeded, ExitCode: ptr.To(0)}, "True Applied: spec h1 succeeded here"},
-		{"failed", NodeState{Hash: h, Phase: PhaseFailed, ExitCode: ptr.To(3)}, "False Failed: spec h1 failed here: exit code 3"},
-		{"timed out", NodeState{Hash: h, Phase: PhaseFailed, Reason: "Timeout", ExitCode: ptr.To(137)}, "False Failed: spec h1 failed here: Timeout"},
-		{"infrastructure", NodeState{Hash: h, Phase: PhaseFailed, Infrastructure: true, Reason: "ErrImagePull"}, "False Failed: spec h1 failed here: ErrImagePull (an infrastructure failure)"},
-		{"rolled back", NodeState{Hash: h, Phase: PhaseRolledBack, ExitCode: ptr.To(1)}, "False Failed: spec h1 failed here: exit code 1; rolled back"},
-		{"running", NodeState{Hash: h, Phase: PhaseRunning}, "False Pending: spec h1 is running here"},
-		{"rerun requested", NodeState{Hash: h, Phase: PhasePending, Reason: "RerunRequested"}, "False Pending: spec h1 is to run here"},
-		{"spec changed", NodeState{Hash: "h0", Phase: PhaseSucceeded}, "False Outdated: spec h1 not yet run here (last ran spec h0: Succeeded)"},
+		{"never ran", nodeState{Phase: v1alpha1.PhasePending}, ""},
+		{"succeeded", nodeState{Hash: h, Phase: v1alpha1.PhaseSucceeded, ExitCode: ptr.To(0)}, "True Applied: spec h1 succeeded here"},
+		{"failed", nodeState{Hash: h, Phase: v1alpha1.PhaseFailed, ExitCode: ptr.To(3)}, "False Failed: spec h1 failed here: exit code 3"},
+		{"timed out", nodeState{Hash: h, Phase: v1alpha1.PhaseFailed, Reason: "Timeout", ExitCode: ptr.To(137)}, "False Failed: spec h1 failed here: Timeout"},
+		{"infrastructure", nodeState{Hash: h, Phase: v1alpha1.PhaseFailed, Infrastructure: true, Reason: "ErrImagePull"}, "False Failed: spec h1 failed here: ErrImagePull (an infrastructure failure)"},
+		{"rolled back", nodeState{Hash: h, Phase: v1alpha1.PhaseRolledBack, ExitCode: ptr.To(1)}, "False Failed: spec h1 failed here: exit code 1; rolled back"},
+		{"running", nodeState{Hash: h, Phase: v1alpha1.PhaseRunning}, "False Pending: spec h1 is running here"},
+		{"rerun requested", nodeState{Hash: h, Phase: v1alpha1.PhasePending, Reason: "RerunRequested"}, "False Pending: spec h1 is to run here"},
+		{"spec changed", nodeState{Hash: "h0", Phase: v1alpha1.PhaseSucceeded}, "False Outdated: spec h1 not yet run here (last ran spec h0: Succeeded)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := ""
-			if cond := NodeCondition("fix", h, c.s); cond != nil {
+			if cond := nodeCondition("fix", h, c.s); cond != nil {
 				if cond.Type != "nodeexec.io/fix" || !cond.LastTransitionTime.IsZero() {
 					t.Errorf("type %s, transition %s", cond.Type, cond.LastTransitionTime)
 				}
@@ -131,10 +134,10 @@ func TestReconcileNodeCondition(t *testing.T) {
 	}
 
 	e.clock.Step(time.Minute)
-	e.setPod(podName(ns, "n1", ActionRun, 1), exited(0))
+	e.setPod(podName(ns, "n1", v1alpha1.ActionRun, 1), exited(0))
 	e.reconcile()
 	applied := e.clock.Now()
-	check("succeeded", nil, corev1.ConditionTrue, ConditionApplied, "spec "+hash+" succeeded here", applied)
+	check("succeeded", nil, corev1.ConditionTrue, v1alpha1.ConditionApplied, "spec "+hash+" succeeded here", applied)
 	if !slices.Contains(e.calls[""], "patch nodes/status n1") {
 		t.Errorf("succeeded: the state and condition not written in one patch: %v", e.calls[""])
 	}
@@ -144,7 +147,7 @@ func TestReconcileNodeCondition(t *testing.T) {
 
 	e.clock.Step(time.Minute)
 	e.reconcile()
-	check("unchanged", nil, corev1.ConditionTrue, ConditionApplied, "spec "+hash+" succeeded here", applied)
+	check("unchanged", nil, corev1.ConditionTrue, v1alpha1.ConditionApplied, "spec "+hash+" succeeded here", applied)
 
 	// The spec changes: Outdated (a new status), then Pending as the new
 	// spec starts (the same status: the transition time stays).
@@ -159,24 +162,24 @@ func TestReconcileNodeCondition(t *testing.T) {
 	}
 	outdated := e.clock.Now()
 	c := e.nodeCondition("n1")
-	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != ConditionOutdated || !strings.HasPrefix(c.Message, "spec "+hash2+" not yet run here (last ran spec "+hash) || !c.LastTransitionTime.Time.Equal(outdated) {
+	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ConditionOutdated || !strings.HasPrefix(c.Message, "spec "+hash2+" not yet run here (last ran spec "+hash) || !c.LastTransitionTime.Time.Equal(outdated) {
 		t.Errorf("outdated: %+v", c)
 	}
 	e.cs.ReactionChain = e.cs.ReactionChain[1:]
 	e.clock.Step(time.Minute)
 	e.reconcile()
 	c = e.nodeCondition("n1")
-	if len(e.calls["conditions"]) != 0 || c == nil || c.Reason != ConditionOutdated || !c.LastTransitionTime.Time.Equal(outdated) {
+	if len(e.calls["conditions"]) != 0 || c == nil || c.Reason != v1alpha1.ConditionOutdated || !c.LastTransitionTime.Time.Equal(outdated) {
 		t.Errorf("the new spec runs: condition %+v, writes %v; want Outdated, unwritten", c, e.calls["conditions"])
 	}
 
 	// Ignored, then no longer selected: no condition.
-	e.updateNode("n1", func(n *corev1.Node) { n.Annotations[IgnoreAnnotation("fix")] = "alice" })
+	e.updateNode("n1", func(n *corev1.Node) { n.Annotations[ignoreAnnotation("fix")] = "alice" })
 	e.reconcile()
 	if diff := cmp.Diff([]string{"patch nodes/status n1"}, e.calls["conditions"]); diff != "" || e.nodeCondition("n1") != nil {
 		t.Errorf("ignored: condition %+v, writes %v", e.nodeCondition("n1"), e.calls["conditions"])
 	}
-	e.updateNode("n1", func(n *corev1.Node) { delete(n.Annotations, IgnoreAnnotation("fix")) })
+	e.updateNode("n1", func(n *corev1.Node) { delete(n.Annotations, ignoreAnnotation("fix")) })
 	e.reconcile()
 	if e.nodeCondition("n1") == nil {
 		t.Error("no longer ignored: no condition")
@@ -197,7 +200,7 @@ func TestReconcileNodeCondition(t *testing.T) {
 func TestNodeConditionsStaleCache(t *testing.T) {
 	ns := script(nil)
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	succeeded := NodeState{Hash: hash, Phase: PhaseSucceeded, ExitCode: ptr.To(0), Since: t0, Attempts: 1}
+	succeeded := nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, ExitCode: ptr.To(0), Since: t0, Attempts: 1}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(succeeded)))
 	calls, err := e.phase(nil, func(cached nodeSet) error { return e.c.nodeConditions(e.ctx, ns, hash, cached, t0) })
 	if err != nil || !cmp.Equal(calls, []string{"patch nodes/status n1"}) {
@@ -218,24 +221,24 @@ func TestNodeConditionsStaleCache(t *testing.T) {
 // annotations with its state.
 func TestFinalizeRemovesConditionAndRequests(t *testing.T) {
 	ns := script(nil)
-	ns.Finalizers = []string{Finalizer}
+	ns.Finalizers = []string{v1alpha1.Finalizer}
 	now := metav1.NewTime(t0)
 	ns.DeletionTimestamp = &now
-	cond := corev1.NodeCondition{Type: ConditionType("fix"), Status: corev1.ConditionTrue, Reason: ConditionApplied, Message: "spec h succeeded here"}
+	cond := corev1.NodeCondition{Type: nodescript.ConditionType("fix"), Status: corev1.ConditionTrue, Reason: v1alpha1.ConditionApplied, Message: "spec h succeeded here"}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns},
-		testNode("n1", withState(NodeState{Hash: "h", Phase: PhaseSucceeded}), func(n *corev1.Node) {
+		testNode("n1", withState(nodeState{Hash: "h", Phase: v1alpha1.PhaseSucceeded}), func(n *corev1.Node) {
 			n.Status.Conditions = append(n.Status.Conditions, cond)
-			n.Annotations[RerunAnnotation("fix")] = "h"
+			n.Annotations[rerunAnnotation("fix")] = "h"
 		}),
 		testNode("n2", func(n *corev1.Node) {
-			n.Annotations = map[string]string{IgnoreAnnotation("fix"): "alice"}
+			n.Annotations = map[string]string{ignoreAnnotation("fix"): "alice"}
 			n.Status.Conditions = append(n.Status.Conditions, *cond.DeepCopy())
 		}),
 		testNode("n3"))
 	e.reconcile()
 	for _, node := range []string{"n1", "n2"} {
 		n := e.node(node)
-		if len(n.Annotations) != 0 || findCondition(n, ConditionType("fix")) != nil || ready(n).Status != corev1.ConditionTrue {
+		if len(n.Annotations) != 0 || nodescript.FindCondition(n, nodescript.ConditionType("fix")) != nil || ready(n).Status != corev1.ConditionTrue {
 			t.Errorf("node %s after finalize: annotations %v, conditions %+v", node, n.Annotations, n.Status.Conditions)
 		}
 	}
@@ -254,11 +257,11 @@ func TestFinalizeRemovesConditionAndRequests(t *testing.T) {
 func completed(t *testing.T, ns *v1alpha1.NodeScript, more ...runtime.Object) *env {
 	t.Helper()
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	s := NodeState{Hash: hash, Phase: PhaseSucceeded, ExitCode: ptr.To(0), Attempts: 1, Since: t0.Add(-time.Hour), Pod: "old"}
+	s := nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, ExitCode: ptr.To(0), Attempts: 1, Since: t0.Add(-time.Hour), Pod: "old"}
 	objs := append([]runtime.Object{testNode("n1", withState(s)), testNode("n2", withState(s))}, more...)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, objs...)
 	e.reconcile()
-	if st := e.nodeScript().Status; st.Stage != StageComplete {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageComplete {
 		t.Fatalf("not complete: %+v", st)
 	}
 	e.recorded()
@@ -271,50 +274,50 @@ func TestRerun(t *testing.T) {
 	ns := script(nil)
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := completed(t, ns)
-	res, err := Rerun(e.ctx, e.cs, e.dyn, "fix", nodeexec.Targets{Nodes: []string{"n1"}})
+	res, err := nodescripts.Rerun(e.ctx, e.cs, e.dyn, "fix", nodeexec.Targets{Nodes: []string{"n1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(&RerunResult{Hash: hash, Nodes: []string{"n1"}}, res); diff != "" {
+	if diff := cmp.Diff(&nodescripts.RerunResult{Hash: hash, Nodes: []string{"n1"}}, res); diff != "" {
 		t.Errorf("result (-want +got):\n%s", diff)
 	}
-	if v := e.node("n1").Annotations[RerunAnnotation("fix")]; v != hash {
+	if v := e.node("n1").Annotations[rerunAnnotation("fix")]; v != hash {
 		t.Fatalf("rerun annotation %q", v)
 	}
 	e.clock.Step(time.Minute)
 	e.reconcile()
-	pod := podName(ns, "n1", ActionRun, 2)
-	want := NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 2, AttemptsBefore: 1, Since: e.clock.Now(), Pod: pod, BootID: "boot-1"}
+	pod := podName(ns, "n1", v1alpha1.ActionRun, 2)
+	want := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Attempts: 2, AttemptsBefore: 1, Since: e.clock.Now(), Pod: pod, BootID: "boot-1"}
 	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
 		t.Errorf("n1 (-want +got):\n%s", diff)
 	}
-	if _, has := e.node("n1").Annotations[RerunAnnotation("fix")]; has {
+	if _, has := e.node("n1").Annotations[rerunAnnotation("fix")]; has {
 		t.Error("the rerun request was kept")
 	}
-	if s := e.state("n2"); s.Phase != PhaseSucceeded || s.Attempts != 1 {
+	if s := e.state("n2"); s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != 1 {
 		t.Errorf("n2 ran again: %+v", s)
 	}
 	// The state (Pending, request removed) then the start (Running).
 	if diff := cmp.Diff([]string{"patch nodes/status n1", "create pods " + pod}, e.calls[""]); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	e.checkEvents("rerun", ReasonRerun)
-	if c := e.nodeCondition("n1"); c == nil || c.Reason != ConditionPending {
+	e.checkEvents("rerun", v1alpha1.ReasonRerun)
+	if c := e.nodeCondition("n1"); c == nil || c.Reason != v1alpha1.ConditionPending {
 		t.Errorf("condition while running again: %+v", c)
 	}
 	e.setPod(pod, exited(0))
 	e.reconcile()
-	if s := e.state("n1"); s.Phase != PhaseSucceeded || s.Attempts != 2 {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != 2 {
 		t.Errorf("after the rerun: %+v", s)
 	}
-	if st := e.nodeScript().Status; st.Stage != StageComplete || st.Succeeded != 2 {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageComplete || st.Succeeded != 2 {
 		t.Errorf("status %+v", st)
 	}
-	e.checkEvents("rerun finished", ReasonSucceeded, ReasonComplete)
+	e.checkEvents("rerun finished", v1alpha1.ReasonSucceeded, v1alpha1.ReasonComplete)
 
 	// A retry budget of its own: an infrastructure failure on attempt 4 of
 	// a node rerun after attempt 3 is retried with a limit of 1.
-	infra := NodeState{Hash: hash, Phase: PhaseFailed, Infrastructure: true, Attempts: 4, AttemptsBefore: 3, NextRetry: ptr.To(t0)}
+	infra := nodeState{Hash: hash, Phase: v1alpha1.PhaseFailed, Infrastructure: true, Attempts: 4, AttemptsBefore: 3, NextRetry: ptr.To(t0)}
 	cl := newCluster("a")
 	cl["a"].State = infra
 	d := decide(t, script(func(s *v1alpha1.NodeScriptSpec) { s.Retry.Limit = ptr.To[int32](1) }), cl, t0)
@@ -328,7 +331,7 @@ func TestRerun(t *testing.T) {
 func TestRerunRequests(t *testing.T) {
 	ns := script(nil)
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	succeeded := state(ns, PhaseSucceeded, nil)
+	succeeded := state(ns, v1alpha1.PhaseSucceeded, nil)
 	for _, c := range []struct {
 		phaseCase
 		request   string
@@ -337,25 +340,25 @@ func TestRerunRequests(t *testing.T) {
 		wantWrite bool
 	}{
 		{phaseCase: phaseCase{name: "applied", state: succeeded,
-			want:      &NodeState{Phase: PhasePending, Attempts: 1, AttemptsBefore: 1, Since: t0, Reason: "RerunRequested"},
-			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonRerun}},
-			request: hash, selected: true, wantState: PhasePending, wantWrite: true},
-		{phaseCase: phaseCase{name: "keeps the cordon record", state: state(ns, PhaseFailed, func(s *NodeState) { s.Cordoned, s.CordonedByUs, s.ExitCode = true, true, ptr.To(1) }),
-			want:      &NodeState{Phase: PhasePending, Attempts: 1, AttemptsBefore: 1, Since: t0, Reason: "RerunRequested", Cordoned: true, CordonedByUs: true},
-			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{ReasonRerun}},
-			request: hash, selected: true, wantState: PhasePending, wantWrite: true},
-		{phaseCase: phaseCase{name: "running: waits", state: state(ns, PhaseRunning, nil)},
-			request: hash, selected: true, wantState: PhaseRunning},
-		{phaseCase: phaseCase{name: "rollback going: waits", state: state(ns, PhaseFailed, nil), going: []string{ActionRollback}},
-			request: hash, selected: true, wantState: PhaseFailed},
-		{phaseCase: phaseCase{name: "another spec: dropped", state: succeeded, wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonRerunDropped}},
-			request: "old", selected: true, wantState: PhaseSucceeded, wantWrite: true},
-		{phaseCase: phaseCase{name: "not selected: dropped", state: succeeded, wantCalls: []string{"patch nodes n1"}, wantReasons: []string{ReasonRerunDropped}},
-			request: hash, selected: false, wantState: PhaseSucceeded, wantWrite: true},
+			want:      &nodeState{Phase: v1alpha1.PhasePending, Attempts: 1, AttemptsBefore: 1, Since: t0, Reason: "RerunRequested"},
+			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{v1alpha1.ReasonRerun}},
+			request: hash, selected: true, wantState: v1alpha1.PhasePending, wantWrite: true},
+		{phaseCase: phaseCase{name: "keeps the cordon record", state: state(ns, v1alpha1.PhaseFailed, func(s *nodeState) { s.Cordoned, s.CordonedByUs, s.ExitCode = true, true, ptr.To(1) }),
+			want:      &nodeState{Phase: v1alpha1.PhasePending, Attempts: 1, AttemptsBefore: 1, Since: t0, Reason: "RerunRequested", Cordoned: true, CordonedByUs: true},
+			wantCalls: []string{"patch nodes/status n1"}, wantReasons: []string{v1alpha1.ReasonRerun}},
+			request: hash, selected: true, wantState: v1alpha1.PhasePending, wantWrite: true},
+		{phaseCase: phaseCase{name: "running: waits", state: state(ns, v1alpha1.PhaseRunning, nil)},
+			request: hash, selected: true, wantState: v1alpha1.PhaseRunning},
+		{phaseCase: phaseCase{name: "rollback going: waits", state: state(ns, v1alpha1.PhaseFailed, nil), going: []string{v1alpha1.ActionRollback}},
+			request: hash, selected: true, wantState: v1alpha1.PhaseFailed},
+		{phaseCase: phaseCase{name: "another spec: dropped", state: succeeded, wantCalls: []string{"patch nodes n1"}, wantReasons: []string{v1alpha1.ReasonRerunDropped}},
+			request: "old", selected: true, wantState: v1alpha1.PhaseSucceeded, wantWrite: true},
+		{phaseCase: phaseCase{name: "not selected: dropped", state: succeeded, wantCalls: []string{"patch nodes n1"}, wantReasons: []string{v1alpha1.ReasonRerunDropped}},
+			request: hash, selected: false, wantState: v1alpha1.PhaseSucceeded, wantWrite: true},
 		{phaseCase: phaseCase{name: "no record: dropped quietly", wantCalls: []string{"patch nodes n1"}},
-			request: hash, selected: true, wantState: PhasePending, wantWrite: true},
+			request: hash, selected: true, wantState: v1alpha1.PhasePending, wantWrite: true},
 		{phaseCase: phaseCase{name: "no request", state: succeeded},
-			selected: true, wantState: PhaseSucceeded},
+			selected: true, wantState: v1alpha1.PhaseSucceeded},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.request != "" {
@@ -363,7 +366,7 @@ func TestRerunRequests(t *testing.T) {
 					if n.Annotations == nil {
 						n.Annotations = map[string]string{}
 					}
-					n.Annotations[RerunAnnotation("fix")] = c.request
+					n.Annotations[rerunAnnotation("fix")] = c.request
 				}
 			}
 			e, ns := c.setUp(t)
@@ -380,7 +383,7 @@ func TestRerunRequests(t *testing.T) {
 				return write()
 			})
 			c.check(t, e, ns, calls, err)
-			if _, has := e.node("n1").Annotations[RerunAnnotation("fix")]; has == c.wantWrite && c.request != "" {
+			if _, has := e.node("n1").Annotations[rerunAnnotation("fix")]; has == c.wantWrite && c.request != "" {
 				t.Errorf("request kept: %t, want %t", has, !c.wantWrite)
 			}
 		})
@@ -391,13 +394,13 @@ func TestRerunRequests(t *testing.T) {
 func TestRerunRefuses(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.ExcludeNodes = []string{"excluded"} })
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	ran := withState(NodeState{Hash: hash, Phase: PhaseSucceeded})
+	ran := withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded})
 	e := newEnv(t, []*v1alpha1.NodeScript{ns},
 		testNode("n1", ran),
 		testNode("fresh"),
-		testNode("old", withState(NodeState{Hash: "old", Phase: PhaseSucceeded})),
+		testNode("old", withState(nodeState{Hash: "old", Phase: v1alpha1.PhaseSucceeded})),
 		testNode("excluded", ran),
-		testNode("ignored", ran, func(n *corev1.Node) { n.Annotations[IgnoreAnnotation("fix")] = "alice" }),
+		testNode("ignored", ran, func(n *corev1.Node) { n.Annotations[ignoreAnnotation("fix")] = "alice" }),
 		testNode("other", ran, func(n *corev1.Node) { n.Labels = map[string]string{"pool": "b"} }))
 	for _, c := range []struct {
 		name    string
@@ -419,7 +422,7 @@ func TestRerunRefuses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e.cs.ClearActions()
-			_, err := Rerun(e.ctx, e.cs, e.dyn, "fix", c.targets)
+			_, err := nodescripts.Rerun(e.ctx, e.cs, e.dyn, "fix", c.targets)
 			if err == nil || (c.is != nil && !errors.Is(err, c.is)) {
 				t.Fatalf("err %v, want %v", err, c.is)
 			}
@@ -433,11 +436,11 @@ func TestRerunRefuses(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Rerun(e.ctx, e.cs, e.dyn, "missing", nodeexec.Targets{All: true}); err == nil || !strings.Contains(err.Error(), `"missing"`) {
+	if _, err := nodescripts.Rerun(e.ctx, e.cs, e.dyn, "missing", nodeexec.Targets{All: true}); err == nil || !strings.Contains(err.Error(), `"missing"`) {
 		t.Errorf("missing NodeScript: %v", err)
 	}
 	// --all: every selected node with a record of the current spec.
-	res, err := Rerun(e.ctx, e.cs, e.dyn, "fix", nodeexec.Targets{All: true})
+	res, err := nodescripts.Rerun(e.ctx, e.cs, e.dyn, "fix", nodeexec.Targets{All: true})
 	if err != nil || !cmp.Equal(res.Nodes, []string{"n1"}) {
 		t.Errorf("all: %+v, %v", res, err)
 	}
@@ -460,22 +463,22 @@ func TestIgnore(t *testing.T) {
 		{"unknown", []string{"n1", "gone"}, nodeexec.ErrNodeNotFound, `["gone"]`},
 	} {
 		e.cs.ClearActions()
-		if _, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", c.nodes, true); err == nil || !strings.Contains(err.Error(), c.want) || (c.is != nil && !errors.Is(err, c.is)) {
+		if _, err := nodescripts.SetIgnored(e.ctx, e.cs, e.dyn, "fix", c.nodes, true); err == nil || !strings.Contains(err.Error(), c.want) || (c.is != nil && !errors.Is(err, c.is)) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
 		}
 		if p := e.patches(); len(p) != 0 {
 			t.Errorf("%s: patched %v", c.name, p)
 		}
 	}
-	if _, err := SetIgnored(e.ctx, e.cs, e.dyn, "missing", []string{"n1"}, true); err == nil || !strings.Contains(err.Error(), `"missing"`) {
+	if _, err := nodescripts.SetIgnored(e.ctx, e.cs, e.dyn, "missing", []string{"n1"}, true); err == nil || !strings.Contains(err.Error(), `"missing"`) {
 		t.Errorf("missing NodeScript: %v", err)
 	}
 
-	who, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"n1"}, true)
+	who, err := nodescripts.SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"n1"}, true)
 	if err != nil || who.User != "alice" {
 		t.Fatalf("ignore: %+v, %v", who, err)
 	}
-	if v, has := e.node("n1").Annotations[IgnoreAnnotation("fix")]; !has || v != "alice" {
+	if v, has := e.node("n1").Annotations[ignoreAnnotation("fix")]; !has || v != "alice" {
 		t.Errorf("ignore annotation %q", v)
 	}
 	e.reconcile()
@@ -485,16 +488,16 @@ func TestIgnore(t *testing.T) {
 	if st := e.nodeScript().Status; st.Nodes != 0 {
 		t.Errorf("an ignored node counted: %+v", st)
 	}
-	rep, err := Status(e.ctx, e.cs, e.dyn, "fix")
+	rep, err := nodescripts.Status(e.ctx, e.cs, e.dyn, "fix")
 	if err != nil || len(rep.Nodes) != 1 || !rep.Nodes[0].Ignored || rep.Nodes[0].IgnoredBy != "alice" || rep.Nodes[0].Selected {
 		t.Errorf("status: %+v, %v", rep, err)
 	}
 
-	if _, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"n1"}, false); err != nil {
+	if _, err := nodescripts.SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"n1"}, false); err != nil {
 		t.Fatal(err)
 	}
 	e.reconcile()
-	if s := e.state("n1"); s.Phase != PhaseRunning {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseRunning {
 		t.Errorf("unignored: %+v", s)
 	}
 }
@@ -509,7 +512,7 @@ func TestIgnoreRefusesUnselected(t *testing.T) {
 	e.user("alice")
 	for _, nodes := range [][]string{{"other"}, {"n1", "excluded"}} {
 		e.cs.ClearActions()
-		_, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", nodes, true)
+		_, err := nodescripts.SetIgnored(e.ctx, e.cs, e.dyn, "fix", nodes, true)
 		want := fmt.Sprintf("node %s is not selected by nodescript fix (spec.nodeSelector \"pool=a\"", nodes[len(nodes)-1])
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ignore %v: err %v, want %q", nodes, err, want)
@@ -518,7 +521,7 @@ func TestIgnoreRefusesUnselected(t *testing.T) {
 			t.Errorf("ignore %v: patched %v", nodes, p)
 		}
 	}
-	if _, err := SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"other"}, false); err != nil {
+	if _, err := nodescripts.SetIgnored(e.ctx, e.cs, e.dyn, "fix", []string{"other"}, false); err != nil {
 		t.Errorf("unignore a node not selected: %v", err)
 	}
 }
@@ -527,14 +530,14 @@ func TestIgnoreRefusesUnselected(t *testing.T) {
 func TestRunNowTooLong(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00"} })
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
-	_, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{For: MaxRunNowFor + time.Second, Clock: e.clock})
+	_, err := nodescripts.RunNow(e.ctx, e.cs, e.dyn, "fix", nodescripts.RunNowOptions{For: nodescripts.MaxRunNowFor + time.Second, Clock: e.clock})
 	if err == nil || !strings.Contains(err.Error(), "at most 168h0m0s (MaxRunNowFor)") {
 		t.Errorf("err %v, want at most MaxRunNowFor", err)
 	}
-	if _, set, _ := RunNowUntil(e.nodeScript()); set {
+	if _, set, _ := nodescript.RunNowUntil(e.nodeScript()); set {
 		t.Error("override set")
 	}
-	if _, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{For: MaxRunNowFor, Clock: e.clock}); err != nil {
+	if _, err := nodescripts.RunNow(e.ctx, e.cs, e.dyn, "fix", nodescripts.RunNowOptions{For: nodescripts.MaxRunNowFor, Clock: e.clock}); err != nil {
 		t.Errorf("MaxRunNowFor itself: %v", err)
 	}
 }
@@ -553,7 +556,7 @@ func TestRunNow(t *testing.T) {
 		t.Fatalf("not held outside the window: %+v", st)
 	}
 
-	res, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{For: 30 * time.Minute, Clock: e.clock})
+	res, err := nodescripts.RunNow(e.ctx, e.cs, e.dyn, "fix", nodescripts.RunNowOptions{For: 30 * time.Minute, Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +565,7 @@ func TestRunNow(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	ann := e.nodeScript().Annotations
-	if ann[AnnotationRunNow] != until.Format(time.RFC3339) || ann[AnnotationRunNowBy] != "alice" {
+	if ann[v1alpha1.AnnotationRunNow] != until.Format(time.RFC3339) || ann[v1alpha1.AnnotationRunNowBy] != "alice" {
 		t.Errorf("annotations %v", ann)
 	}
 	after := e.reconcile()
@@ -577,7 +580,7 @@ func TestRunNow(t *testing.T) {
 		t.Errorf("status %+v, Progressing %+v", st, c)
 	}
 	evs := e.recorded()
-	if len(evs) != 1 || !strings.Contains(evs[0], ReasonRunNow+" run-now override asked by alice") {
+	if len(evs) != 1 || !strings.Contains(evs[0], v1alpha1.ReasonRunNow+" run-now override asked by alice") {
 		t.Errorf("events %q", evs)
 	}
 	e.reconcile()
@@ -586,31 +589,31 @@ func TestRunNow(t *testing.T) {
 	// It ends: removed, an Event, held again (the run in progress goes on).
 	e.clock.Step(30 * time.Minute)
 	e.reconcile()
-	if ann := e.nodeScript().Annotations; ann[AnnotationRunNow] != "" || ann[AnnotationRunNowBy] != "" {
+	if ann := e.nodeScript().Annotations; ann[v1alpha1.AnnotationRunNow] != "" || ann[v1alpha1.AnnotationRunNowBy] != "" {
 		t.Errorf("expired override kept: %v", ann)
 	}
-	e.checkEvents("expired", ReasonRunNowExpired)
-	if c := e.condition(v1alpha1.ConditionProgressing); c.Reason != HoldOutsideWindow {
+	e.checkEvents("expired", v1alpha1.ReasonRunNowExpired)
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Reason != v1alpha1.HoldOutsideWindow {
 		t.Errorf("after the override: Progressing %+v", c)
 	}
 
 	// Set, then cancelled by hand: an Event says so.
-	if _, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{Clock: e.clock}); err != nil {
+	if _, err := nodescripts.RunNow(e.ctx, e.cs, e.dyn, "fix", nodescripts.RunNowOptions{Clock: e.clock}); err != nil {
 		t.Fatal(err)
 	}
 	e.reconcile()
-	e.checkEvents("set again", ReasonRunNow)
-	if res, err := RunNow(e.ctx, e.cs, e.dyn, "fix", RunNowOptions{Cancel: true}); err != nil || !res.Until.IsZero() {
+	e.checkEvents("set again", v1alpha1.ReasonRunNow)
+	if res, err := nodescripts.RunNow(e.ctx, e.cs, e.dyn, "fix", nodescripts.RunNowOptions{Cancel: true}); err != nil || !res.Until.IsZero() {
 		t.Fatalf("cancel: %+v, %v", res, err)
 	}
 	e.reconcile()
-	e.checkEvents("cancelled", ReasonRunNowCancelled)
+	e.checkEvents("cancelled", v1alpha1.ReasonRunNowCancelled)
 
 	// Unreadable: removed with a warning.
-	e.annotate(map[string]string{AnnotationRunNow: "tonight"})
+	e.annotate(map[string]string{v1alpha1.AnnotationRunNow: "tonight"})
 	e.reconcile()
-	e.checkEvents("invalid", ReasonRunNowInvalid)
-	if ann := e.nodeScript().Annotations; ann[AnnotationRunNow] != "" {
+	e.checkEvents("invalid", v1alpha1.ReasonRunNowInvalid)
+	if ann := e.nodeScript().Annotations; ann[v1alpha1.AnnotationRunNow] != "" {
 		t.Errorf("invalid override kept: %v", ann)
 	}
 }
@@ -620,18 +623,18 @@ func TestRunNowRefuses(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		spec func(*v1alpha1.NodeScriptSpec)
-		o    RunNowOptions
+		o    nodescripts.RunNowOptions
 		want string
 	}{
-		{"no window", nil, RunNowOptions{}, "has no spec.window"},
-		{"paused", func(s *v1alpha1.NodeScriptSpec) { s.Window, s.Paused = window, true }, RunNowOptions{}, "nodeexec resume fix"},
-		{"negative", func(s *v1alpha1.NodeScriptSpec) { s.Window = window }, RunNowOptions{For: -time.Hour}, "RunNowOptions.For is -1h0m0s"},
-		{"cancel with a duration", func(s *v1alpha1.NodeScriptSpec) { s.Window = window }, RunNowOptions{For: time.Hour, Cancel: true}, "Cancel"},
+		{"no window", nil, nodescripts.RunNowOptions{}, "has no spec.window"},
+		{"paused", func(s *v1alpha1.NodeScriptSpec) { s.Window, s.Paused = window, true }, nodescripts.RunNowOptions{}, "nodeexec resume fix"},
+		{"negative", func(s *v1alpha1.NodeScriptSpec) { s.Window = window }, nodescripts.RunNowOptions{For: -time.Hour}, "RunNowOptions.For is -1h0m0s"},
+		{"cancel with a duration", func(s *v1alpha1.NodeScriptSpec) { s.Window = window }, nodescripts.RunNowOptions{For: time.Hour, Cancel: true}, "Cancel"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, []*v1alpha1.NodeScript{script(c.spec)})
 			e.dyn.ClearActions()
-			if _, err := RunNow(e.ctx, e.cs, e.dyn, "fix", c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			if _, err := nodescripts.RunNow(e.ctx, e.cs, e.dyn, "fix", c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("err %v, want %q", err, c.want)
 			}
 			for _, a := range describe(e.dyn.Actions()) {
@@ -646,17 +649,17 @@ func TestRunNowRefuses(t *testing.T) {
 // WhoAmI names the user, or says clearly why it cannot.
 func TestWhoAmI(t *testing.T) {
 	e := newEnv(t, nil)
-	if who := WhoAmI(e.ctx, e.cs); who.User != UnknownUser || !strings.Contains(who.Unknown, "no username") {
+	if who := nodescripts.WhoAmI(e.ctx, e.cs); who.User != v1alpha1.UnknownUser || !strings.Contains(who.Unknown, "no username") {
 		t.Errorf("empty review: %+v", who)
 	}
 	e.cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("the server could not find the requested resource")
 	})
-	if who := WhoAmI(e.ctx, e.cs); who.User != UnknownUser || !strings.Contains(who.Unknown, "SelfSubjectReview (authentication.k8s.io/v1) failed: the server could not find") {
+	if who := nodescripts.WhoAmI(e.ctx, e.cs); who.User != v1alpha1.UnknownUser || !strings.Contains(who.Unknown, "SelfSubjectReview (authentication.k8s.io/v1) failed: the server could not find") {
 		t.Errorf("no review: %+v", who)
 	}
 	e.user("system:admin")
-	if who := WhoAmI(e.ctx, e.cs); who != (Requester{User: "system:admin"}) {
+	if who := nodescripts.WhoAmI(e.ctx, e.cs); who != (nodescripts.Requester{User: "system:admin"}) {
 		t.Errorf("review: %+v", who)
 	}
 }
@@ -673,13 +676,13 @@ func TestDecideRunNow(t *testing.T) {
 		wantRun  time.Time
 	}{
 		{"in effect", t0.Add(time.Hour).Format(time.RFC3339), false, "", t0.Add(time.Hour)},
-		{"expired", t0.Format(time.RFC3339), false, HoldOutsideWindow, time.Time{}},
-		{"unreadable", "soon", false, HoldOutsideWindow, time.Time{}},
-		{"paused", t0.Add(time.Hour).Format(time.RFC3339), true, HoldPaused, time.Time{}},
+		{"expired", t0.Format(time.RFC3339), false, v1alpha1.HoldOutsideWindow, time.Time{}},
+		{"unreadable", "soon", false, v1alpha1.HoldOutsideWindow, time.Time{}},
+		{"paused", t0.Add(time.Hour).Format(time.RFC3339), true, v1alpha1.HoldPaused, time.Time{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Window, s.Paused = window, c.paused })
-			ns.Annotations = map[string]string{AnnotationRunNow: c.value}
+			ns.Annotations = map[string]string{v1alpha1.AnnotationRunNow: c.value}
 			d := decide(t, ns, newCluster("a", "b"), t0)
 			if d.Hold != c.wantHold || !d.RunNow.Equal(c.wantRun) || (c.wantHold == "") != (len(d.Start) == 1) {
 				t.Errorf("decision %+v; want hold %q, run-now %s", d, c.wantHold, c.wantRun)

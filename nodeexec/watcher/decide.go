@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -17,25 +18,15 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Stages of a rollout (NodeScriptStatus.Stage).
-const (
-	StageCanary            = "Canary"
-	StageSoaking           = "Soaking"
-	StageAwaitingPromotion = "AwaitingPromotion"
-	StageRolling           = "Rolling"
-	StageComplete          = "Complete"
-	StageHalted            = "Halted"
-)
-
 // Defaults of the rollout fields of a NodeScript (v1alpha1.SetDefaults
 // writes them).
 const (
-	DefaultCanary     = v1alpha1.DefaultCanary
-	DefaultRetryLimit = v1alpha1.DefaultRetryLimit
+	defaultCanary     = v1alpha1.DefaultCanary
+	defaultRetryLimit = v1alpha1.DefaultRetryLimit
 )
 
-// Node is what Decide needs to know of one node.
-type Node struct {
+// rolloutNode is what Decide needs to know of one node.
+type rolloutNode struct {
 	Name, UID string
 	Labels    map[string]string
 	// Ready is the node's Ready condition; a node that is not Ready is not started.
@@ -48,16 +39,16 @@ type Node struct {
 	// watcher sets it; see Decision.Blocked and DrainBlocked).
 	Blocked bool
 	// State is the node's recorded state for this NodeScript (DecodeState).
-	State NodeState
+	State nodeState
 }
 
-// Counts are the selected nodes per phase, for the current spec hash.
-type Counts struct {
+// phaseCounts are the selected nodes per phase, for the current spec hash.
+type phaseCounts struct {
 	Nodes, Pending, Running, Succeeded, Failed, RolledBack, NotNeeded int
 }
 
-// Decision is what the watcher does now.
-type Decision struct {
+// decision is what the watcher does now.
+type decision struct {
 	// Hash is the spec hash the decision is for.
 	Hash string
 	// Start are the nodes to run the script on now, in order: never more
@@ -68,7 +59,7 @@ type Decision struct {
 	Verify []string
 	// Stage of the rollout, and the reason when it is Halted.
 	Stage, HaltReason string
-	Counts            Counts
+	Counts            phaseCounts
 	// Hold, when set, is why nothing starts although the rollout is not
 	// over: HoldPaused (spec.paused) or HoldOutsideWindow (spec.window is
 	// closed; NextWindow is when it opens). Start and Verify are then empty.
@@ -121,18 +112,7 @@ type Decision struct {
 	Analysis *v1alpha1.AnalysisStatus
 }
 
-// Holds: why a rollout that is not over starts nothing (Decision.Hold).
-const (
-	HoldPaused        = "Paused"
-	HoldOutsideWindow = "OutsideMaintenanceWindow"
-	// HoldBudget: the NodeScript's MaintenanceBudget has no room (or
-	// cannot be counted) for any node it would start (budget.go).
-	HoldBudget = "BudgetExhausted"
-	// HoldGated: a gate of spec.gates is closed (Decision.Gates).
-	HoldGated = "Gated"
-)
-
-// Decide computes the rollout's next step from the observed state: level
+// computeDecision computes the rollout's next step from the observed state: level
 // based, so calling it again with the same inputs gives the same answer, and
 // a watcher restarted at any moment continues where the nodes' records say.
 // Nodes are taken in a deterministic order (a hash of node UID, NodeScript
@@ -153,22 +133,22 @@ const (
 // the targets' own there) and in what follows the canaries (soak, verify,
 // analysis or manual promotion here; the rest at once there): see
 // nodeexec/rollout.go, and TestWatcherEngineDifferences.
-func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
+func computeDecision(ns *v1alpha1.NodeScript, nodes []rolloutNode, now time.Time) (decision, error) {
 	d, err := decideRollout(ns, nodes, now)
-	if err != nil || d.Stage == StageComplete || d.Stage == StageHalted {
+	if err != nil || d.Stage == v1alpha1.StageComplete || d.Stage == v1alpha1.StageHalted {
 		return d, err
 	}
 	if ns.Spec.Paused {
-		d.Hold = HoldPaused
-	} else if open, opens, err := InWindow(ns.Spec.Window, now); err != nil {
-		return Decision{}, err
+		d.Hold = v1alpha1.HoldPaused
+	} else if open, opens, err := inWindow(ns.Spec.Window, now); err != nil {
+		return decision{}, err
 	} else if open {
 		d.WindowCloses = opens
 	} else {
-		if until, set, err := RunNowUntil(ns); err == nil && set && now.Before(until) {
+		if until, set, err := nodescript.RunNowUntil(ns); err == nil && set && now.Before(until) {
 			d.RunNow = until
 		} else {
-			d.Hold, d.NextWindow = HoldOutsideWindow, opens
+			d.Hold, d.NextWindow = v1alpha1.HoldOutsideWindow, opens
 		}
 	}
 	if d.Hold != "" {
@@ -184,13 +164,13 @@ func Decide(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, err
 // or the error budget spent), promotion (which nodes may run: the
 // canaries, then the promoted nodes batch by batch) and slots (how many
 // of those start now).
-func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decision, error) {
+func decideRollout(ns *v1alpha1.NodeScript, nodes []rolloutNode, now time.Time) (decision, error) {
 	ns = v1alpha1.Defaulted(ns) // ns itself when the watcher read it (SetDefaults)
 	if errs := v1alpha1.Validate(ns); len(errs) > 0 {
-		return Decision{}, errs.ToAggregate()
+		return decision{}, errs.ToAggregate()
 	}
 	s := &ns.Spec
-	d := Decision{Hash: v1alpha1.SpecHash(s)}
+	d := decision{Hash: v1alpha1.SpecHash(s)}
 	all := selectEntries(ns, nodes, d.Hash)
 	d.Order = make([]string, len(all))
 	for i, e := range all {
@@ -199,7 +179,7 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 	retryable := retryableFunc(int(*s.Retry.Limit)) // defaulted
 	failures := countPhases(all, retryable, &d.Counts)
 	if d.Counts.Nodes > 0 && d.Counts.Succeeded+d.Counts.NotNeeded == d.Counts.Nodes {
-		d.Stage = StageComplete
+		d.Stage = v1alpha1.StageComplete
 		return d, nil
 	}
 	canaries, rest := splitCanaries(all, int(*s.Rollout.Canary)) // defaulted
@@ -221,18 +201,18 @@ func decideRollout(ns *v1alpha1.NodeScript, nodes []Node, now time.Time) (Decisi
 // deterministic order, with the phase they have for hash. The order key is
 // sha256(nodeUID "/" nodeScriptUID "/" hash), its bytes compared as its
 // hex string would be.
-func selectEntries(ns *v1alpha1.NodeScript, nodes []Node, hash string) []entry {
+func selectEntries(ns *v1alpha1.NodeScript, nodes []rolloutNode, hash string) []entry {
 	sel, _ := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector) // validated
 	all := make([]entry, 0, len(nodes))
 	suffix := "/" + string(ns.UID) + "/" + hash
 	var buf []byte
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Ignored || !selects(&ns.Spec, sel, n.Name, n.Labels) {
+		if n.Ignored || !nodescript.Selects(&ns.Spec, sel, n.Name, n.Labels) {
 			continue
 		}
 		buf = append(append(buf[:0], n.UID...), suffix...)
-		all = append(all, entry{Node: n, key: sha256.Sum256(buf), phase: phaseFor(n.State, hash)})
+		all = append(all, entry{rolloutNode: n, key: sha256.Sum256(buf), phase: phaseFor(n.State, hash)})
 	}
 	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.key[:], b.key[:]) })
 	return all
@@ -240,12 +220,12 @@ func selectEntries(ns *v1alpha1.NodeScript, nodes []Node, hash string) []entry {
 
 // phaseFor is the phase of a node in state s for the spec hash: Pending
 // for another hash, Running while spec.hooks.afterRun has not passed.
-func phaseFor(s NodeState, hash string) string {
+func phaseFor(s nodeState, hash string) string {
 	switch {
 	case s.Hash != hash:
-		return PhasePending
-	case awaitingAfterRun(s):
-		return PhaseRunning // spec.hooks.afterRun not passed yet (annotations.go)
+		return v1alpha1.PhasePending
+	case nodescript.WaitsAfterRun(s):
+		return v1alpha1.PhaseRunning // spec.hooks.afterRun not passed yet (annotations.go)
 	}
 	return s.Phase
 }
@@ -254,29 +234,29 @@ func phaseFor(s NodeState, hash string) string {
 // with retries left of limit.
 func retryableFunc(limit int) func(entry) bool {
 	return func(e entry) bool {
-		return e.phase == PhaseFailed && e.State.Infrastructure && e.State.Attempts-e.State.AttemptsBefore <= limit
+		return e.phase == v1alpha1.PhaseFailed && e.State.Infrastructure && e.State.Attempts-e.State.AttemptsBefore <= limit
 	}
 }
 
 // countPhases is the count step: c gets the entries per phase (a
 // retryable failure counts as Pending); the result is the failures that
 // count against the error budget.
-func countPhases(all []entry, retryable func(entry) bool, c *Counts) (failures int) {
+func countPhases(all []entry, retryable func(entry) bool, c *phaseCounts) (failures int) {
 	for _, e := range all {
 		c.Nodes++
 		switch {
-		case e.phase == PhaseRunning:
+		case e.phase == v1alpha1.PhaseRunning:
 			c.Running++
-		case e.phase == PhaseSucceeded:
+		case e.phase == v1alpha1.PhaseSucceeded:
 			c.Succeeded++
-		case e.phase == PhaseNotNeeded:
+		case e.phase == v1alpha1.PhaseNotNeeded:
 			c.NotNeeded++
-		case e.phase == PhaseRolledBack:
+		case e.phase == v1alpha1.PhaseRolledBack:
 			c.RolledBack++
 			failures++
 		case retryable(e):
 			c.Pending++
-		case e.phase == PhaseFailed:
+		case e.phase == v1alpha1.PhaseFailed:
 			c.Failed++
 			failures++
 		default:
@@ -292,7 +272,7 @@ func countPhases(all []entry, retryable func(entry) bool, c *Counts) (failures i
 func splitCanaries(all []entry, n int) (canaries, rest []entry) {
 	needing := make([]entry, 0, len(all))
 	for _, e := range all {
-		if e.phase != PhaseNotNeeded {
+		if e.phase != v1alpha1.PhaseNotNeeded {
 			needing = append(needing, e)
 		}
 	}
@@ -304,23 +284,23 @@ func splitCanaries(all []entry, n int) (canaries, rest []entry) {
 // the rollout stops here: a canary failed for good (Halted), the failures
 // exceed the error budget (spec.rollout.maxFailures of total, Halted), or
 // every node finished within it (Complete).
-func budgetStop(s *v1alpha1.NodeScriptSpec, d *Decision, canaries []entry, failures, total int, retryable func(entry) bool) bool {
+func budgetStop(s *v1alpha1.NodeScriptSpec, d *decision, canaries []entry, failures, total int, retryable func(entry) bool) bool {
 	for _, c := range canaries {
-		if (c.phase == PhaseFailed && !retryable(c)) || c.phase == PhaseRolledBack {
-			d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("canary %s failed", c.Name)
-			if c.State.Reason == ReasonAnalysisFailed {
+		if (c.phase == v1alpha1.PhaseFailed && !retryable(c)) || c.phase == v1alpha1.PhaseRolledBack {
+			d.Stage, d.HaltReason = v1alpha1.StageHalted, fmt.Sprintf("canary %s failed", c.Name)
+			if c.State.Reason == v1alpha1.ReasonAnalysisFailed {
 				d.HaltReason = analysisHaltReason(c.Name, c.State)
 			}
 			return true
 		}
 	}
 	if budget := errorBudget(s.Rollout.MaxFailures, total); failures > budget {
-		d.Stage, d.HaltReason = StageHalted, fmt.Sprintf("%d nodes failed, more than the error budget of %d", failures, budget)
+		d.Stage, d.HaltReason = v1alpha1.StageHalted, fmt.Sprintf("%d nodes failed, more than the error budget of %d", failures, budget)
 		return true
 	}
 	if d.Counts.Pending == 0 && d.Counts.Running == 0 && d.Counts.Nodes > 0 {
 		// Every node finished, the failures within the error budget.
-		d.Stage = StageComplete
+		d.Stage = v1alpha1.StageComplete
 		return true
 	}
 	return false
@@ -340,24 +320,24 @@ func errorBudget(maxFailures *intstr.IntOrString, total int) int {
 // promoted nodes (none yet: AwaitingPromotion, stop), under automatic
 // promotion the rest once the soak time, verifyScript and analysis passed
 // (else Soaking, stop); the rest batch by batch.
-func promotion(ns *v1alpha1.NodeScript, d *Decision, canaries, rest []entry, total int, retryable func(entry) bool, now time.Time) (allowed []entry, stop bool, err error) {
+func promotion(ns *v1alpha1.NodeScript, d *decision, canaries, rest []entry, total int, retryable func(entry) bool, now time.Time) (allowed []entry, stop bool, err error) {
 	s := &ns.Spec
 	canariesDone := true
 	for _, c := range canaries {
-		canariesDone = canariesDone && c.phase == PhaseSucceeded
+		canariesDone = canariesDone && c.phase == v1alpha1.PhaseSucceeded
 	}
 	switch {
 	case !canariesDone:
-		d.Stage = StageCanary
+		d.Stage = v1alpha1.StageCanary
 		return canaries, false, nil
 	case s.Rollout.Promotion == v1alpha1.PromotionManual:
 		promoted, err := promotedNodes(s.Rollout.PromoteTo)
 		if err != nil {
-			*d = Decision{}
+			*d = decision{}
 			return nil, true, err
 		}
 		if promoted == nil {
-			d.Stage = StageAwaitingPromotion
+			d.Stage = v1alpha1.StageAwaitingPromotion
 			return nil, true, nil
 		}
 		var eligible []entry
@@ -366,14 +346,14 @@ func promotion(ns *v1alpha1.NodeScript, d *Decision, canaries, rest []entry, tot
 				eligible = append(eligible, e)
 			}
 		}
-		d.Stage = StageRolling
+		d.Stage = v1alpha1.StageRolling
 		return batch(eligible, s.Rollout.Batches, total, retryable), false, nil
 	}
 	if wait, verify := soaking(s, canaries, now); wait || analysisHolds(ns, d.Hash, canaries, now) {
-		d.Stage, d.Verify = StageSoaking, verify
+		d.Stage, d.Verify = v1alpha1.StageSoaking, verify
 		return nil, true, nil
 	}
-	d.Stage = StageRolling
+	d.Stage = v1alpha1.StageRolling
 	return batch(rest, s.Rollout.Batches, total, retryable), false, nil
 }
 
@@ -388,7 +368,7 @@ func openSlots(s *v1alpha1.NodeScriptSpec, all []entry, running int) int {
 		maxUnavailable, _ := intstr.GetScaledValueFromIntOrPercent(m.MaxUnavailable, len(all), true)
 		unavailable := 0
 		for _, e := range all {
-			if e.phase == PhaseRunning || e.State.CordonedByUs {
+			if e.phase == v1alpha1.PhaseRunning || e.State.CordonedByUs {
 				unavailable++
 			}
 		}
@@ -415,38 +395,13 @@ func startable(allowed []entry, slots int, hash string, retryable func(entry) bo
 		if slots <= 0 {
 			break
 		}
-		due := (e.phase == PhasePending && !skippedUntil(e.State, hash, now)) || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
+		due := (e.phase == v1alpha1.PhasePending && !skippedUntil(e.State, hash, now)) || (retryable(e) && (e.State.NextRetry == nil || !now.Before(*e.State.NextRetry)))
 		if due && e.Ready && !e.Blocked {
 			start = append(start, e.Name)
 			slots--
 		}
 	}
 	return start
-}
-
-// selects reports whether the spec selects the node named name with
-// labels: sel (the spec's parsed nodeSelector) matches and the node is not
-// excluded.
-func selects(s *v1alpha1.NodeScriptSpec, sel labels.Selector, name string, nodeLabels map[string]string) bool {
-	return !slices.Contains(s.ExcludeNodes, name) && sel.Matches(labels.Set(nodeLabels))
-}
-
-// selectsNode reports whether NodeScript ns (sel its parsed nodeSelector)
-// selects node n: selects, and n does not carry ns's IgnoreAnnotation.
-func selectsNode(ns *v1alpha1.NodeScript, sel labels.Selector, n *corev1.Node) bool {
-	return !ignored(n, ns.Name) && selects(&ns.Spec, sel, n.Name, n.Labels)
-}
-
-// ignored reports whether node n carries NodeScript name's IgnoreAnnotation.
-func ignored(n *corev1.Node, name string) bool {
-	if len(n.Annotations) == 0 {
-		return false
-	}
-	// IgnoreAnnotation(name), built on the stack: a reconcile asks this of
-	// every node, and m[string(b)] does not allocate.
-	var buf [128]byte
-	_, ok := n.Annotations[string(appendIgnoreAnnotation(buf[:0], name))]
-	return ok
 }
 
 // promotedNodes is the selector of nodes promoted by PromoteTo ("all" or a
@@ -468,7 +423,7 @@ func promotedNodes(to string) (labels.Selector, error) {
 // entry is a selected node (a pointer into Decide's nodes, which it does
 // not change) with its order key and its phase for the current hash.
 type entry struct {
-	*Node
+	*rolloutNode
 	key   [sha256.Size]byte
 	phase string
 }
@@ -507,7 +462,7 @@ func batch(entries []entry, batches []intstr.IntOrString, total int, retryable f
 		return entries
 	}
 	finished := func(e entry) bool {
-		return e.phase == PhaseSucceeded || e.phase == PhaseRolledBack || (e.phase == PhaseFailed && !retryable(e))
+		return e.phase == v1alpha1.PhaseSucceeded || e.phase == v1alpha1.PhaseRolledBack || (e.phase == v1alpha1.PhaseFailed && !retryable(e))
 	}
 	pos := 0
 	for i := 0; pos < len(entries); i++ {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -15,21 +17,19 @@ import (
 
 // The unprivileged check pod (spec.check.privileged: false).
 const (
-	// CheckContainer is the name of the unprivileged check pod's container.
-	CheckContainer = "check"
-	// CheckUser is the user and group the unprivileged check runs as:
+	// checkUser is the user and group the unprivileged check runs as:
 	// 65534, nobody. It reads what every user may read (kured's sentinel
 	// /var/run/reboot-required is 0644), and cannot use what only root or
 	// root's group may: the container runtime's socket (0660 root:root)
 	// among the node directories mounted read-only, since a read-only
 	// mount does not stop a connect(2) to a socket in it.
-	CheckUser int64 = 65534
+	checkUser int64 = 65534
 	// checkVolumePrefix names the volumes of spec.check.hostPaths: the
 	// prefix and the entry's index.
 	checkVolumePrefix = "check-host-"
 )
 
-// UnprivilegedCheckPod is the pod that runs spec.checkScript when
+// unprivilegedCheckPod is the pod that runs spec.checkScript when
 // spec.check.privileged is false: req (the script, env, secretEnv and
 // timeout RunPod gives every pod) run as `sh -c SCRIPT` in RunImage(spec),
 // on req.Node, named name, created at now, in RunNamespace(spec), with the
@@ -54,11 +54,11 @@ const (
 // with hostPaths it needs a namespace at "privileged", since "baseline"
 // already forbids every hostPath volume (read-only or not). It is a pure
 // function; errors name the field.
-func UnprivilegedCheckPod(spec *v1alpha1.NodeScriptSpec, req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
+func unprivilegedCheckPod(spec *v1alpha1.NodeScriptSpec, req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("spec.check: %w", err)
 	}
-	img, err := RunImage(spec)
+	img, err := runImage(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func UnprivilegedCheckPod(spec *v1alpha1.NodeScriptSpec, req nodeexec.Request, n
 		PodBase: podexec.PodBase{
 			Node:             req.Node,
 			Name:             name,
-			Namespace:        RunNamespace(spec),
+			Namespace:        nodescript.RunNamespace(spec),
 			RunID:            v1alpha1.SpecHash(spec),
 			Image:            img,
 			ImagePullPolicy:  podexec.DefaultPullPolicy,
@@ -83,7 +83,7 @@ func UnprivilegedCheckPod(spec *v1alpha1.NodeScriptSpec, req nodeexec.Request, n
 			Deadline:         now.Add(req.EffectiveTimeout() + podexec.DeadlineSlack),
 			Command:          argv,
 		},
-		Container: CheckContainer,
+		Container: v1alpha1.CheckContainer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("spec.check: %w", err)
@@ -93,8 +93,8 @@ func UnprivilegedCheckPod(spec *v1alpha1.NodeScriptSpec, req nodeexec.Request, n
 	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{
 		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To(CheckUser),
-		RunAsGroup:     ptr.To(CheckUser),
+		RunAsUser:      ptr.To(checkUser),
+		RunAsGroup:     ptr.To(checkUser),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 	c := &pod.Spec.Containers[0]

@@ -58,7 +58,7 @@ func TestUnprivilegedCheckPodGolden(t *testing.T) {
 			if errs := v1alpha1.Validate(c.ns); len(errs) > 0 {
 				t.Fatalf("Validate: %v", errs)
 			}
-			pod, err := RunPod(RunPodSpec{NodeScript: c.ns, Backend: testBackend(t, c.ns), Node: "node-a.example", Action: ActionCheck, Attempt: 1, Now: now})
+			pod, err := buildRunPod(runPodSpec{NodeScript: c.ns, Backend: testBackend(t, c.ns), Node: "node-a.example", Action: v1alpha1.ActionCheck, Attempt: 1, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +84,7 @@ func noPrivilege(t *testing.T, pod *corev1.Pod, mounts []v1alpha1.HostPathMount)
 		t.Errorf("service account %q token %v", s.ServiceAccountName, s.AutomountServiceAccountToken)
 	}
 	psc := s.SecurityContext
-	if psc == nil || !ptr.Equal(psc.RunAsNonRoot, ptr.To(true)) || !ptr.Equal(psc.RunAsUser, ptr.To(CheckUser)) || !ptr.Equal(psc.RunAsGroup, ptr.To(CheckUser)) ||
+	if psc == nil || !ptr.Equal(psc.RunAsNonRoot, ptr.To(true)) || !ptr.Equal(psc.RunAsUser, ptr.To(checkUser)) || !ptr.Equal(psc.RunAsGroup, ptr.To(checkUser)) ||
 		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
 		len(psc.SupplementalGroups) > 0 || psc.FSGroup != nil || len(psc.Sysctls) > 0 || psc.SELinuxOptions != nil || psc.AppArmorProfile != nil {
 		t.Errorf("pod securityContext %+v", psc)
@@ -126,8 +126,8 @@ func noPrivilege(t *testing.T, pod *corev1.Pod, mounts []v1alpha1.HostPathMount)
 		sc := c.SecurityContext
 		if sc == nil || ptr.Deref(sc.Privileged, false) || !ptr.Equal(sc.AllowPrivilegeEscalation, ptr.To(false)) ||
 			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 ||
-			!ptr.Equal(sc.ReadOnlyRootFilesystem, ptr.To(true)) || !ptr.Deref(sc.RunAsNonRoot, true) || ptr.Deref(sc.RunAsUser, CheckUser) == 0 ||
-			ptr.Deref(sc.RunAsGroup, CheckUser) == 0 || sc.ProcMount != nil || sc.SeccompProfile != nil || sc.SELinuxOptions != nil || sc.AppArmorProfile != nil {
+			!ptr.Equal(sc.ReadOnlyRootFilesystem, ptr.To(true)) || !ptr.Deref(sc.RunAsNonRoot, true) || ptr.Deref(sc.RunAsUser, checkUser) == 0 ||
+			ptr.Deref(sc.RunAsGroup, checkUser) == 0 || sc.ProcMount != nil || sc.SeccompProfile != nil || sc.SELinuxOptions != nil || sc.AppArmorProfile != nil {
 			t.Errorf("container %s securityContext %+v", c.Name, sc)
 		}
 		if len(c.VolumeDevices) > 0 || len(c.Ports) > 0 {
@@ -141,7 +141,7 @@ func noPrivilege(t *testing.T, pod *corev1.Pod, mounts []v1alpha1.HostPathMount)
 				t.Errorf("container %s mount %+v: want read-only, recursively where possible, no propagation", c.Name, m)
 			}
 		}
-		if c.Name == CheckContainer && (len(c.Command) != 3 || c.Command[0] != "sh" || c.Command[1] != "-c") {
+		if c.Name == v1alpha1.CheckContainer && (len(c.Command) != 3 || c.Command[0] != "sh" || c.Command[1] != "-c") {
 			t.Errorf("command %q, want sh -c SCRIPT", c.Command)
 		}
 	}
@@ -154,12 +154,12 @@ func TestUnprivilegedCheckLeavesOtherPods(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	unpriv := kuredCheck(nil)
 	plain := kuredCheck(func(s *v1alpha1.NodeScriptSpec) { s.Check = nil })
-	for _, action := range []string{ActionRun, ActionReboot} {
-		a, err := RunPod(RunPodSpec{NodeScript: unpriv, Backend: testBackend(t, unpriv), Node: "n1", Action: action, Attempt: 2, Now: now})
+	for _, action := range []string{v1alpha1.ActionRun, v1alpha1.ActionReboot} {
+		a, err := buildRunPod(runPodSpec{NodeScript: unpriv, Backend: testBackend(t, unpriv), Node: "n1", Action: action, Attempt: 2, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := RunPod(RunPodSpec{NodeScript: plain, Backend: testBackend(t, plain), Node: "n1", Action: action, Attempt: 2, Now: now})
+		b, err := buildRunPod(runPodSpec{NodeScript: plain, Backend: testBackend(t, plain), Node: "n1", Action: action, Attempt: 2, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestUnprivilegedCheckLeavesOtherPods(t *testing.T) {
 		}
 	}
 	for _, ns := range []*v1alpha1.NodeScript{plain, kuredCheck(func(s *v1alpha1.NodeScriptSpec) { s.Check.Privileged, s.Check.HostPaths = ptr.To(true), nil })} {
-		p, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionCheck, Attempt: 1, Now: now})
+		p, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: v1alpha1.ActionCheck, Attempt: 1, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,10 +179,10 @@ func TestUnprivilegedCheckLeavesOtherPods(t *testing.T) {
 	// The image is the run's (the admission policy's): an unknown backend
 	// name is refused naming it.
 	bad := kuredCheck(func(s *v1alpha1.NodeScriptSpec) { s.Backend.Name = "ssh" })
-	if _, err := UnprivilegedCheckPod(&bad.Spec, nodeexecRequest("n1", "true"), "p", now); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
+	if _, err := unprivilegedCheckPod(&bad.Spec, nodeexecRequest("n1", "true"), "p", now); err == nil || !strings.Contains(err.Error(), "spec.backend.name") {
 		t.Errorf("unknown backend: %v", err)
 	}
-	if _, err := UnprivilegedCheckPod(&unpriv.Spec, nodeexecRequest("", "true"), "p", now); err == nil || !strings.Contains(err.Error(), "spec.check") {
+	if _, err := unprivilegedCheckPod(&unpriv.Spec, nodeexecRequest("", "true"), "p", now); err == nil || !strings.Contains(err.Error(), "spec.check") {
 		t.Errorf("no node: %v", err)
 	}
 }
@@ -200,35 +200,35 @@ func TestReconcileUnprivilegedCheck(t *testing.T) {
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2"), testNode("n3"))
 	e.reconcile()
 	for _, n := range []string{"n1", "n2", "n3"} {
-		p, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, podName(ns, n, ActionCheck, 1), metav1.GetOptions{})
+		p, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(e.ctx, podName(ns, n, v1alpha1.ActionCheck, 1), metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("node %s: no check pod: %v (pods %v)", n, err, e.pods())
 		}
-		if p.Spec.Containers[0].Name != CheckContainer {
+		if p.Spec.Containers[0].Name != v1alpha1.CheckContainer {
 			t.Errorf("node %s: check pod container %s", n, p.Spec.Containers[0].Name)
 		}
 		noPrivilege(t, p, ns.Spec.Check.HostPaths)
 	}
-	e.setPod(podName(ns, "n1", ActionCheck, 1), exited(1))
-	e.setPod(podName(ns, "n2", ActionCheck, 1), exited(0))
+	e.setPod(podName(ns, "n1", v1alpha1.ActionCheck, 1), exited(1))
+	e.setPod(podName(ns, "n2", v1alpha1.ActionCheck, 1), exited(0))
 	e.reconcile()
-	run, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, podName(ns, "n1", ActionRun, 2), metav1.GetOptions{})
+	run, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(e.ctx, podName(ns, "n1", v1alpha1.ActionRun, 2), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("no run pod on n1 after its check exited 1: %v (pods %v)", err, e.pods())
 	}
 	if c := run.Spec.Containers[0]; c.SecurityContext == nil || !ptr.Deref(c.SecurityContext.Privileged, false) {
 		t.Errorf("the run pod is not the backend's: %+v", run.Spec)
 	}
-	if s := e.state("n2"); s.Phase != PhaseNotNeeded {
+	if s := e.state("n2"); s.Phase != v1alpha1.PhaseNotNeeded {
 		t.Errorf("n2 after exit 0: %+v, want NotNeeded", s)
 	}
-	e.setPod(podName(ns, "n3", ActionCheck, 1), exited(2))
+	e.setPod(podName(ns, "n3", v1alpha1.ActionCheck, 1), exited(2))
 	e.reconcile()
-	if s := e.state("n3"); s.Phase != PhaseFailed || s.Reason != ReasonCheckFailed {
+	if s := e.state("n3"); s.Phase != v1alpha1.PhaseFailed || s.Reason != v1alpha1.ReasonCheckFailed {
 		t.Errorf("n3 after exit 2: %+v, want Failed CheckFailed", s)
 	}
 	for _, n := range []string{"n2", "n3"} {
-		if slices.Contains(e.pods(), podName(ns, n, ActionRun, 2)) {
+		if slices.Contains(e.pods(), podName(ns, n, v1alpha1.ActionRun, 2)) {
 			t.Errorf("a run pod on %s", n)
 		}
 	}
@@ -264,7 +264,7 @@ func FuzzUnprivilegedCheck(f *testing.F) {
 			checkNamesFields(t, errs)
 			return
 		}
-		pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionCheck, Attempt: 1, Now: now})
+		pod, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: v1alpha1.ActionCheck, Attempt: 1, Now: now})
 		if err != nil {
 			t.Fatalf("accepted by Validate, refused by RunPod: %v", err)
 		}

@@ -24,30 +24,12 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Event reasons of the drain checks and of spec.maintenance.drain.onTimeout
-// (on the node and on the NodeScript).
-const (
-	// ReasonDrainBlocked: a node was not cordoned because a dry-run
-	// eviction of one of the pods its drain would evict was refused (a
-	// PodDisruptionBudget, named), or the check failed; also the Halted
-	// condition's reason when spec.maintenance.maxBlockedNodes is reached.
-	ReasonDrainBlocked = "DrainBlocked"
-	// ReasonDrainSkipped: a drain did not finish within its timeout and
-	// spec.maintenance.drain.onTimeout is Skip: the node was uncordoned and
-	// is Pending again, until its NextRetry.
-	ReasonDrainSkipped = "DrainSkipped"
-	// ReasonDrainForced: a drain did not finish within its timeout and
-	// spec.maintenance.drain.onTimeout is Force: the pods left are deleted
-	// (not evicted), and once they are gone the run goes on.
-	ReasonDrainForced = "DrainForced"
-)
-
 // Bounds of the drain checks (spec.maintenance.drain).
 const (
-	// MaxDrainChecks is the most nodes one reconcile checks (each check is
+	// maxDrainChecks is the most nodes one reconcile checks (each check is
 	// one pod list and one dry-run eviction per pod until one is refused):
 	// the nodes past it wait for the next reconcile.
-	MaxDrainChecks = 16
+	maxDrainChecks = 16
 	// DrainRecheck is how long a node found DrainBlocked stays so without
 	// another check (its verdict is kept in memory that long), and how soon
 	// a NodeScript with a DrainBlocked node is looked at again.
@@ -186,7 +168,7 @@ func matchingPDBs(ctx context.Context, client kubernetes.Interface, pod *corev1.
 // blocked, or the NextRetry of a node a skipped drain sent back to
 // Pending (zero: no need). Without spec.maintenance.drain it is
 // decideUnblocked.
-func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScript, nodes []Node, cached nodeSet, now time.Time) (Decision, time.Time, error) {
+func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScript, nodes []rolloutNode, cached nodeSet, now time.Time) (decision, time.Time, error) {
 	d, err := c.decideUnblocked(ctx, ns, nodes, cached, now)
 	m := ns.Spec.Maintenance
 	if err != nil || m == nil || m.Drain == nil {
@@ -199,7 +181,7 @@ func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScrip
 		dc.index[n.Name] = i
 	}
 	if d, err = c.checkDrains(ctx, ns, d, nodes, cached, dc, now); err != nil {
-		return Decision{}, time.Time{}, err
+		return decision{}, time.Time{}, err
 	}
 	d.Start = slices.DeleteFunc(d.Start, func(node string) bool { return !dc.checked[node] })
 	// The nodes recorded blocked that were not checked this time (no slot
@@ -222,10 +204,10 @@ func (c *controller) decideDrainable(ctx context.Context, ns *v1alpha1.NodeScrip
 
 // pendingRetry is the earliest NextRetry after now of the nodes Pending
 // at hash (a skipped drain sent them back), zero when none.
-func pendingRetry(nodes []Node, hash string, now time.Time) time.Time {
+func pendingRetry(nodes []rolloutNode, hash string, now time.Time) time.Time {
 	var recheck time.Time
 	for _, n := range nodes {
-		if t := n.State.NextRetry; n.State.Hash == hash && n.State.Phase == PhasePending && t != nil && t.After(now) {
+		if t := n.State.NextRetry; n.State.Hash == hash && n.State.Phase == v1alpha1.PhasePending && t != nil && t.After(now) {
 			recheck = earliest(recheck, *t)
 		}
 	}
@@ -243,7 +225,7 @@ type drainChecks struct {
 // checkDrains checks the drain of each node d starts whose next step is
 // the cordon and drain (at most MaxDrainChecks), marks the blocked ones
 // in nodes and decides again while a check found a node newly blocked.
-func (c *controller) checkDrains(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, nodes []Node, cached nodeSet, dc *drainChecks, now time.Time) (Decision, error) {
+func (c *controller) checkDrains(ctx context.Context, ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode, cached nodeSet, dc *drainChecks, now time.Time) (decision, error) {
 	// needsDrain: the node's next step is the cordon and drain, not a check.
 	needsDrain := func(node string) bool {
 		s := nodes[dc.index[node]].State
@@ -259,7 +241,7 @@ func (c *controller) checkDrains(ctx context.Context, ns *v1alpha1.NodeScript, d
 				fresh = append(fresh, node)
 			}
 		}
-		if len(fresh) == 0 || checks >= MaxDrainChecks {
+		if len(fresh) == 0 || checks >= maxDrainChecks {
 			return d, nil
 		}
 		newly := false
@@ -268,7 +250,7 @@ func (c *controller) checkDrains(ctx context.Context, ns *v1alpha1.NodeScript, d
 				dc.checked[node] = true
 				continue
 			}
-			if checks >= MaxDrainChecks {
+			if checks >= maxDrainChecks {
 				break
 			}
 			checks++
@@ -284,7 +266,7 @@ func (c *controller) checkDrains(ctx context.Context, ns *v1alpha1.NodeScript, d
 		}
 		var err error
 		if d, err = c.decideUnblocked(ctx, ns, nodes, cached, now); err != nil {
-			return Decision{}, err
+			return decision{}, err
 		}
 	}
 }
@@ -299,8 +281,8 @@ func (c *controller) drainBlockedList(ns *v1alpha1.NodeScript, blocked map[strin
 		list = append(list, e)
 		if n := cached.byName[node]; n != nil && !slices.Contains(ns.Status.DrainBlocked, e) {
 			msg := fmt.Sprintf("nodescript %s: node %s not cordoned: its drain would not finish: %s; checked again every %s", ns.Name, node, why, DrainRecheck)
-			c.events.Event(n, corev1.EventTypeWarning, ReasonDrainBlocked, msg)
-			c.events.Event(ns, corev1.EventTypeWarning, ReasonDrainBlocked, msg)
+			c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonDrainBlocked, msg)
+			c.events.Event(ns, corev1.EventTypeWarning, v1alpha1.ReasonDrainBlocked, msg)
 		}
 	}
 	slices.Sort(list)
@@ -313,22 +295,18 @@ func (c *controller) drainBlockedList(ns *v1alpha1.NodeScript, blocked map[strin
 // haltOnBlocked halts d (reason HaltDrainBlocked), starting nothing, when
 // limit (spec.maintenance.maxBlockedNodes; 0: none) nodes or more are
 // blocked and the rollout is neither Complete nor Halted.
-func haltOnBlocked(d *Decision, limit int32) {
-	if limit > 0 && len(d.DrainBlocked) >= int(limit) && d.Stage != StageComplete && d.Stage != StageHalted {
-		d.Stage, d.Start, d.Verify, d.Hold = StageHalted, nil, nil, ""
-		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", HaltDrainBlocked, len(d.DrainBlocked), limit, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
+func haltOnBlocked(d *decision, limit int32) {
+	if limit > 0 && len(d.DrainBlocked) >= int(limit) && d.Stage != v1alpha1.StageComplete && d.Stage != v1alpha1.StageHalted {
+		d.Stage, d.Start, d.Verify, d.Hold = v1alpha1.StageHalted, nil, nil, ""
+		d.HaltReason = fmt.Sprintf("%s: %d nodes cannot be drained, spec.maintenance.maxBlockedNodes is %d (%s)", v1alpha1.HaltDrainBlocked, len(d.DrainBlocked), limit, strings.Join(d.DrainBlocked[:min(len(d.DrainBlocked), 3)], "; "))
 	}
 }
 
-// HaltDrainBlocked begins Decision.HaltReason when the rollout halts on
-// spec.maintenance.maxBlockedNodes.
-const HaltDrainBlocked = "drain blocked"
-
 // waitsToRun reports whether n, selected, still waits to run hash (Pending,
 // or a failure to be retried): a blocked record of it still holds.
-func waitsToRun(n Node, hash string) bool {
+func waitsToRun(n rolloutNode, hash string) bool {
 	s := n.State
-	return !n.Ignored && (s.Hash != hash || s.Phase == PhasePending || (s.Phase == PhaseFailed && s.Infrastructure))
+	return !n.Ignored && (s.Hash != hash || s.Phase == v1alpha1.PhasePending || (s.Phase == v1alpha1.PhaseFailed && s.Infrastructure))
 }
 
 // drainVerdict is why node's drain for ns at hash would be refused ("":
@@ -370,8 +348,8 @@ func (c *controller) drainVerdict(ctx context.Context, ns *v1alpha1.NodeScript, 
 
 // skippedUntil reports whether s, a node's state for hash, is Pending
 // after a skipped drain whose NextRetry is after now: not yet due.
-func skippedUntil(s NodeState, hash string, now time.Time) bool {
-	return s.Hash == hash && s.Phase == PhasePending && s.NextRetry != nil && now.Before(*s.NextRetry)
+func skippedUntil(s nodeState, hash string, now time.Time) bool {
+	return s.Hash == hash && s.Phase == v1alpha1.PhasePending && s.NextRetry != nil && now.Before(*s.NextRetry)
 }
 
 // skipDrain applies spec.maintenance.drain.onTimeout: Skip to node n,
@@ -382,7 +360,7 @@ func skippedUntil(s NodeState, hash string, now time.Time) bool {
 // reports false, changing nothing, when onTimeout is not Skip or the
 // uncordon failed (then the drain is recorded failed as under Retry, and
 // the failure policy's uncordon takes over).
-func (c *controller) skipDrain(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s *NodeState, err error, now time.Time) bool {
+func (c *controller) skipDrain(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s *nodeState, err error, now time.Time) bool {
 	if ns.Spec.Maintenance.Drain.OnTimeoutOrDefault() != v1alpha1.DrainOnTimeoutSkip {
 		return false
 	}
@@ -391,18 +369,18 @@ func (c *controller) skipDrain(ctx context.Context, ns *v1alpha1.NodeScript, n *
 			logr.FromContextOrDiscard(ctx).Error(uerr, "uncordoning after a skipped drain", "node", n.Name)
 			return false
 		}
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonUncordoned, "nodescript %s: uncordoned (the watcher had cordoned it): its drain was skipped", ns.Name)
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonUncordoned, "nodescript %s: uncordoned (the watcher had cordoned it): its drain was skipped", ns.Name)
 	}
 	delay := skipDelay(ns)
 	t := now.Add(delay)
 	msg := tail("drain skipped (spec.maintenance.drain.onTimeout: Skip): "+err.Error(), 512)
-	*s = NodeState{
-		Hash: s.Hash, Phase: PhasePending, Attempts: s.Attempts, AttemptsBefore: s.AttemptsBefore, Checked: s.Checked,
-		Since: now, Reason: ReasonDrainSkipped, Message: msg, NextRetry: &t,
+	*s = nodeState{
+		Hash: s.Hash, Phase: v1alpha1.PhasePending, Attempts: s.Attempts, AttemptsBefore: s.AttemptsBefore, Checked: s.Checked,
+		Since: now, Reason: v1alpha1.ReasonDrainSkipped, Message: msg, NextRetry: &t,
 	}
 	text := fmt.Sprintf("nodescript %s: node %s: %s; uncordoned, tried again after %s", ns.Name, n.Name, msg, delay)
-	c.events.Event(n, corev1.EventTypeWarning, ReasonDrainSkipped, text)
-	c.events.Event(ns, corev1.EventTypeWarning, ReasonDrainSkipped, text)
+	c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonDrainSkipped, text)
+	c.events.Event(ns, corev1.EventTypeWarning, v1alpha1.ReasonDrainSkipped, text)
 	c.w.metrics.drainTimeouts.WithLabelValues(ns.Name, v1alpha1.DrainOnTimeoutSkip).Inc()
 	return true
 }
@@ -435,8 +413,8 @@ func (c *controller) forceDrain(ctx context.Context, ns *v1alpha1.NodeScript, n 
 	}
 	text := fmt.Sprintf("nodescript %s: node %s: drain did not finish (%s); forced (spec.maintenance.drain.onTimeout: Force): deleting pod(s) %s instead of evicting them",
 		ns.Name, n.Name, tail(first.Error(), 256), strings.Join(names[:min(len(names), maxEventNodes)], ", "))
-	c.events.Event(n, corev1.EventTypeWarning, ReasonDrainForced, text)
-	c.events.Event(ns, corev1.EventTypeWarning, ReasonDrainForced, text)
+	c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonDrainForced, text)
+	c.events.Event(ns, corev1.EventTypeWarning, v1alpha1.ReasonDrainForced, text)
 	c.w.metrics.drainTimeouts.WithLabelValues(ns.Name, v1alpha1.DrainOnTimeoutForce).Inc()
 	o.Force = true
 	if err := runDrain(ctx, c.w.o.Client, n.Name, o); err != nil {

@@ -105,7 +105,7 @@ func evictions(e *env, refuse func(pod string, dryRun bool) error) *evictionLog 
 // firstInOrder is the node Decide starts first among names (one slot).
 func firstInOrder(t *testing.T, ns *v1alpha1.NodeScript, names ...string) string {
 	t.Helper()
-	d, err := Decide(ns, newCluster(names...).nodes(), t0)
+	d, err := computeDecision(ns, newCluster(names...).nodes(), t0)
 	if err != nil || len(d.Start) == 0 {
 		t.Fatalf("Decide: %v, %+v", err, d)
 	}
@@ -142,7 +142,7 @@ func TestDrainPlanBlockedNodeNotCordoned(t *testing.T) {
 	if e.node(first).Spec.Unschedulable {
 		t.Fatalf("%s cordoned although a PDB blocks its drain", first)
 	}
-	if s := e.state(first); s.Phase != PhasePending {
+	if s := e.state(first); s.Phase != v1alpha1.PhasePending {
 		t.Errorf("%s: %+v, want Pending", first, s)
 	}
 	if !e.node(second).Spec.Unschedulable {
@@ -155,8 +155,8 @@ func TestDrainPlanBlockedNodeNotCordoned(t *testing.T) {
 	if after <= 0 || after > DrainRecheck {
 		t.Errorf("look again after %v, want within %v", after, DrainRecheck)
 	}
-	e.waitState(second, func(s NodeState) bool { return s.Maintenance == MaintenanceDrained })
-	e.checkEvents("blocked", ReasonDrainBlocked, ReasonDrainBlocked, ReasonCordoned, ReasonDrained)
+	e.waitState(second, func(s nodeState) bool { return s.Maintenance == v1alpha1.MaintenanceDrained })
+	e.checkEvents("blocked", v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonCordoned, v1alpha1.ReasonDrained)
 	if got := log.list(); !slices.Equal(got, []string{"dry web-1", "dry web-2", "real web-2"}) {
 		t.Errorf("evictions %v: want a dry run of each, then the real one of web-2 only", got)
 	}
@@ -171,7 +171,7 @@ func TestDrainPlanBlockedNodeNotCordoned(t *testing.T) {
 	// The run on the second node; the first is still blocked, from memory.
 	e.clock.Step(time.Second)
 	e.reconcile()
-	e.setPod(podName(ns, second, ActionRun, 1), exited(0))
+	e.setPod(podName(ns, second, v1alpha1.ActionRun, 1), exited(0))
 	e.clock.Step(time.Second)
 	e.reconcile()
 	if got := log.list(); len(got) != 3 {
@@ -180,7 +180,7 @@ func TestDrainPlanBlockedNodeNotCordoned(t *testing.T) {
 	if diff := cmp.Diff(want, e.nodeScript().Status.DrainBlocked); diff != "" {
 		t.Errorf("status.drainBlocked while the other node runs (-want +got):\n%s", diff)
 	}
-	e.checkEvents("still blocked", ReasonSucceeded, ReasonUncordoned)
+	e.checkEvents("still blocked", v1alpha1.ReasonSucceeded, v1alpha1.ReasonUncordoned)
 
 	// The budget lifted: checked again after DrainRecheck, then cordoned.
 	log.set(func(string, bool) error { return nil })
@@ -216,17 +216,17 @@ func TestDrainPlanMaxBlockedNodes(t *testing.T) {
 		}
 	}
 	st := e.nodeScript().Status
-	if st.Stage != StageHalted {
+	if st.Stage != v1alpha1.StageHalted {
 		t.Fatalf("stage %q, want Halted", st.Stage)
 	}
-	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHalted); c == nil || c.Reason != ReasonDrainBlocked || !strings.Contains(c.Message, "maxBlockedNodes is 2") {
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHalted); c == nil || c.Reason != v1alpha1.ReasonDrainBlocked || !strings.Contains(c.Message, "maxBlockedNodes is 2") {
 		t.Errorf("Halted condition %+v, want reason DrainBlocked", c)
 	}
 	if len(st.DrainBlocked) != 2 || !strings.HasPrefix(st.DrainBlocked[0], "n1: PDB default/web blocks pod default/web-1") ||
 		!strings.HasPrefix(st.DrainBlocked[1], "n2: drain check failed: ") || !strings.Contains(st.DrainBlocked[1], "forbidden") {
 		t.Errorf("status.drainBlocked %q", st.DrainBlocked)
 	}
-	e.checkEvents("halted", ReasonDrainBlocked, ReasonDrainBlocked, ReasonDrainBlocked, ReasonDrainBlocked, ReasonHalted)
+	e.checkEvents("halted", v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonDrainBlocked, v1alpha1.ReasonHalted)
 	if v := metricValue(t, e.c.w.metrics.drainChecks.WithLabelValues("fix", "error")); v != 1 {
 		t.Errorf("failed drain checks %v, want 1", v)
 	}
@@ -239,7 +239,7 @@ func TestDrainPlanMaxBlockedNodes(t *testing.T) {
 	e.reconcile()
 	// One slot: the node checked first starts; the other keeps its record
 	// until it is checked again.
-	if st := e.nodeScript().Status; st.Stage == StageHalted || len(st.DrainBlocked) > 1 {
+	if st := e.nodeScript().Status; st.Stage == v1alpha1.StageHalted || len(st.DrainBlocked) > 1 {
 		t.Errorf("still halted once the drains can go: %s %q", st.Stage, st.DrainBlocked)
 	}
 	if !e.node("n1").Spec.Unschedulable && !e.node("n2").Spec.Unschedulable {
@@ -253,17 +253,17 @@ func TestSkippedNotDue(t *testing.T) {
 	ns := drainScript(nil)
 	c := newCluster("n1")
 	next := t0.Add(time.Minute)
-	c["n1"].State = NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhasePending, Reason: ReasonDrainSkipped, NextRetry: &next}
-	d, err := Decide(ns, c.nodes(), t0)
+	c["n1"].State = nodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonDrainSkipped, NextRetry: &next}
+	d, err := computeDecision(ns, c.nodes(), t0)
 	if err != nil || len(d.Start) != 0 || d.Counts.Pending != 1 {
 		t.Errorf("before NextRetry: %+v %v", d, err)
 	}
-	if d, _ := Decide(ns, c.nodes(), next); !slices.Equal(d.Start, []string{"n1"}) {
+	if d, _ := computeDecision(ns, c.nodes(), next); !slices.Equal(d.Start, []string{"n1"}) {
 		t.Errorf("at NextRetry: start %v", d.Start)
 	}
 	// A NextRetry of another spec does not hold the node.
 	c["n1"].State.Hash = "other"
-	if d, _ := Decide(ns, c.nodes(), t0); !slices.Equal(d.Start, []string{"n1"}) {
+	if d, _ := computeDecision(ns, c.nodes(), t0); !slices.Equal(d.Start, []string{"n1"}) {
 		t.Errorf("another spec's NextRetry: start %v", d.Start)
 	}
 }

@@ -24,16 +24,16 @@ func TestWatcherEngineDifferences(t *testing.T) {
 	t.Run("canary: the watcher defaults to 1, the Runner to 0", func(t *testing.T) {
 		var o nodeexec.RunnerOptions
 		d := decide(t, script(nil), fresh(), t0)
-		if len(d.Canaries) != DefaultCanary || DefaultCanary != 1 || o.Canary != 0 {
-			t.Errorf("canaries %v (DefaultCanary %d), Runner's zero Canary %d: want 1 and 0", d.Canaries, DefaultCanary, o.Canary)
+		if len(d.Canaries) != defaultCanary || defaultCanary != 1 || o.Canary != 0 {
+			t.Errorf("canaries %v (DefaultCanary %d), Runner's zero Canary %d: want 1 and 0", d.Canaries, defaultCanary, o.Canary)
 		}
 	})
 	t.Run("error budget: the watcher's unset is 0 (the first failure halts), the Runner's unset is no limit", func(t *testing.T) {
 		ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Rollout.Canary = ptr.To(int32(0)) })
 		c := fresh()
-		c.set(ns, PhaseFailed, "a")
-		if d := decide(t, ns, c, t0); d.Stage != StageHalted {
-			t.Errorf("one failure, maxFailures unset: stage %s, want %s", d.Stage, StageHalted)
+		c.set(ns, v1alpha1.PhaseFailed, "a")
+		if d := decide(t, ns, c, t0); d.Stage != v1alpha1.StageHalted {
+			t.Errorf("one failure, maxFailures unset: stage %s, want %s", d.Stage, v1alpha1.StageHalted)
 		}
 		if (nodeexec.RunnerOptions{}).MaxErrors != nil {
 			t.Error("the Runner's MaxErrors defaults to nil, no limit")
@@ -56,8 +56,8 @@ func TestWatcherEngineDifferences(t *testing.T) {
 		}
 	})
 	t.Run("retries: the watcher retries 3 times from 10s, the Runner 0 times from 1s", func(t *testing.T) {
-		if DefaultRetryLimit != 3 || v1alpha1.DefaultInitialBackoff != 10*time.Second || (nodeexec.RunnerOptions{}).Retries != 0 || nodeexec.DefaultRetryBackoff != time.Second {
-			t.Errorf("watcher %d from %s, Runner %d from %s", DefaultRetryLimit, v1alpha1.DefaultInitialBackoff, (nodeexec.RunnerOptions{}).Retries, nodeexec.DefaultRetryBackoff)
+		if defaultRetryLimit != 3 || v1alpha1.DefaultInitialBackoff != 10*time.Second || (nodeexec.RunnerOptions{}).Retries != 0 || nodeexec.DefaultRetryBackoff != time.Second {
+			t.Errorf("watcher %d from %s, Runner %d from %s", defaultRetryLimit, v1alpha1.DefaultInitialBackoff, (nodeexec.RunnerOptions{}).Retries, nodeexec.DefaultRetryBackoff)
 		}
 		if v1alpha1.DefaultMaxBackoff != nodeexec.MaxRetryBackoff {
 			t.Errorf("the longest pause: watcher %s, Runner %s; both 5m", v1alpha1.DefaultMaxBackoff, nodeexec.MaxRetryBackoff)
@@ -67,7 +67,7 @@ func TestWatcherEngineDifferences(t *testing.T) {
 		ns := script(nil)
 		c := fresh()
 		first := decide(t, ns, c, t0).Order[0]
-		c.set(ns, PhaseNotNeeded, first)
+		c.set(ns, v1alpha1.PhaseNotNeeded, first)
 		if d := decide(t, ns, c, t0); slices.Contains(d.Canaries, first) {
 			t.Errorf("canaries %v include %s, which needs nothing", d.Canaries, first)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,20 +18,10 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Finalizer is on every NodeScript the watcher has reconciled. Deleting the
-// NodeScript first runs spec.uninstallScript where it applies (uninstall.go;
-// a node where it failed keeps its state annotation), then removes its annotations (state, rerun, ignore) and its
-// condition from every node, then the finalizer; the garbage collector then deletes its run pods and output
-// records (both owned by it). A node the NodeScript cordoned after a
-// failure stays cordoned (a Warning Event, ReasonLeftCordoned, on the node
-// says so). While no watcher runs, a deleted NodeScript waits for it;
-// removing the finalizer by hand (kubectl patch nodescript NAME --type=json
-// -p '[{"op":"remove","path":"/metadata/finalizers"}]') lets it go and
-// leaves its annotations on the nodes.
-const Finalizer = "nodeexec.io/node-state"
-
 // hasFinalizer reports whether ns carries Finalizer.
-func hasFinalizer(ns *v1alpha1.NodeScript) bool { return slices.Contains(ns.Finalizers, Finalizer) }
+func hasFinalizer(ns *v1alpha1.NodeScript) bool {
+	return slices.Contains(ns.Finalizers, v1alpha1.Finalizer)
+}
 
 // ensureFinalizer puts Finalizer on ns before the watcher writes any node
 // state for it. The informer's copy may predate a finalizer this process
@@ -39,14 +31,14 @@ func ensureFinalizer(ctx context.Context, dyn dynamic.Interface, ns *v1alpha1.No
 	if hasFinalizer(ns) {
 		return nil
 	}
-	cur, err := Get(ctx, dyn, ns.Name)
+	cur, err := nodescript.Get(ctx, dyn, ns.Name)
 	if err != nil {
 		return err
 	}
 	if hasFinalizer(cur) || cur.DeletionTimestamp != nil {
 		return nil
 	}
-	return patchFinalizers(ctx, dyn, cur, append(slices.Clone(cur.Finalizers), Finalizer))
+	return patchFinalizers(ctx, dyn, cur, append(slices.Clone(cur.Finalizers), v1alpha1.Finalizer))
 }
 
 // patchFinalizers sets ns's finalizers to list by a merge patch carrying
@@ -107,7 +99,7 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 		condWritten[node] = cond != nil
 	}
 	c.w.mu.Unlock()
-	keys := []string{StateAnnotation(ns.Name), RerunAnnotation(ns.Name), IgnoreAnnotation(ns.Name)}
+	keys := []string{stateAnnotation(ns.Name), rerunAnnotation(ns.Name), ignoreAnnotation(ns.Name)}
 	var work []func() error
 	for _, n := range nodes {
 		has := written[n.Name]
@@ -121,17 +113,17 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 			}
 			work = append(work, func() error {
 				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.CordonedByUs && n.Spec.Unschedulable {
-					c.events.Eventf(n, corev1.EventTypeWarning, ReasonLeftCordoned,
+					c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonLeftCordoned,
 						"nodescript %s was deleted; the node stays cordoned (it was cordoned after a failure): kubectl uncordon %s once it is fixed", ns.Name, n.Name)
 				}
 				c.releaseSilences(ctx, ns, n) // its record goes: expired first
 				return removeAnnotations(ctx, c.w.o.Client, n.Name, keys...)
 			})
 		}
-		if n.Labels[LabelBeforeRun] == ns.Name || n.Labels[LabelAfterRun] == ns.Name {
-			work = append(work, func() error { return c.unlabel(ctx, ns, n, LabelBeforeRun, LabelAfterRun) }) // spec.hooks (annotations.go)
+		if n.Labels[v1alpha1.LabelBeforeRun] == ns.Name || n.Labels[v1alpha1.LabelAfterRun] == ns.Name {
+			work = append(work, func() error { return c.unlabel(ctx, ns, n, v1alpha1.LabelBeforeRun, v1alpha1.LabelAfterRun) }) // spec.hooks (annotations.go)
 		}
-		if condWritten[n.Name] || findCondition(n, ConditionType(ns.Name)) != nil {
+		if condWritten[n.Name] || nodescript.FindCondition(n, nodescript.ConditionType(ns.Name)) != nil {
 			work = append(work, func() error { return removeCondition(ctx, c.w.o.Client, n.Name, ns.Name) })
 		}
 	}
@@ -139,5 +131,5 @@ func (c *controller) finalize(ctx context.Context, ns *v1alpha1.NodeScript, node
 		return err
 	}
 	c.w.forget(ns.Name)
-	return patchFinalizers(ctx, c.w.o.Dynamic, ns, slices.DeleteFunc(slices.Clone(ns.Finalizers), func(f string) bool { return f == Finalizer }))
+	return patchFinalizers(ctx, c.w.o.Dynamic, ns, slices.DeleteFunc(slices.Clone(ns.Finalizers), func(f string) bool { return f == v1alpha1.Finalizer }))
 }

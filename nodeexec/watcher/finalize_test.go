@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,11 +55,11 @@ func TestEnsureFinalizer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := Get(ctx, dyn, "fix")
+	got, err := nodescript.Get(ctx, dyn, "fix")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"example.com/other", Finalizer}, got.Finalizers); diff != "" {
+	if diff := cmp.Diff([]string{"example.com/other", v1alpha1.Finalizer}, got.Finalizers); diff != "" {
 		t.Errorf("finalizers (-want +got):\n%s", diff)
 	}
 }
@@ -65,15 +67,15 @@ func TestEnsureFinalizer(t *testing.T) {
 func TestFinalize(t *testing.T) {
 	ctx := context.Background()
 	deleted := metav1.NewTime(time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC))
-	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix", DeletionTimestamp: &deleted, Finalizers: []string{Finalizer, "example.com/other"}}}
+	ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix", DeletionTimestamp: &deleted, Finalizers: []string{v1alpha1.Finalizer, "example.com/other"}}}
 	node := func(name string, unschedulable bool, ann map[string]string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}, Spec: corev1.NodeSpec{Unschedulable: unschedulable}}
 	}
-	failed := NodeState{Hash: "h", Phase: PhaseFailed, Cordoned: true, CordonedByUs: true}.Encode()
-	other := NodeState{Hash: "o", Phase: PhaseSucceeded}.Encode()
+	failed := nodeState{Hash: "h", Phase: v1alpha1.PhaseFailed, Cordoned: true, CordonedByUs: true}.Encode()
+	other := nodeState{Hash: "o", Phase: v1alpha1.PhaseSucceeded}.Encode()
 	nodes := []*corev1.Node{
-		node("cordoned", true, map[string]string{StateAnnotation("fix"): failed, "keep": "1"}),
-		node("other", false, map[string]string{StateAnnotation("fix-2"): other}),
+		node("cordoned", true, map[string]string{stateAnnotation("fix"): failed, "keep": "1"}),
+		node("other", false, map[string]string{stateAnnotation("fix-2"): other}),
 		node("written", false, nil), // state written by this process, not in the cache yet
 	}
 	cs := fake.NewSimpleClientset(nodes[0], nodes[1], nodes[2])
@@ -82,7 +84,7 @@ func TestFinalize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.writeState(ctx, ns, nodes[2], NodeState{Hash: "h", Phase: PhaseRunning}); err != nil {
+	if err := w.writeState(ctx, ns, nodes[2], nodeState{Hash: "h", Phase: v1alpha1.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -106,25 +108,25 @@ func TestFinalize(t *testing.T) {
 	}
 	for _, name := range []string{"cordoned", "written"} {
 		n, _ := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if _, has := n.Annotations[StateAnnotation("fix")]; has {
+		if _, has := n.Annotations[stateAnnotation("fix")]; has {
 			t.Errorf("node %s keeps the state annotation: %v", name, n.Annotations)
 		}
 	}
 	if n, _ := cs.CoreV1().Nodes().Get(ctx, "cordoned", metav1.GetOptions{}); n.Annotations["keep"] != "1" || !n.Spec.Unschedulable {
 		t.Errorf("node cordoned: other annotations or the cordon changed: %+v", n)
 	}
-	if n, _ := cs.CoreV1().Nodes().Get(ctx, "other", metav1.GetOptions{}); n.Annotations[StateAnnotation("fix-2")] != other {
+	if n, _ := cs.CoreV1().Nodes().Get(ctx, "other", metav1.GetOptions{}); n.Annotations[stateAnnotation("fix-2")] != other {
 		t.Errorf("another NodeScript's state changed: %v", n.Annotations)
 	}
 	select {
 	case e := <-events.Events:
-		if !strings.Contains(e, ReasonLeftCordoned) || !strings.Contains(e, "kubectl uncordon cordoned") {
+		if !strings.Contains(e, v1alpha1.ReasonLeftCordoned) || !strings.Contains(e, "kubectl uncordon cordoned") {
 			t.Errorf("event %q", e)
 		}
 	default:
 		t.Error("no LeftCordoned event")
 	}
-	got, err := Get(ctx, dyn, "fix")
+	got, err := nodescript.Get(ctx, dyn, "fix")
 	if err != nil {
 		t.Fatal(err)
 	}

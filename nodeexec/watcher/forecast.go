@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,14 +24,6 @@ import (
 // (status.durations), keeps back the nodes whose expected run would not end
 // before the maintenance window closes (fitWindow), and publishes the
 // rollout's expected course (status.forecast).
-
-// HoldWindowTooShort: the maintenance window is open, but no node that
-// would start fits before it closes (spec.rollout.fitWindow).
-const HoldWindowTooShort = "WindowTooShort"
-
-// ReasonWindowTooShort: no node fit before the window closes; once per
-// window (on the NodeScript).
-const ReasonWindowTooShort = "WindowTooShort"
 
 // forecastOpeningsN bounds the openings of the window(s) a forecast looks
 // at: a rollout that needs more is reported as needing more than this many.
@@ -181,7 +175,7 @@ func (c *controller) learnPod(ns *v1alpha1.NodeScript, action string, pod *corev
 	if result == "infrastructure" {
 		return
 	}
-	step := map[string]string{ActionCheck: v1alpha1.StepCheck, ActionRun: v1alpha1.StepRun, ActionVerify: v1alpha1.StepVerify}[action]
+	step := map[string]string{v1alpha1.ActionCheck: v1alpha1.StepCheck, v1alpha1.ActionRun: v1alpha1.StepRun, v1alpha1.ActionVerify: v1alpha1.StepVerify}[action]
 	if step != "" {
 		c.w.learn(ns, step, podDuration(pod, now))
 	}
@@ -198,7 +192,7 @@ func windowMargin(ns *v1alpha1.NodeScript) time.Duration {
 // drain (spec.maintenance.drain), run, reboot (spec.reboot Always or
 // IfRequired) and verify (spec.verifyScript). A step with no sample counts
 // 0; known is false while the run has none (nothing learned yet). Pure.
-func expected(ns *v1alpha1.NodeScript, hash string, durs *v1alpha1.Durations, s NodeState, pick func(*v1alpha1.StepDurations) int64) (d time.Duration, known bool) {
+func expected(ns *v1alpha1.NodeScript, hash string, durs *v1alpha1.Durations, s nodeState, pick func(*v1alpha1.StepDurations) int64) (d time.Duration, known bool) {
 	if durs == nil || durs.Run == nil || len(durs.Run.Samples) == 0 {
 		return 0, false
 	}
@@ -235,14 +229,14 @@ func p95(s *v1alpha1.StepDurations) int64 { return s.P95 }
 // are how the durations are learned). When it drops every node, the hold
 // is HoldWindowTooShort, with a WindowTooShort Event once per window. Pure
 // but for durs; returns the nodes dropped and, when held, the message.
-func fits(ns *v1alpha1.NodeScript, d *Decision, nodes []Node, durs *v1alpha1.Durations, now time.Time) (dropped []string, msg string) {
+func fits(ns *v1alpha1.NodeScript, d *decision, nodes []rolloutNode, durs *v1alpha1.Durations, now time.Time) (dropped []string, msg string) {
 	if d.WindowCloses.IsZero() || len(d.Start) == 0 || d.Hold != "" {
 		return nil, ""
 	}
 	if f := ns.Spec.Rollout.FitWindow; f != nil && !*f {
 		return nil, ""
 	}
-	byName := make(map[string]*Node, len(d.Start))
+	byName := make(map[string]*rolloutNode, len(d.Start))
 	for i := range nodes {
 		if slices.Contains(d.Start, nodes[i].Name) {
 			byName[nodes[i].Name] = &nodes[i]
@@ -252,7 +246,7 @@ func fits(ns *v1alpha1.NodeScript, d *Decision, nodes []Node, durs *v1alpha1.Dur
 	var kept []string
 	var need time.Duration
 	for _, name := range d.Start {
-		var s NodeState
+		var s nodeState
 		if n := byName[name]; n != nil {
 			s = n.State
 		}
@@ -267,7 +261,7 @@ func fits(ns *v1alpha1.NodeScript, d *Decision, nodes []Node, durs *v1alpha1.Dur
 	if len(kept) > 0 || len(dropped) == 0 {
 		return dropped, ""
 	}
-	d.Hold = HoldWindowTooShort
+	d.Hold = v1alpha1.HoldWindowTooShort
 	msg = fmt.Sprintf("no node fits before the maintenance window closes at %s: a node is expected to take %s (p95 of the learned steps) plus spec.rollout.windowMargin %s; %d node(s) wait for the next opening",
 		d.WindowCloses.UTC().Format(time.RFC3339), need, margin, len(dropped))
 	return dropped, msg
@@ -279,12 +273,12 @@ func fits(ns *v1alpha1.NodeScript, d *Decision, nodes []Node, durs *v1alpha1.Dur
 // close). The WindowTooShort Event is recorded once per window (the status
 // condition keeps the window's close, so a restarted watcher does not
 // record it again).
-func (c *controller) fitWindow(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, nodes []Node, now time.Time) (Decision, time.Time) {
+func (c *controller) fitWindow(ctx context.Context, ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode, now time.Time) (decision, time.Time) {
 	durs := c.w.durationsOf(ns)
 	_, msg := fits(ns, &d, nodes, durs, now)
 	var recheck time.Time
 	m := &c.w.forecasts
-	if d.Hold == HoldWindowTooShort {
+	if d.Hold == v1alpha1.HoldWindowTooShort {
 		recheck = d.WindowCloses
 		m.mu.Lock()
 		if m.tooShort == nil {
@@ -296,9 +290,9 @@ func (c *controller) fitWindow(ctx context.Context, ns *v1alpha1.NodeScript, d D
 		closes := d.WindowCloses.UTC().Format(time.RFC3339)
 		cond := statusCondition(ns.Status.Conditions, v1alpha1.ConditionProgressing)
 		reported := (seen && prev.closes.Equal(d.WindowCloses)) ||
-			(cond != nil && cond.Reason == HoldWindowTooShort && strings.Contains(cond.Message, closes))
+			(cond != nil && cond.Reason == v1alpha1.HoldWindowTooShort && strings.Contains(cond.Message, closes))
 		if !reported {
-			c.events.Event(ns, corev1.EventTypeWarning, ReasonWindowTooShort, msg)
+			c.events.Event(ns, corev1.EventTypeWarning, v1alpha1.ReasonWindowTooShort, msg)
 			c.w.metrics.windowTooShort.WithLabelValues(ns.Name).Inc()
 		}
 	}
@@ -325,14 +319,14 @@ func statusCondition(conds []metav1.Condition, typ string) *metav1.Condition {
 // forecastStatus sets st.Durations, st.Forecast and, with the hold
 // HoldWindowTooShort, the Progressing condition, from what fitWindow kept
 // for ns; and the ETA metric.
-func (c *controller) forecastStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d Decision, now time.Time) {
+func (c *controller) forecastStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d decision, now time.Time) {
 	st.Durations = c.w.durationsOf(ns)
 	m := &c.w.forecasts
 	m.mu.Lock()
 	f, ts := m.last[ns.Name], m.tooShort[ns.Name]
 	m.mu.Unlock()
 	st.Forecast = nil
-	if d.Stage != StageComplete && d.Stage != StageHalted && f != nil {
+	if d.Stage != v1alpha1.StageComplete && d.Stage != v1alpha1.StageHalted && f != nil {
 		st.Forecast = f.DeepCopy()
 	}
 	eta := 0.0
@@ -340,16 +334,16 @@ func (c *controller) forecastStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.
 		eta = float64(st.Forecast.ETA.Unix())
 	}
 	c.w.metrics.forecastETA.WithLabelValues(ns.Name).Set(eta)
-	if d.Hold == HoldWindowTooShort {
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldWindowTooShort, ts.msg, ns.Generation, now)
+	if d.Hold == v1alpha1.HoldWindowTooShort {
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.HoldWindowTooShort, ts.msg, ns.Generation, now)
 	}
 }
 
 // forecast is fitWindow's forecast for ns (d its decision; nil when the
 // rollout is over or nothing is left), over the next openings of its
 // window(s) (forecastOpenings); an error reading them is the message.
-func (c *controller) forecast(ns *v1alpha1.NodeScript, d Decision, nodes []Node, durs *v1alpha1.Durations, now time.Time) *v1alpha1.Forecast {
-	if d.Stage == StageComplete || d.Stage == StageHalted {
+func (c *controller) forecast(ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode, durs *v1alpha1.Durations, now time.Time) *v1alpha1.Forecast {
+	if d.Stage == v1alpha1.StageComplete || d.Stage == v1alpha1.StageHalted {
 		return nil
 	}
 	p := plan(ns, d, nodes, durs)
@@ -385,10 +379,10 @@ type rolloutPlan struct {
 // skipped), each batch in waves of the concurrency. It ignores soak time,
 // manual promotion, the post-complete delay, gates, budgets and retries,
 // and counts running nodes as if they started now. Pure.
-func plan(ns *v1alpha1.NodeScript, d Decision, nodes []Node, durs *v1alpha1.Durations) rolloutPlan {
+func plan(ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode, durs *v1alpha1.Durations) rolloutPlan {
 	s := &ns.Spec
 	p := rolloutPlan{left: d.Counts.Pending + d.Counts.Running}
-	var fresh NodeState
+	var fresh nodeState
 	p.p50, p.known = expected(ns, d.Hash, durs, fresh, p50)
 	p.p95, _ = expected(ns, d.Hash, durs, fresh, p95)
 	total := d.Counts.Nodes
@@ -403,11 +397,11 @@ func plan(ns *v1alpha1.NodeScript, d Decision, nodes []Node, durs *v1alpha1.Dura
 	p.concurrency = max(p.concurrency, 1)
 	waves := func(n int) int { return (n + p.concurrency - 1) / p.concurrency }
 	rest := p.left
-	if d.Stage == StageCanary {
+	if d.Stage == v1alpha1.StageCanary {
 		done := 0
 		for i := range nodes {
 			n := &nodes[i]
-			if slices.Contains(d.Canaries, n.Name) && n.State.Hash == d.Hash && (n.State.Phase == PhaseSucceeded || n.State.Phase == PhaseNotNeeded) {
+			if slices.Contains(d.Canaries, n.Name) && n.State.Hash == d.Hash && (n.State.Phase == v1alpha1.PhaseSucceeded || n.State.Phase == v1alpha1.PhaseNotNeeded) {
 				done++
 			}
 		}
@@ -441,7 +435,7 @@ func plan(ns *v1alpha1.NodeScript, d Decision, nodes []Node, durs *v1alpha1.Dura
 // fitWindow, its p95 plus the margin ends before the opening closes;
 // without, it starts before the close) and takes p50. The ETA is the last
 // wave's end, shown in loc. Pure.
-func schedule(ns *v1alpha1.NodeScript, p rolloutPlan, ops []Opening, loc *time.Location, now time.Time) *v1alpha1.Forecast {
+func schedule(ns *v1alpha1.NodeScript, p rolloutPlan, ops []opening, loc *time.Location, now time.Time) *v1alpha1.Forecast {
 	fit := ns.Spec.Rollout.FitWindow == nil || *ns.Spec.Rollout.FitWindow
 	margin := windowMargin(ns)
 	f := &v1alpha1.Forecast{NodesLeft: int32(p.left)}
@@ -509,12 +503,12 @@ func (m *metrics) forecastMetrics() []prometheus.Collector {
 // the time zone the ETA is shown in: spec.window.timeZone, else the first
 // named calendar's spec.timeZone, else UTC. Errors come from a calendar
 // that is missing or unreadable, or an invalid zone.
-func (c *controller) forecastOpenings(ns *v1alpha1.NodeScript, now time.Time, n int) ([]Opening, *time.Location, error) {
+func (c *controller) forecastOpenings(ns *v1alpha1.NodeScript, now time.Time, n int) ([]opening, *time.Location, error) {
 	cals, err := c.calendarsFor(ns)
 	if err != nil {
 		return nil, nil, err
 	}
-	ops, err := openings(ns, cals, now, n)
+	ops, err := nodescript.Openings(ns, cals, now, n)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -62,24 +64,24 @@ func learned(run, check time.Duration) *v1alpha1.Durations {
 // window, or with fitWindow false.
 func TestFits(t *testing.T) {
 	closes := t0.Add(10 * time.Minute)
-	checked := func(ns *v1alpha1.NodeScript) NodeState {
-		return NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhasePending, Checked: true}
+	checked := func(ns *v1alpha1.NodeScript) nodeState {
+		return nodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: v1alpha1.PhasePending, Checked: true}
 	}
 	for _, tc := range []struct {
 		name   string
 		spec   func(*v1alpha1.NodeScriptSpec)
 		durs   *v1alpha1.Durations
 		closes time.Time
-		n2     func(*v1alpha1.NodeScript) NodeState
+		n2     func(*v1alpha1.NodeScript) nodeState
 		start  []string
 		hold   string
 	}{
 		{name: "fits: 4m + 5m margin before 10m", durs: learned(4*time.Minute, 0), closes: closes, start: []string{"n1", "n2"}},
-		{name: "overruns: 6m + 5m margin", durs: learned(6*time.Minute, 0), closes: closes, hold: HoldWindowTooShort},
+		{name: "overruns: 6m + 5m margin", durs: learned(6*time.Minute, 0), closes: closes, hold: v1alpha1.HoldWindowTooShort},
 		{name: "margin 0", spec: func(s *v1alpha1.NodeScriptSpec) { s.Rollout.WindowMargin = &metav1.Duration{} },
 			durs: learned(10*time.Minute, 0), closes: closes, start: []string{"n1", "n2"}},
 		{name: "margin 1m: 9m1s overruns", spec: func(s *v1alpha1.NodeScriptSpec) { s.Rollout.WindowMargin = &metav1.Duration{Duration: time.Minute} },
-			durs: learned(9*time.Minute+time.Second, 0), closes: closes, hold: HoldWindowTooShort},
+			durs: learned(9*time.Minute+time.Second, 0), closes: closes, hold: v1alpha1.HoldWindowTooShort},
 		{name: "nothing learned", closes: closes, start: []string{"n1", "n2"}},
 		{name: "no window", durs: learned(time.Hour, 0), start: []string{"n1", "n2"}},
 		{name: "fitWindow false", spec: func(s *v1alpha1.NodeScriptSpec) { s.Rollout.FitWindow = ptr.To(false) },
@@ -89,11 +91,11 @@ func TestFits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := script(tc.spec)
-			nodes := []Node{{Name: "n1"}, {Name: "n2"}}
+			nodes := []rolloutNode{{Name: "n1"}, {Name: "n2"}}
 			if tc.n2 != nil {
 				nodes[1].State = tc.n2(ns)
 			}
-			d := Decision{Hash: v1alpha1.SpecHash(&ns.Spec), Start: []string{"n1", "n2"}, WindowCloses: tc.closes}
+			d := decision{Hash: v1alpha1.SpecHash(&ns.Spec), Start: []string{"n1", "n2"}, WindowCloses: tc.closes}
 			_, msg := fits(ns, &d, nodes, tc.durs, t0)
 			if !slices.Equal(d.Start, tc.start) || d.Hold != tc.hold {
 				t.Fatalf("start %v hold %q, want %v %q", d.Start, d.Hold, tc.start, tc.hold)
@@ -119,12 +121,12 @@ func TestForecastSchedule(t *testing.T) {
 	for _, s := range []int64{1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 1800, 2400, 2400} {
 		addSample(durs.Run, s)
 	}
-	d := Decision{Hash: v1alpha1.SpecHash(&ns.Spec), Stage: StageRolling, Counts: Counts{Nodes: 10, Pending: 10}}
+	d := decision{Hash: v1alpha1.SpecHash(&ns.Spec), Stage: v1alpha1.StageRolling, Counts: phaseCounts{Nodes: 10, Pending: 10}}
 	p := plan(ns, d, nil, durs)
 	if p.left != 10 || p.concurrency != 2 || p.waves != 5 || p.p50 != 30*time.Minute || p.p95 != 40*time.Minute {
 		t.Fatalf("plan %+v", p)
 	}
-	ops, err := openings(ns, nil, t0, p.waves+1)
+	ops, err := nodescript.Openings(ns, nil, t0, p.waves+1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestForecastSchedule(t *testing.T) {
 	}
 	// No window: one opening from now.
 	ns = script(func(s *v1alpha1.NodeScriptSpec) { s.Rollout.Canary = ptr.To[int32](0) })
-	ops, _ = openings(ns, nil, t0, 3)
+	ops, _ = nodescript.Openings(ns, nil, t0, 3)
 	if f := schedule(ns, p, ops, time.UTC, t0); f.WindowsNeeded != 1 || !f.ETA.Time.Equal(t0.Add(150*time.Minute)) {
 		t.Errorf("no window: forecast %+v", f)
 	}
@@ -164,12 +166,12 @@ func TestPlanWaves(t *testing.T) {
 		s.Rollout.Batches = []intstr.IntOrString{intstr.FromInt32(3)}
 	})
 	durs := learned(time.Minute, 0)
-	d := Decision{Hash: v1alpha1.SpecHash(&ns.Spec), Stage: StageCanary, Counts: Counts{Nodes: 10, Pending: 10}, Canaries: []string{"n1"}}
+	d := decision{Hash: v1alpha1.SpecHash(&ns.Spec), Stage: v1alpha1.StageCanary, Counts: phaseCounts{Nodes: 10, Pending: 10}, Canaries: []string{"n1"}}
 	if p := plan(ns, d, nil, durs); p.waves != 1+3*2 {
 		t.Errorf("canary stage: %d waves, want 7", p.waves)
 	}
 	// Rolling, 4 of the 9 after the canary done: batch 1 done, 1 of batch 2.
-	d = Decision{Hash: d.Hash, Stage: StageRolling, Counts: Counts{Nodes: 10, Succeeded: 5, Pending: 5}, Canaries: []string{"n1"}}
+	d = decision{Hash: d.Hash, Stage: v1alpha1.StageRolling, Counts: phaseCounts{Nodes: 10, Succeeded: 5, Pending: 5}, Canaries: []string{"n1"}}
 	if p := plan(ns, d, nil, durs); p.waves != 1+2 {
 		t.Errorf("rolling: %d waves, want 3 (2 left of batch 2, then 3)", p.waves)
 	}
@@ -205,7 +207,7 @@ func TestFitWindowReconcile(t *testing.T) {
 		t.Fatalf("pods %v: a node that would overrun started", got)
 	}
 	c := statusCondition(st.Conditions, v1alpha1.ConditionProgressing)
-	if c == nil || c.Reason != HoldWindowTooShort || !strings.Contains(c.Message, "2026-11-21T12:20:00Z") {
+	if c == nil || c.Reason != v1alpha1.HoldWindowTooShort || !strings.Contains(c.Message, "2026-11-21T12:20:00Z") {
 		t.Fatalf("Progressing %+v, want WindowTooShort naming the close", c)
 	}
 	if after <= 0 || after > 10*time.Minute {
@@ -215,7 +217,7 @@ func TestFitWindowReconcile(t *testing.T) {
 		!st.Forecast.ETA.Time.Equal(time.Date(2026, 11, 22, 11, 10, 0, 0, time.UTC)) {
 		t.Fatalf("status.forecast %+v, want 1 node, 1 window, done at 11:10 tomorrow", st.Forecast)
 	}
-	e.checkEvents("held", ReasonSucceeded, ReasonWindowTooShort)
+	e.checkEvents("held", v1alpha1.ReasonSucceeded, v1alpha1.ReasonWindowTooShort)
 	e.clock.Step(time.Minute)
 	e.reconcile()
 	e.checkEvents("held again in the same window")

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,11 +28,11 @@ import (
 func checkBuildsEveryPod(t *testing.T, ns *v1alpha1.NodeScript) {
 	t.Helper()
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	for action, script := range map[string]string{ActionRun: ns.Spec.Script, ActionVerify: ns.Spec.VerifyScript, ActionRollback: ns.Spec.RollbackScript} {
+	for action, script := range map[string]string{v1alpha1.ActionRun: ns.Spec.Script, v1alpha1.ActionVerify: ns.Spec.VerifyScript, v1alpha1.ActionRollback: ns.Spec.RollbackScript} {
 		if script == "" {
 			continue // nothing to run: the controller starts no such pod
 		}
-		pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "node-1", Action: action, Attempt: 1, Now: now})
+		pod, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "node-1", Action: action, Attempt: 1, Now: now})
 		if err != nil {
 			t.Fatalf("Validate accepted the spec, RunPod(%s) refused it: %v\nspec: %+v", action, err, ns.Spec)
 		}
@@ -136,7 +138,7 @@ func FuzzParseNodeScripts(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		scripts, err := ParseNodeScripts(bytes.NewReader(doc))
+		scripts, err := nodescripts.ParseNodeScripts(bytes.NewReader(doc))
 		if err != nil {
 			msg := err.Error()
 			if !strings.Contains(msg, "document") && !strings.Contains(msg, "nodescript") && !strings.Contains(msg, "no NodeScript") {

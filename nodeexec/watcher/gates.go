@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/google/cel-go/common/types"
 	amlabels "github.com/prometheus/alertmanager/pkg/labels"
 	promapi "github.com/prometheus/client_golang/api"
@@ -29,16 +31,6 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
-)
-
-// Event reasons of spec.gates, recorded on the NodeScript.
-const (
-	// ReasonGateClosed: a gate stopped counting as open (or was closed
-	// when first read), with what it saw.
-	ReasonGateClosed = "GateClosed"
-	// ReasonGateOpened: a closed gate counts as open again (seen open
-	// continuously for its `for`).
-	ReasonGateOpened = "GateOpened"
 )
 
 // DefaultGateTimeout is the default of Options.GateTimeout.
@@ -143,9 +135,9 @@ func gateInterval(g *v1alpha1.Gate) time.Duration {
 // transition records a GateClosed or GateOpened Event on ns. d.Gates is the
 // status of each gate. It returns d and when to look again (zero: no gate
 // waits). A rollout over (Complete, Halted) reads no gate.
-func (c *controller) gate(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, nodes []Node, now time.Time) (Decision, time.Time) {
+func (c *controller) gate(ctx context.Context, ns *v1alpha1.NodeScript, d decision, nodes []rolloutNode, now time.Time) (decision, time.Time) {
 	gates := ns.Spec.Gates
-	if len(gates) == 0 || d.Stage == StageComplete || d.Stage == StageHalted {
+	if len(gates) == 0 || d.Stage == v1alpha1.StageComplete || d.Stage == v1alpha1.StageHalted {
 		return d, time.Time{}
 	}
 	keys := make([]string, len(gates))
@@ -209,15 +201,15 @@ func (c *controller) gate(ctx context.Context, ns *v1alpha1.NodeScript, d Decisi
 		c.w.metrics.gateOpen.WithLabelValues(ns.Name, g.Name).Set(map[bool]float64{false: 0, true: 1}[open])
 		switch {
 		case !open && (!known || prev.Open):
-			c.events.Eventf(ns, corev1.EventTypeWarning, ReasonGateClosed, "gate %s is closed: nothing new starts (saw %s): %s", g.Name, res.value, msg)
+			c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonGateClosed, "gate %s is closed: nothing new starts (saw %s): %s", g.Name, res.value, msg)
 		case open && known && !prev.Open:
-			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonGateOpened, "gate %s is open (saw %s)", g.Name, res.value)
+			c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonGateOpened, "gate %s is open (saw %s)", g.Name, res.value)
 		}
 	}
 	c.w.gates.setLast(ns.Name, d.Gates)
 	if closed {
 		if d.Hold == "" {
-			d.Hold = HoldGated
+			d.Hold = v1alpha1.HoldGated
 		}
 		d.Start = slices.DeleteFunc(d.Start, func(node string) bool { return !checksNext(ns, d.Hash, nodes, node) })
 	}
@@ -229,7 +221,7 @@ func (c *controller) gate(ctx context.Context, ns *v1alpha1.NodeScript, d Decisi
 
 // checksNext reports whether node's next step is spec.checkScript (which
 // runs before the gates are asked).
-func checksNext(ns *v1alpha1.NodeScript, hash string, nodes []Node, node string) bool {
+func checksNext(ns *v1alpha1.NodeScript, hash string, nodes []rolloutNode, node string) bool {
 	if ns.Spec.CheckScript == "" {
 		return false
 	}
@@ -279,8 +271,8 @@ func (c *controller) checkGate(ctx context.Context, nsName string, g *v1alpha1.G
 		result = "error"
 		res = gateResult{value: "error", message: "closed: the check failed: " + err.Error(), failed: true}
 	}
-	res.value = truncate(res.value, maxGateValue)
-	res.message = truncate(res.message, 512)
+	res.value = nodescript.Truncate(res.value, maxGateValue)
+	res.message = nodescript.Truncate(res.message, 512)
 	c.w.metrics.gateQueries.WithLabelValues(nsName, g.Name, result).Inc()
 	e.checked, e.res = now, res
 	return res, now
@@ -389,7 +381,7 @@ func (w *Watcher) queryAlerts(ctx context.Context, g *v1alpha1.AlertsGate) (gate
 		return gateResult{}, fmt.Errorf("alertmanager %s: reading the alerts: %w", g.URL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return gateResult{}, fmt.Errorf("alertmanager %s: GET /api/v2/alerts: %s: %s", g.URL, resp.Status, truncate(strings.TrimSpace(string(body)), 200))
+		return gateResult{}, fmt.Errorf("alertmanager %s: GET /api/v2/alerts: %s: %s", g.URL, resp.Status, nodescript.Truncate(strings.TrimSpace(string(body)), 200))
 	}
 	var alerts []amAlert
 	if err := json.Unmarshal(body, &alerts); err != nil {
@@ -519,7 +511,7 @@ func (w *Watcher) evalCEL(ctx context.Context, g *v1alpha1.CELGate) (gateResult,
 // and the condition Gated (True naming each closed gate and what it saw;
 // False when all are open); with HoldGated, Progressing False (reason
 // Gated). Without spec.gates both are removed.
-func gateStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d Decision, now time.Time) {
+func gateStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d decision, now time.Time) {
 	gen := ns.Generation
 	if len(ns.Spec.Gates) == 0 {
 		st.Gates = nil
@@ -542,10 +534,10 @@ func gateStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d Decisi
 		setCondition(st, v1alpha1.ConditionGated, false, "GatesOpen", fmt.Sprintf("all %d gate(s) open", len(d.Gates)), gen, now)
 		return
 	}
-	msg := truncate(fmt.Sprintf("%d gate(s) closed: %s", len(closed), strings.Join(closed, "; ")), 1024)
+	msg := nodescript.Truncate(fmt.Sprintf("%d gate(s) closed: %s", len(closed), strings.Join(closed, "; ")), 1024)
 	setCondition(st, v1alpha1.ConditionGated, true, "GateClosed", msg, gen, now)
-	if d.Hold == HoldGated {
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldGated,
+	if d.Hold == v1alpha1.HoldGated {
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.HoldGated,
 			fmt.Sprintf("gated: nothing new starts (%d running) while %s", d.Counts.Running, msg), gen, now)
 	}
 }

@@ -187,10 +187,10 @@ func TestGateAlertsHoldAndRelease(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "no-critical") || !strings.Contains(c.Message, "NodeDown") {
 		t.Errorf("condition Gated: %+v", c)
 	}
-	if p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != HoldGated {
-		t.Errorf("condition Progressing: %+v, want reason %s", p, HoldGated)
+	if p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != v1alpha1.HoldGated {
+		t.Errorf("condition Progressing: %+v, want reason %s", p, v1alpha1.HoldGated)
 	}
-	e.checkEvents("closed", ReasonGateClosed)
+	e.checkEvents("closed", v1alpha1.ReasonGateClosed)
 	if v := testutilGauge(e, "no-critical"); v != 0 {
 		t.Errorf("gate open gauge %v, want 0", v)
 	}
@@ -204,7 +204,7 @@ func TestGateAlertsHoldAndRelease(t *testing.T) {
 	if p := e.pods(); len(p) != 2 {
 		t.Fatalf("gate open: pods %v, want both nodes started", p)
 	}
-	e.checkEvents("opened", ReasonGateOpened)
+	e.checkEvents("opened", v1alpha1.ReasonGateOpened)
 	got = e.nodeScript()
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionGated); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("condition Gated after the alert resolved: %+v", c)
@@ -331,13 +331,13 @@ func TestGateHoldsPromotion(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) {
 		s.Gates = []v1alpha1.Gate{{Name: "quiet", Interval: dur(time.Second), Alerts: &v1alpha1.AlertsGate{URL: am.srv.URL}}}
 	})
-	done := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseSucceeded, Since: t0.Add(-time.Hour)}
+	done := nodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: v1alpha1.PhaseSucceeded, Since: t0.Add(-time.Hour)}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(done)), testNode("n2", withState(done)), testNode("n3"))
 	e.reconcile()
 	if len(e.pods()) != 0 {
 		t.Fatalf("gate closed after the soak: pods %v", e.pods())
 	}
-	if got := e.nodeScript(); got.Status.Stage != StageRolling || meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing).Reason != HoldGated {
+	if got := e.nodeScript(); got.Status.Stage != v1alpha1.StageRolling || meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing).Reason != v1alpha1.HoldGated {
 		t.Errorf("stage %s, conditions %+v", got.Status.Stage, got.Status.Conditions)
 	}
 	am.set()
@@ -356,13 +356,13 @@ func TestGateLetsChecksRun(t *testing.T) {
 	ns := gatedScript(v1alpha1.Gate{Name: "quiet", Alerts: &v1alpha1.AlertsGate{URL: am.srv.URL}})
 	ns.Spec.CheckScript = "exit 1"
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2", withState(NodeState{Hash: hash, Phase: PhasePending, Checked: true})))
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2", withState(nodeState{Hash: hash, Phase: v1alpha1.PhasePending, Checked: true})))
 	e.reconcile()
 	pods, err := e.cs.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n1" || pods.Items[0].Labels[LabelAction] != ActionCheck {
+	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n1" || pods.Items[0].Labels[v1alpha1.LabelAction] != v1alpha1.ActionCheck {
 		t.Fatalf("pods %v, want only n1's check", e.pods())
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
@@ -103,7 +106,7 @@ func (e *env) sync() {
 		objs = append(objs, o)
 	}
 	_ = e.nodeCache.Replace(objs, "")
-	pods, err := e.cs.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript})
+	pods, err := e.cs.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + v1alpha1.LabelNodeScript})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -150,7 +153,7 @@ func (e *env) reconcile() time.Duration {
 // nodeScript is NodeScript "fix" as stored.
 func (e *env) nodeScript() *v1alpha1.NodeScript {
 	e.t.Helper()
-	ns, err := Get(e.ctx, e.dyn, "fix")
+	ns, err := nodescript.Get(e.ctx, e.dyn, "fix")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -168,17 +171,17 @@ func (e *env) node(name string) *corev1.Node {
 }
 
 // state is node's stored state for NodeScript "fix".
-func (e *env) state(node string) NodeState {
+func (e *env) state(node string) nodeState {
 	e.t.Helper()
-	s, err := DecodeState(e.node(node).Annotations, "fix")
+	s, err := decodeState(e.node(node).Annotations, "fix")
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	going, err := goingRuns(e.ctx, e.cs, e.nodeScript())
+	going, err := nodescript.GoingRuns(e.ctx, e.cs, e.nodeScript())
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return WithRunPod(s, going[node])
+	return nodescripts.WithRunPod(s, going[node])
 }
 
 // pods are the stored pods' names, sorted.
@@ -199,12 +202,12 @@ func (e *env) pods() []string {
 // setPod sets the status of the stored pod name, as its kubelet would.
 func (e *env) setPod(name string, st corev1.PodStatus) {
 	e.t.Helper()
-	p, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, name, metav1.GetOptions{})
+	p, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	p.Status = st
-	if _, err := e.cs.CoreV1().Pods(DefaultNamespace).UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -310,12 +313,12 @@ func ready(n *corev1.Node) *corev1.NodeCondition {
 }
 
 // withState gives a node the state s of NodeScript "fix".
-func withState(s NodeState) func(*corev1.Node) {
+func withState(s nodeState) func(*corev1.Node) {
 	return func(n *corev1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations[StateAnnotation("fix")] = s.Encode()
+		n.Annotations[stateAnnotation("fix")] = s.Encode()
 	}
 }
 
@@ -326,21 +329,21 @@ func withState(s NodeState) func(*corev1.Node) {
 func runPod(t *testing.T, ns *v1alpha1.NodeScript, node, action string, attempt int) *corev1.Pod {
 	t.Helper()
 	build := action
-	if (action == ActionVerify && ns.Spec.VerifyScript == "") || (action == ActionRollback && ns.Spec.RollbackScript == "") {
-		build = ActionRun
+	if (action == v1alpha1.ActionVerify && ns.Spec.VerifyScript == "") || (action == v1alpha1.ActionRollback && ns.Spec.RollbackScript == "") {
+		build = v1alpha1.ActionRun
 	}
-	p, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: node, Action: build, Attempt: attempt, Now: t0})
+	p, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: node, Action: build, Attempt: attempt, Now: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Name, p.Labels[LabelAction] = podName(ns, node, action, attempt), action
+	p.Name, p.Labels[v1alpha1.LabelAction] = podName(ns, node, action, attempt), action
 	p.CreationTimestamp = metav1.NewTime(t0)
 	return p
 }
 
 // podName is the name of the pod of action attempt on node for ns.
 func podName(ns *v1alpha1.NodeScript, node, action string, attempt int) string {
-	return RunPodName(ns.Name, v1alpha1.SpecHash(&ns.Spec), node, action, attempt)
+	return runPodName(ns.Name, v1alpha1.SpecHash(&ns.Spec), node, action, attempt)
 }
 
 // exited is the status of a pod whose script exited with code.
@@ -369,7 +372,7 @@ var running = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []co
 // testBackend is the backend ns's spec.backend names, on a fake client.
 func testBackend(t testing.TB, ns *v1alpha1.NodeScript) nodeexec.Backend {
 	t.Helper()
-	b, err := NodeBackend(ns, fake.NewClientset())
+	b, err := nodeBackend(ns, fake.NewClientset())
 	if err != nil {
 		t.Fatalf("NodeBackend: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
@@ -24,61 +26,9 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// The hooks of spec.hooks (docs/nodescript-hooks.md).
-const (
-	HookPreNode     = "preNode"
-	HookPostNode    = "postNode"
-	HookPreRollout  = "preRollout"
-	HookPostRollout = "postRollout"
-)
-
-// Labels, annotations and environment of the hook Jobs.
-const (
-	// LabelHook is the hook a Job runs (HookPreNode, ...): on the Job and
-	// its pods.
-	LabelHook = "nodeexec.io/hook"
-	// AnnotationHookNode is the node a node hook's Job is for.
-	AnnotationHookNode = "nodeexec.io/node"
-	// EnvHookName, EnvHookNode, EnvHook and EnvHookHash are set in each
-	// container of a hook Job: the NodeScript, the node (node hooks only),
-	// the hook and the spec hash.
-	EnvHookName = "NODESCRIPT_NAME"
-	EnvHookNode = "NODESCRIPT_NODE"
-	EnvHook     = "NODESCRIPT_HOOK"
-	EnvHookHash = "NODESCRIPT_HASH"
-)
-
-// Events and reasons of spec.hooks: HookStarted, HookSucceeded and
-// HookFailed on the node (node hooks) or the NodeScript (rollout hooks);
-// ReasonPreHookFailed is also a node state's reason.
-const (
-	ReasonHookStarted   = "HookStarted"
-	ReasonHookSucceeded = "HookSucceeded"
-	ReasonHookFailed    = "HookFailed"
-	// ReasonPreHookFailed: the preNode hook Job failed or timed out: an
-	// infrastructure failure of the node, retried under spec.retry; the
-	// node was not cordoned for it.
-	ReasonPreHookFailed = "PreHookFailed"
-)
-
-// Holds of spec.hooks.preRollout (Decision.Hold): its Job runs, or it
-// failed and runs again after spec.retry's backoff.
-const (
-	HoldHookRunning = "HookRunning"
-	HoldHookFailed  = "HookFailed"
-)
-
-// Hook progress: HookStatus.Phase, and the second half of NodeState.Hook
-// ("preNode:Running", "postNode:Succeeded", ...).
-const (
-	HookRunning   = "Running"
-	HookSucceeded = "Succeeded"
-	HookFailed    = "Failed"
-)
-
-// HookRecheck is how often a NodeScript with a hook Job going is looked at
+// hookRecheck is how often a NodeScript with a hook Job going is looked at
 // again (Job events usually come first).
-const HookRecheck = 2 * time.Second
+const hookRecheck = 2 * time.Second
 
 // hookDeadlineGrace is how long past its timeout a hook Job the Job
 // controller has not marked failed (a controller down) is taken as
@@ -87,17 +37,17 @@ const hookDeadlineGrace = time.Minute
 
 // hookPreNodeDone marks a state, in memory only, whose preNode hook just
 // succeeded: the cordon (or the run) comes next.
-const hookPreNodeDone = HookPreNode + ":done"
+const hookPreNodeDone = v1alpha1.HookPreNode + ":done"
 
 // hookState is NodeState.Hook for hook at phase.
 func hookState(hook, phase string) string { return hook + ":" + phase }
 
-// HookJobName is the name of the Job of hook for NodeScript name at spec
+// hookJobName is the name of the Job of hook for NodeScript name at spec
 // hash, attempt attempt, on node (empty for rollout hooks):
 // "NAME-HOOK-NODE-HASH8-ATTEMPT" in lower case when that is a DNS label of at
 // most 63 characters, else its first 52 characters and a hash of the whole
 // (so it is the same for the same run and differs between runs).
-func HookJobName(name, hook, node, hash string, attempt int) string {
+func hookJobName(name, hook, node, hash string, attempt int) string {
 	parts := []string{name, strings.ToLower(hook)}
 	if node != "" {
 		parts = append(parts, node)
@@ -120,7 +70,7 @@ func hookTimeout(h *v1alpha1.HookJob) time.Duration {
 	return v1alpha1.DefaultHookTimeout
 }
 
-// HookJob returns the Job of hook (spec.hooks' HookJob h) for ns at spec
+// hookJob returns the Job of hook (spec.hooks' HookJob h) for ns at spec
 // hash, attempt attempt, on node (empty for rollout hooks): h's template
 // with the name HookJobName, namespace spec.backend.namespace
 // (RunNamespace), ns as its controlling owner (the Job goes when ns is
@@ -132,25 +82,25 @@ func hookTimeout(h *v1alpha1.HookJob) time.Duration {
 // (the watcher deletes the Job once its outcome is recorded) and, in each
 // container, EnvHookName, EnvHookNode (node hooks), EnvHook and EnvHookHash.
 // It is a pure function; ns is not changed.
-func HookJob(ns *v1alpha1.NodeScript, h *v1alpha1.HookJob, hook, node, hash string, attempt int) *batchv1.Job {
+func hookJob(ns *v1alpha1.NodeScript, h *v1alpha1.HookJob, hook, node, hash string, attempt int) *batchv1.Job {
 	t := h.Template.DeepCopy()
 	job := &batchv1.Job{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
 	job.TypeMeta = metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"}
-	job.Name, job.GenerateName, job.Namespace = HookJobName(ns.Name, hook, node, hash, attempt), "", RunNamespace(&ns.Spec)
+	job.Name, job.GenerateName, job.Namespace = hookJobName(ns.Name, hook, node, hash, attempt), "", nodescript.RunNamespace(&ns.Spec)
 	job.ResourceVersion, job.UID, job.CreationTimestamp = "", "", metav1.Time{}
 	if job.Labels == nil {
 		job.Labels = map[string]string{}
 	}
 	job.Labels[nodeexec.LabelManagedBy] = nodeexec.ManagedByValue
-	job.Labels[LabelNodeScript] = ns.Name
-	job.Labels[LabelHook] = hook
+	job.Labels[v1alpha1.LabelNodeScript] = ns.Name
+	job.Labels[v1alpha1.LabelHook] = hook
 	if job.Annotations == nil {
 		job.Annotations = map[string]string{}
 	}
 	if node != "" {
-		job.Annotations[AnnotationHookNode] = node
+		job.Annotations[v1alpha1.AnnotationHookNode] = node
 	}
-	job.Annotations[AnnotationAttempt] = strconv.Itoa(attempt)
+	job.Annotations[v1alpha1.AnnotationAttempt] = strconv.Itoa(attempt)
 	if ns.UID != "" {
 		job.OwnerReferences = []metav1.OwnerReference{{
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeScript", Name: ns.Name, UID: ns.UID, Controller: ptr.To(true),
@@ -165,16 +115,16 @@ func HookJob(ns *v1alpha1.NodeScript, h *v1alpha1.HookJob, hook, node, hash stri
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	delete(pod.Labels, LabelNodeScript)
-	pod.Labels[LabelHook] = hook
+	delete(pod.Labels, v1alpha1.LabelNodeScript)
+	pod.Labels[v1alpha1.LabelHook] = hook
 	if pod.Spec.RestartPolicy == "" {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}
-	env := []corev1.EnvVar{{Name: EnvHookName, Value: ns.Name}}
+	env := []corev1.EnvVar{{Name: v1alpha1.EnvHookName, Value: ns.Name}}
 	if node != "" {
-		env = append(env, corev1.EnvVar{Name: EnvHookNode, Value: node})
+		env = append(env, corev1.EnvVar{Name: v1alpha1.EnvHookNode, Value: node})
 	}
-	env = append(env, corev1.EnvVar{Name: EnvHook, Value: hook}, corev1.EnvVar{Name: EnvHookHash, Value: hash})
+	env = append(env, corev1.EnvVar{Name: v1alpha1.EnvHook, Value: hook}, corev1.EnvVar{Name: v1alpha1.EnvHookHash, Value: hash})
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
 			cs[i].Env = append(cs[i].Env, env...)
@@ -254,7 +204,7 @@ func (c *controller) createJob(ctx context.Context, ns *v1alpha1.NodeScript, obj
 		return fmt.Errorf("creating the %s hook Job %s/%s: %w", hook, job.Namespace, job.Name, err)
 	}
 	c.w.metrics.hooks.WithLabelValues(ns.Name, hook, "started").Inc()
-	c.eventf(obj, corev1.EventTypeNormal, ReasonHookStarted, "nodescript %s: %s hook Job %s/%s started", ns.Name, hook, job.Namespace, job.Name)
+	c.eventf(obj, corev1.EventTypeNormal, v1alpha1.ReasonHookStarted, "nodescript %s: %s hook Job %s/%s started", ns.Name, hook, job.Namespace, job.Name)
 	return nil
 }
 
@@ -286,23 +236,23 @@ func (c *controller) deleteJob(ctx context.Context, namespace, name string) {
 // Drained, goes on. Otherwise it creates the Job (HookJob, attempt
 // s.Attempts+1) and records the node Running with Hook "preNode:Running",
 // not cordoned; preNodeWaiting follows it.
-func (c *controller) preNodeHook(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) (bool, error) {
-	h := ns.Spec.Hooks.HookByName(HookPreNode)
+func (c *controller) preNodeHook(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) (bool, error) {
+	h := ns.Spec.Hooks.HookByName(v1alpha1.HookPreNode)
 	// Done, or past it: the before-run gate (which follows it) started.
-	if h == nil || (s.Hash == hash && s.Phase == PhaseRunning && (s.Hook == hookPreNodeDone || s.Maintenance == MaintenanceDrained ||
-		s.Awaiting == AwaitingBeforeRun || s.Awaiting == AwaitingBeforeRunDone)) {
+	if h == nil || (s.Hash == hash && s.Phase == v1alpha1.PhaseRunning && (s.Hook == hookPreNodeDone || s.Maintenance == v1alpha1.MaintenanceDrained ||
+		s.Awaiting == v1alpha1.AwaitingBeforeRun || s.Awaiting == v1alpha1.AwaitingBeforeRunDone)) {
 		return false, nil
 	}
-	next := NodeState{Hash: hash, Phase: PhaseRunning, Since: now, Hook: hookState(HookPreNode, HookRunning), BootID: n.Status.NodeInfo.BootID,
+	next := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Since: now, Hook: hookState(v1alpha1.HookPreNode, v1alpha1.HookRunning), BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
 	if s.Hash == hash {
 		next.Attempts, next.AttemptsBefore, next.Checked = s.Attempts, s.AttemptsBefore, s.Checked
 	}
-	job := HookJob(ns, h, HookPreNode, n.Name, hash, next.Attempts+1)
-	if err := c.createJob(ctx, ns, n, job, HookPreNode); err != nil {
+	job := hookJob(ns, h, v1alpha1.HookPreNode, n.Name, hash, next.Attempts+1)
+	if err := c.createJob(ctx, ns, n, job, v1alpha1.HookPreNode); err != nil {
 		return true, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	c.queue.AddAfter(ns.Name, HookRecheck)
+	c.queue.AddAfter(ns.Name, hookRecheck)
 	return true, c.w.writeState(ctx, ns, n, next)
 }
 
@@ -314,36 +264,36 @@ func (c *controller) preNodeHook(ctx context.Context, ns *v1alpha1.NodeScript, h
 // deleted; failed or timed out → HookFailed, the node Failed
 // (preHookFailure: PreHookFailed, never cordoned), then the Job deleted;
 // else wait.
-func (c *controller) preNodeWaiting(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
-	h := ns.Spec.Hooks.HookByName(HookPreNode)
+func (c *controller) preNodeWaiting(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) error {
+	h := ns.Spec.Hooks.HookByName(v1alpha1.HookPreNode)
 	if h == nil {
 		// The hook was removed from the spec meanwhile: go on without it.
 		s.Hook = hookPreNodeDone
 		return c.resumeAfterPreNode(ctx, ns, hash, n, s, now)
 	}
-	job := HookJob(ns, h, HookPreNode, n.Name, hash, s.Attempts+1)
+	job := hookJob(ns, h, v1alpha1.HookPreNode, n.Name, hash, s.Attempts+1)
 	cur, err := c.getJob(ctx, job.Namespace, job.Name)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	if cur == nil {
-		return c.createJob(ctx, ns, n, job, HookPreNode)
+		return c.createJob(ctx, ns, n, job, v1alpha1.HookPreNode)
 	}
 	out, msg := jobOutcome(cur, now, hookTimeout(h))
 	switch out {
 	case jobGoing:
 		return nil
 	case jobSucceeded:
-		c.w.metrics.hooks.WithLabelValues(ns.Name, HookPreNode, "succeeded").Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonHookSucceeded, "nodescript %s: preNode hook Job %s/%s succeeded; the run goes on", ns.Name, job.Namespace, job.Name)
+		c.w.metrics.hooks.WithLabelValues(ns.Name, v1alpha1.HookPreNode, "succeeded").Inc()
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonHookSucceeded, "nodescript %s: preNode hook Job %s/%s succeeded; the run goes on", ns.Name, job.Namespace, job.Name)
 		s.Hook = hookPreNodeDone
 		if err := c.resumeAfterPreNode(ctx, ns, hash, n, s, now); err != nil {
 			return err
 		}
 	default:
-		c.w.metrics.hooks.WithLabelValues(ns.Name, HookPreNode, "failed").Inc()
+		c.w.metrics.hooks.WithLabelValues(ns.Name, v1alpha1.HookPreNode, "failed").Inc()
 		msg = tail(fmt.Sprintf("preNode hook Job %s/%s: %s", job.Namespace, job.Name, msg), 512)
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonHookFailed, "nodescript %s: %s (not cordoned; retried under spec.retry)", ns.Name, msg)
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonHookFailed, "nodescript %s: %s (not cordoned; retried under spec.retry)", ns.Name, msg)
 		if err := c.w.writeState(ctx, ns, n, preHookFailure(ns, s, msg, now)); err != nil {
 			return err
 		}
@@ -354,11 +304,11 @@ func (c *controller) preNodeWaiting(ctx context.Context, ns *v1alpha1.NodeScript
 
 // resumeAfterPreNode starts node n's run after its preNode hook (s.Hook
 // hookPreNodeDone): prepare (the image is pulled already) or the run pod.
-func (c *controller) resumeAfterPreNode(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
-	if PrePulls(ns) {
+func (c *controller) resumeAfterPreNode(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) error {
+	if nodescript.PrePulls(ns) {
 		s.Maintenance = maintenancePulled
 	}
-	return c.start(ctx, ns, hash, n, s, ActionRun, now)
+	return c.start(ctx, ns, hash, n, s, v1alpha1.ActionRun, now)
 }
 
 // preHookFailure is node state s after its preNode hook failed at now
@@ -366,10 +316,10 @@ func (c *controller) resumeAfterPreNode(ctx context.Context, ns *v1alpha1.NodeSc
 // ReasonPreHookFailed) counted as an attempt, to be retried after its
 // backoff under spec.retry; Hook "preNode:Failed"; the node was never
 // cordoned for it. Pure but for backoff's jitter.
-func preHookFailure(ns *v1alpha1.NodeScript, s NodeState, msg string, now time.Time) NodeState {
+func preHookFailure(ns *v1alpha1.NodeScript, s nodeState, msg string, now time.Time) nodeState {
 	s.Attempts++
-	s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = PhaseFailed, "", true, ReasonPreHookFailed, msg, now
-	s.Hook = hookState(HookPreNode, HookFailed)
+	s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = v1alpha1.PhaseFailed, "", true, v1alpha1.ReasonPreHookFailed, msg, now
+	s.Hook = hookState(v1alpha1.HookPreNode, v1alpha1.HookFailed)
 	t := now.Add(backoff(ns, s.Attempts))
 	s.NextRetry = &t
 	return s
@@ -382,31 +332,31 @@ func preHookFailure(ns *v1alpha1.NodeScript, s NodeState, msg string, now time.T
 // other step writes the node's state in the same reconcile), and the hook
 // has not finished for this outcome (Hook is not "postNode:Succeeded" or
 // "postNode:Failed"; the next attempt's state starts without it).
-func postNodeDue(ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState) bool {
-	if ns.Spec.Hooks.HookByName(HookPostNode) == nil || s.Hash != hash {
+func postNodeDue(ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState) bool {
+	if ns.Spec.Hooks.HookByName(v1alpha1.HookPostNode) == nil || s.Hash != hash {
 		return false
 	}
-	if s.Hook == hookState(HookPostNode, HookSucceeded) || s.Hook == hookState(HookPostNode, HookFailed) {
+	if s.Hook == hookState(v1alpha1.HookPostNode, v1alpha1.HookSucceeded) || s.Hook == hookState(v1alpha1.HookPostNode, v1alpha1.HookFailed) {
 		return false
 	}
 	ours := s.CordonedByUs && n.Spec.Unschedulable
 	switch s.Phase {
-	case PhaseSucceeded:
+	case v1alpha1.PhaseSucceeded:
 		return !ours && s.Awaiting == "" // after spec.hooks.afterRun too
-	case PhaseRolledBack:
+	case v1alpha1.PhaseRolledBack:
 		return true
-	case PhaseFailed:
-		if s.Reason == ReasonCheckFailed {
+	case v1alpha1.PhaseFailed:
+		if s.Reason == v1alpha1.ReasonCheckFailed {
 			return false
 		}
 		p := ns.Spec.OnFailure
-		if s.Infrastructure || s.Reason == ReasonRebootTimeout {
+		if s.Infrastructure || s.Reason == v1alpha1.ReasonRebootTimeout {
 			return !(ours && !p.Cordon)
 		}
 		switch {
 		case !p.Cordon && ours, p.Cordon && !s.Cordoned:
 			return false
-		case (p.Rollback || analysisRollback(ns, s)) && (s.Rollback == "" || s.Rollback == PhaseRunning):
+		case (p.Rollback || analysisRollback(ns, s)) && (s.Rollback == "" || s.Rollback == v1alpha1.PhaseRunning):
 			return false
 		case p.Drain && s.Cordoned && s.Drain == "":
 			return false
@@ -422,15 +372,15 @@ func postNodeDue(ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeSta
 // once the Job finished, Hook "postNode:Succeeded" or "postNode:Failed"
 // (a Warning Event HookFailed; the node's phase does not change), then the
 // Job is deleted.
-func (c *controller) postNode(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
-	h := ns.Spec.Hooks.HookByName(HookPostNode)
-	job := HookJob(ns, h, HookPostNode, n.Name, hash, max(s.Attempts, 1))
-	if s.Hook != hookState(HookPostNode, HookRunning) {
-		if err := c.createJob(ctx, ns, n, job, HookPostNode); err != nil {
+func (c *controller) postNode(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) error {
+	h := ns.Spec.Hooks.HookByName(v1alpha1.HookPostNode)
+	job := hookJob(ns, h, v1alpha1.HookPostNode, n.Name, hash, max(s.Attempts, 1))
+	if s.Hook != hookState(v1alpha1.HookPostNode, v1alpha1.HookRunning) {
+		if err := c.createJob(ctx, ns, n, job, v1alpha1.HookPostNode); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		s.Hook = hookState(HookPostNode, HookRunning)
-		c.queue.AddAfter(ns.Name, HookRecheck)
+		s.Hook = hookState(v1alpha1.HookPostNode, v1alpha1.HookRunning)
+		c.queue.AddAfter(ns.Name, hookRecheck)
 		return c.w.writeState(ctx, ns, n, s)
 	}
 	cur, err := c.getJob(ctx, job.Namespace, job.Name)
@@ -438,21 +388,21 @@ func (c *controller) postNode(ctx context.Context, ns *v1alpha1.NodeScript, hash
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	if cur == nil {
-		return c.createJob(ctx, ns, n, job, HookPostNode)
+		return c.createJob(ctx, ns, n, job, v1alpha1.HookPostNode)
 	}
 	out, msg := jobOutcome(cur, now, hookTimeout(h))
 	switch out {
 	case jobGoing:
 		return nil
 	case jobSucceeded:
-		c.w.metrics.hooks.WithLabelValues(ns.Name, HookPostNode, "succeeded").Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonHookSucceeded, "nodescript %s: postNode hook Job %s/%s succeeded (the node %s)", ns.Name, job.Namespace, job.Name, strings.ToLower(s.Phase))
-		s.Hook = hookState(HookPostNode, HookSucceeded)
+		c.w.metrics.hooks.WithLabelValues(ns.Name, v1alpha1.HookPostNode, "succeeded").Inc()
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonHookSucceeded, "nodescript %s: postNode hook Job %s/%s succeeded (the node %s)", ns.Name, job.Namespace, job.Name, strings.ToLower(s.Phase))
+		s.Hook = hookState(v1alpha1.HookPostNode, v1alpha1.HookSucceeded)
 	default:
-		c.w.metrics.hooks.WithLabelValues(ns.Name, HookPostNode, "failed").Inc()
+		c.w.metrics.hooks.WithLabelValues(ns.Name, v1alpha1.HookPostNode, "failed").Inc()
 		msg = tail(msg, 256)
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonHookFailed, "nodescript %s: postNode hook Job %s/%s: %s (the node stays %s)", ns.Name, job.Namespace, job.Name, msg, s.Phase)
-		s.Hook = hookState(HookPostNode, HookFailed)
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonHookFailed, "nodescript %s: postNode hook Job %s/%s: %s (the node stays %s)", ns.Name, job.Namespace, job.Name, msg, s.Phase)
+		s.Hook = hookState(v1alpha1.HookPostNode, v1alpha1.HookFailed)
 	}
 	if err := c.w.writeState(ctx, ns, n, s); err != nil {
 		return err
@@ -472,7 +422,7 @@ func (c *controller) postNode(ctx context.Context, ns *v1alpha1.NodeScript, hash
 // status shows recorded are deleted (and finished Jobs no state or status
 // refers to). It returns d (d.Hooks the status to write) and when to look
 // again.
-func (c *controller) rolloutHooks(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, cached nodeSet, now time.Time) (Decision, time.Time) {
+func (c *controller) rolloutHooks(ctx context.Context, ns *v1alpha1.NodeScript, d decision, cached nodeSet, now time.Time) (decision, time.Time) {
 	hooks := ns.Spec.Hooks
 	if hooks == nil {
 		return d, time.Time{}
@@ -487,8 +437,8 @@ func (c *controller) rolloutHooks(ctx context.Context, ns *v1alpha1.NodeScript, 
 		keep := d.Start[:0:0]
 		for _, node := range d.Start {
 			if n := cached.byName[node]; n != nil {
-				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Hook == hookState(HookPostNode, HookRunning) {
-					next = earliest(next, now.Add(HookRecheck))
+				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Hook == hookState(v1alpha1.HookPostNode, v1alpha1.HookRunning) {
+					next = earliest(next, now.Add(hookRecheck))
 					continue
 				}
 			}
@@ -498,12 +448,12 @@ func (c *controller) rolloutHooks(ctx context.Context, ns *v1alpha1.NodeScript, 
 	}
 	if h := hooks.PreRollout; h != nil {
 		cur := st.PreRollout
-		done := cur != nil && cur.Hash == d.Hash && cur.Phase == HookSucceeded
-		if !done && (len(d.Start) > 0 || (cur != nil && cur.Hash == d.Hash && cur.Phase == HookRunning)) {
-			hs, hold, at, err := c.rolloutHook(ctx, ns, h, HookPreRollout, d.Hash, cur, true, now)
+		done := cur != nil && cur.Hash == d.Hash && cur.Phase == v1alpha1.HookSucceeded
+		if !done && (len(d.Start) > 0 || (cur != nil && cur.Hash == d.Hash && cur.Phase == v1alpha1.HookRunning)) {
+			hs, hold, at, err := c.rolloutHook(ctx, ns, h, v1alpha1.HookPreRollout, d.Hash, cur, true, now)
 			if err != nil {
 				log.Error(err, "spec.hooks.preRollout")
-				hold = HoldHookFailed
+				hold = v1alpha1.HoldHookFailed
 				if hs.Message == "" {
 					hs.Message = err.Error()
 				}
@@ -518,10 +468,10 @@ func (c *controller) rolloutHooks(ctx context.Context, ns *v1alpha1.NodeScript, 
 			}
 		}
 	}
-	if h := hooks.PostRollout; h != nil && (d.Stage == StageComplete || d.Stage == StageHalted) {
+	if h := hooks.PostRollout; h != nil && (d.Stage == v1alpha1.StageComplete || d.Stage == v1alpha1.StageHalted) {
 		cur := st.PostRollout
-		if cur == nil || cur.Hash != d.Hash || cur.Phase == HookRunning {
-			hs, _, at, err := c.rolloutHook(ctx, ns, h, HookPostRollout, d.Hash, cur, false, now)
+		if cur == nil || cur.Hash != d.Hash || cur.Phase == v1alpha1.HookRunning {
+			hs, _, at, err := c.rolloutHook(ctx, ns, h, v1alpha1.HookPostRollout, d.Hash, cur, false, now)
 			if err != nil {
 				log.Error(err, "spec.hooks.postRollout")
 			}
@@ -549,17 +499,17 @@ func (c *controller) rolloutHook(ctx context.Context, ns *v1alpha1.NodeScript, h
 		cur = cur.DeepCopy()
 	}
 	start := func(attempt int32) (*v1alpha1.HookStatus, string, time.Time, error) {
-		job := HookJob(ns, h, hook, "", hash, int(attempt))
-		hs := &v1alpha1.HookStatus{Hash: hash, Phase: HookRunning, Job: job.Name, Attempt: attempt, Since: &metav1.Time{Time: now.UTC().Truncate(time.Second)}}
+		job := hookJob(ns, h, hook, "", hash, int(attempt))
+		hs := &v1alpha1.HookStatus{Hash: hash, Phase: v1alpha1.HookRunning, Job: job.Name, Attempt: attempt, Since: &metav1.Time{Time: now.UTC().Truncate(time.Second)}}
 		if err := c.createJob(ctx, ns, ns, job, hook); err != nil {
-			return cur, HoldHookFailed, now.Add(HookRecheck), err
+			return cur, v1alpha1.HoldHookFailed, now.Add(hookRecheck), err
 		}
-		return hs, HoldHookRunning, now.Add(HookRecheck), nil
+		return hs, v1alpha1.HoldHookRunning, now.Add(hookRecheck), nil
 	}
 	switch cur.Phase {
 	case "":
 		return start(1)
-	case HookFailed:
+	case v1alpha1.HookFailed:
 		if !retry {
 			return cur, "", time.Time{}, nil
 		}
@@ -568,16 +518,16 @@ func (c *controller) rolloutHook(ctx context.Context, ns *v1alpha1.NodeScript, h
 			at = cur.Since.Add(backoff(ns, int(cur.Attempt)))
 		}
 		if now.Before(at) {
-			return cur, HoldHookFailed, at, nil
+			return cur, v1alpha1.HoldHookFailed, at, nil
 		}
 		return start(cur.Attempt + 1)
-	case HookSucceeded:
+	case v1alpha1.HookSucceeded:
 		return cur, "", time.Time{}, nil
 	}
-	namespace := RunNamespace(&ns.Spec)
+	namespace := nodescript.RunNamespace(&ns.Spec)
 	job, err := c.getJob(ctx, namespace, cur.Job)
 	if err != nil {
-		return cur, HoldHookRunning, now.Add(HookRecheck), err
+		return cur, v1alpha1.HoldHookRunning, now.Add(hookRecheck), err
 	}
 	if job == nil {
 		// Deleted before its outcome was recorded: run it again.
@@ -586,27 +536,27 @@ func (c *controller) rolloutHook(ctx context.Context, ns *v1alpha1.NodeScript, h
 	out, msg := jobOutcome(job, now, hookTimeout(h))
 	switch out {
 	case jobGoing:
-		return cur, HoldHookRunning, now.Add(HookRecheck), nil
+		return cur, v1alpha1.HoldHookRunning, now.Add(hookRecheck), nil
 	case jobSucceeded:
 		c.w.metrics.hooks.WithLabelValues(ns.Name, hook, "succeeded").Inc()
-		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonHookSucceeded, "%s hook Job %s/%s succeeded (spec %s)", hook, namespace, cur.Job, hash)
-		cur.Phase, cur.Message = HookSucceeded, ""
+		c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonHookSucceeded, "%s hook Job %s/%s succeeded (spec %s)", hook, namespace, cur.Job, hash)
+		cur.Phase, cur.Message = v1alpha1.HookSucceeded, ""
 		cur.Since = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
-		return cur, "", now.Add(HookRecheck), nil
+		return cur, "", now.Add(hookRecheck), nil
 	}
 	c.w.metrics.hooks.WithLabelValues(ns.Name, hook, "failed").Inc()
 	what := "the rollout holds and it runs again after spec.retry's backoff"
 	if !retry {
 		what = "it does not run again for this spec"
 	}
-	c.events.Eventf(ns, corev1.EventTypeWarning, ReasonHookFailed, "%s hook Job %s/%s (spec %s): %s; %s", hook, namespace, cur.Job, hash, msg, what)
-	cur.Phase, cur.Message = HookFailed, tail(msg, 512)
+	c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonHookFailed, "%s hook Job %s/%s (spec %s): %s; %s", hook, namespace, cur.Job, hash, msg, what)
+	cur.Phase, cur.Message = v1alpha1.HookFailed, tail(msg, 512)
 	cur.Since = &metav1.Time{Time: now.UTC().Truncate(time.Second)}
 	hold := ""
 	if retry {
-		hold = HoldHookFailed
+		hold = v1alpha1.HoldHookFailed
 	}
-	return cur, hold, now.Add(HookRecheck), nil
+	return cur, hold, now.Add(hookRecheck), nil
 }
 
 // sweepJobs deletes ns's finished hook Jobs in the Job informer's cache
@@ -623,10 +573,10 @@ func (c *controller) sweepJobs(ctx context.Context, ns *v1alpha1.NodeScript, cac
 	now := c.w.o.Clock.Now()
 	for _, obj := range c.jobs.List() {
 		job, ok := obj.(*batchv1.Job)
-		if !ok || job.Labels[LabelNodeScript] != ns.Name || job.DeletionTimestamp != nil {
+		if !ok || job.Labels[v1alpha1.LabelNodeScript] != ns.Name || job.DeletionTimestamp != nil {
 			continue
 		}
-		hook := job.Labels[LabelHook]
+		hook := job.Labels[v1alpha1.LabelHook]
 		if h := ns.Spec.Hooks.HookByName(hook); h != nil {
 			if out, _ := jobOutcome(job, now, hookTimeout(h)); out == jobGoing {
 				continue
@@ -636,20 +586,20 @@ func (c *controller) sweepJobs(ctx context.Context, ns *v1alpha1.NodeScript, cac
 		}
 		waited := false
 		switch hook {
-		case HookPreRollout, HookPostRollout:
+		case v1alpha1.HookPreRollout, v1alpha1.HookPostRollout:
 			for _, hs := range []*v1alpha1.HooksStatus{ns.Status.Hooks, next} {
 				if hs == nil {
 					continue
 				}
 				cur := hs.PreRollout
-				if hook == HookPostRollout {
+				if hook == v1alpha1.HookPostRollout {
 					cur = hs.PostRollout
 				}
-				waited = waited || (cur != nil && cur.Job == job.Name && cur.Phase == HookRunning)
+				waited = waited || (cur != nil && cur.Job == job.Name && cur.Phase == v1alpha1.HookRunning)
 			}
 		default:
-			if n := cached.byName[job.Annotations[AnnotationHookNode]]; n != nil {
-				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Hook == hookState(hook, HookRunning) {
+			if n := cached.byName[job.Annotations[v1alpha1.AnnotationHookNode]]; n != nil {
+				if s, ok := c.w.state(ctx, ns.Name, n); ok && s.Hook == hookState(hook, v1alpha1.HookRunning) {
 					waited = true
 				}
 			}
@@ -663,7 +613,7 @@ func (c *controller) sweepJobs(ctx context.Context, ns *v1alpha1.NodeScript, cac
 // hookStatus sets status.hooks and, under a hook's hold, the condition
 // Progressing False (reason HookRunning or HookFailed) from d. Without
 // spec.hooks it is removed.
-func hookStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d Decision, now time.Time) {
+func hookStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d decision, now time.Time) {
 	if ns.Spec.Hooks == nil {
 		st.Hooks = nil
 		return
@@ -672,19 +622,19 @@ func hookStatus(st *v1alpha1.NodeScriptStatus, ns *v1alpha1.NodeScript, d Decisi
 		st.Hooks = d.Hooks
 	}
 	switch d.Hold {
-	case HoldHookRunning:
+	case v1alpha1.HoldHookRunning:
 		job := ""
 		if st.Hooks != nil && st.Hooks.PreRollout != nil {
 			job = st.Hooks.PreRollout.Job
 		}
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldHookRunning,
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.HoldHookRunning,
 			fmt.Sprintf("spec.hooks.preRollout: nothing starts until its Job %s succeeds (%d running)", job, d.Counts.Running), ns.Generation, now)
-	case HoldHookFailed:
+	case v1alpha1.HoldHookFailed:
 		msg := ""
 		if st.Hooks != nil && st.Hooks.PreRollout != nil {
 			msg = st.Hooks.PreRollout.Message
 		}
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldHookFailed,
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.HoldHookFailed,
 			"spec.hooks.preRollout failed; it runs again after spec.retry's backoff: "+msg, ns.Generation, now)
 	}
 }
@@ -702,8 +652,8 @@ func enqueueJob(q workqueue.TypedRateLimitingInterface[string], obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	if j, ok := obj.(*batchv1.Job); ok && j.Labels[LabelNodeScript] != "" {
-		q.Add(j.Labels[LabelNodeScript])
+	if j, ok := obj.(*batchv1.Job); ok && j.Labels[v1alpha1.LabelNodeScript] != "" {
+		q.Add(j.Labels[v1alpha1.LabelNodeScript])
 	}
 }
 

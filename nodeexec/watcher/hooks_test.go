@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,22 +36,22 @@ func TestHookJobGolden(t *testing.T) {
 	h.Timeout = &metav1.Duration{Duration: 90 * time.Second}
 	h.Template.Labels = map[string]string{"team": "db"}
 	h.Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
-	h.Template.Spec.Template.Labels = map[string]string{LabelNodeScript: "someone-else", "app": "stepdown"}
+	h.Template.Spec.Template.Labels = map[string]string{v1alpha1.LabelNodeScript: "someone-else", "app": "stepdown"}
 	h.Template.Spec.Template.Spec.ServiceAccountName = "stepdown"
 	h.Template.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "wait", Image: "busybox:stable", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}
 	before := h.DeepCopy()
-	job := HookJob(ns, h, HookPreNode, "node-a.example", v1alpha1.SpecHash(&ns.Spec), 2)
+	job := hookJob(ns, h, v1alpha1.HookPreNode, "node-a.example", v1alpha1.SpecHash(&ns.Spec), 2)
 	golden.CheckYAML(t, "hook-prenode.yaml", job)
 	if h.Template.Spec.TTLSecondsAfterFinished == nil || len(before.Template.Spec.Template.Spec.Containers[0].Env) != len(h.Template.Spec.Template.Spec.Containers[0].Env) {
 		t.Error("HookJob changed the template")
 	}
 	// What matters, whatever the golden file says.
-	if job.Namespace != "ops" || job.Labels[LabelNodeScript] != ns.Name || job.Labels["app.kubernetes.io/managed-by"] != "nodeexec" ||
+	if job.Namespace != "ops" || job.Labels[v1alpha1.LabelNodeScript] != ns.Name || job.Labels["app.kubernetes.io/managed-by"] != "nodeexec" ||
 		len(job.OwnerReferences) != 1 || job.OwnerReferences[0].UID != ns.UID || *job.Spec.ActiveDeadlineSeconds != 90 ||
 		job.Spec.TTLSecondsAfterFinished != nil || job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("job %+v", job)
 	}
-	if _, ok := job.Spec.Template.Labels[LabelNodeScript]; ok {
+	if _, ok := job.Spec.Template.Labels[v1alpha1.LabelNodeScript]; ok {
 		t.Error("the hook's pods carry the NodeScript label: the run pod informer would take them for run pods")
 	}
 	for _, c := range append(job.Spec.Template.Spec.InitContainers, job.Spec.Template.Spec.Containers...) {
@@ -57,15 +59,15 @@ func TestHookJobGolden(t *testing.T) {
 		for _, e := range c.Env {
 			names = append(names, e.Name)
 		}
-		for _, want := range []string{EnvHookName, EnvHookNode, EnvHook, EnvHookHash} {
+		for _, want := range []string{v1alpha1.EnvHookName, v1alpha1.EnvHookNode, v1alpha1.EnvHook, v1alpha1.EnvHookHash} {
 			if !slices.Contains(names, want) {
 				t.Errorf("container %s lacks %s: %v", c.Name, want, names)
 			}
 		}
 	}
-	rollout := HookJob(ns, hookOf("true"), HookPreRollout, "", v1alpha1.SpecHash(&ns.Spec), 1)
+	rollout := hookJob(ns, hookOf("true"), v1alpha1.HookPreRollout, "", v1alpha1.SpecHash(&ns.Spec), 1)
 	for _, e := range rollout.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == EnvHookNode {
+		if e.Name == v1alpha1.EnvHookNode {
 			t.Error("a rollout hook has NODESCRIPT_NODE")
 		}
 	}
@@ -75,7 +77,7 @@ func TestHookJobGolden(t *testing.T) {
 }
 
 func TestHookJobName(t *testing.T) {
-	short := HookJobName("fix", HookPreNode, "n1", "0123456789abcdef", 1)
+	short := hookJobName("fix", v1alpha1.HookPreNode, "n1", "0123456789abcdef", 1)
 	if short != "fix-prenode-n1-01234567-1" {
 		t.Errorf("short name %q", short)
 	}
@@ -83,7 +85,7 @@ func TestHookJobName(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range [][2]string{{long, "node-1.example.com"}, {long, "node-2.example.com"}, {"fix", "node.with.dots"}, {"fix", strings.Repeat("n", 253)}} {
 		for attempt := 1; attempt <= 2; attempt++ {
-			n := HookJobName(c[0], HookPostNode, c[1], "0123456789abcdef", attempt)
+			n := hookJobName(c[0], v1alpha1.HookPostNode, c[1], "0123456789abcdef", attempt)
 			if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
 				t.Errorf("%q: %v", n, msgs)
 			}
@@ -91,7 +93,7 @@ func TestHookJobName(t *testing.T) {
 				t.Errorf("%q given twice", n)
 			}
 			seen[n] = true
-			if n != HookJobName(c[0], HookPostNode, c[1], "0123456789abcdef", attempt) {
+			if n != hookJobName(c[0], v1alpha1.HookPostNode, c[1], "0123456789abcdef", attempt) {
 				t.Error("not deterministic")
 			}
 		}
@@ -128,7 +130,7 @@ func TestJobOutcome(t *testing.T) {
 // controller would.
 func (e *env) setJob(name string, ok bool) {
 	e.t.Helper()
-	j, err := e.cs.BatchV1().Jobs(DefaultNamespace).Get(e.ctx, name, metav1.GetOptions{})
+	j, err := e.cs.BatchV1().Jobs(v1alpha1.DefaultNamespace).Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -137,7 +139,7 @@ func (e *env) setJob(name string, ok bool) {
 		c = batchv1.JobCondition{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}
 	}
 	j.Status.Conditions = append(j.Status.Conditions, c)
-	if _, err := e.cs.BatchV1().Jobs(DefaultNamespace).UpdateStatus(e.ctx, j, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.BatchV1().Jobs(v1alpha1.DefaultNamespace).UpdateStatus(e.ctx, j, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -171,29 +173,29 @@ func TestPreNodeHookThenRun(t *testing.T) {
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 	e.hreconcile()
-	job := HookJobName("fix", HookPreNode, "n1", hash, 1)
+	job := hookJobName("fix", v1alpha1.HookPreNode, "n1", hash, 1)
 	if got := e.jobs(); !slices.Equal(got, []string{job}) || len(e.pods()) != 0 {
 		t.Fatalf("jobs %v pods %v, want the preNode Job alone", got, e.pods())
 	}
-	if s := e.state("n1"); s.Phase != PhaseRunning || s.Hook != "preNode:Running" || s.Hash != hash {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseRunning || s.Hook != "preNode:Running" || s.Hash != hash {
 		t.Fatalf("state %+v", s)
 	}
-	e.checkEvents("started", ReasonHookStarted)
-	if after := e.hreconcile(); after <= 0 || after > HookRecheck { // still going: nothing new
-		t.Errorf("requeue after %s, want at most %s while the hook runs", after, HookRecheck)
+	e.checkEvents("started", v1alpha1.ReasonHookStarted)
+	if after := e.hreconcile(); after <= 0 || after > hookRecheck { // still going: nothing new
+		t.Errorf("requeue after %s, want at most %s while the hook runs", after, hookRecheck)
 	}
 	if len(e.pods()) != 0 || len(e.jobs()) != 1 {
 		t.Fatalf("pods %v jobs %v while the hook runs", e.pods(), e.jobs())
 	}
 	e.setJob(job, true)
 	e.hreconcile()
-	if got := e.pods(); !slices.Equal(got, []string{podName(ns, "n1", ActionRun, 1)}) {
+	if got := e.pods(); !slices.Equal(got, []string{podName(ns, "n1", v1alpha1.ActionRun, 1)}) {
 		t.Fatalf("pods %v, want the run pod (attempt 1)", got)
 	}
 	if got := e.jobs(); len(got) != 0 {
 		t.Errorf("jobs %v left after the hook's outcome", got)
 	}
-	e.checkEvents("succeeded", ReasonHookSucceeded)
+	e.checkEvents("succeeded", v1alpha1.ReasonHookSucceeded)
 }
 
 // A failing preNode hook under spec.maintenance: never cordoned, no run
@@ -211,17 +213,17 @@ func TestPreNodeHookFailureNoCordon(t *testing.T) {
 	if e.node("n1").Spec.Unschedulable {
 		t.Fatal("cordoned before the preNode hook")
 	}
-	pre := HookJobName("fix", HookPreNode, "n1", hash, 1)
+	pre := hookJobName("fix", v1alpha1.HookPreNode, "n1", hash, 1)
 	e.setJob(pre, false)
 	e.hreconcile()
 	s := e.state("n1")
-	if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != ReasonPreHookFailed || s.Attempts != 1 || s.NextRetry == nil ||
+	if s.Phase != v1alpha1.PhaseFailed || !s.Infrastructure || s.Reason != v1alpha1.ReasonPreHookFailed || s.Attempts != 1 || s.NextRetry == nil ||
 		!strings.Contains(s.Message, "BackoffLimitExceeded") || e.node("n1").Spec.Unschedulable || len(e.pods()) != 0 {
 		t.Fatalf("after the failed hook: %+v, cordoned %t, pods %v", s, e.node("n1").Spec.Unschedulable, e.pods())
 	}
-	e.checkEvents("failed", ReasonHookStarted, ReasonHookFailed)
+	e.checkEvents("failed", v1alpha1.ReasonHookStarted, v1alpha1.ReasonHookFailed)
 	e.hreconcile() // the postNode hook, after the failure
-	post := HookJobName("fix", HookPostNode, "n1", hash, 1)
+	post := hookJobName("fix", v1alpha1.HookPostNode, "n1", hash, 1)
 	if got := e.jobs(); !slices.Equal(got, []string{post}) || e.state("n1").Hook != "postNode:Running" {
 		t.Fatalf("jobs %v state %+v, want the postNode Job", got, e.state("n1"))
 	}
@@ -233,11 +235,11 @@ func TestPreNodeHookFailureNoCordon(t *testing.T) {
 	}
 	e.setJob(post, true)
 	e.hreconcile() // the postNode hook's outcome recorded, then the retry: the preNode hook again, as attempt 2
-	e.checkEvents("postNode, retry", ReasonHookStarted, ReasonHookStarted, ReasonHookSucceeded)
+	e.checkEvents("postNode, retry", v1alpha1.ReasonHookStarted, v1alpha1.ReasonHookStarted, v1alpha1.ReasonHookSucceeded)
 	if s := e.state("n1"); s.Hook != "preNode:Running" || s.Attempts != 1 {
 		t.Fatalf("retry: %+v", s)
 	}
-	if got := e.jobs(); !slices.Equal(got, []string{HookJobName("fix", HookPreNode, "n1", hash, 2)}) {
+	if got := e.jobs(); !slices.Equal(got, []string{hookJobName("fix", v1alpha1.HookPreNode, "n1", hash, 2)}) {
 		t.Fatalf("retry: jobs %v", got)
 	}
 	if e.node("n1").Spec.Unschedulable {
@@ -249,8 +251,8 @@ func TestPreNodeHookFailureNoCordon(t *testing.T) {
 func TestPreNodeHookAdopted(t *testing.T) {
 	ns := hooked(func(h *v1alpha1.Hooks, _ *v1alpha1.NodeScriptSpec) { h.PreNode = hookOf("true") })
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	job := HookJob(ns, ns.Spec.Hooks.PreNode, HookPreNode, "n1", hash, 1)
-	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseRunning, Since: t0, Hook: "preNode:Running"})), job)
+	job := hookJob(ns, ns.Spec.Hooks.PreNode, v1alpha1.HookPreNode, "n1", hash, 1)
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Since: t0, Hook: "preNode:Running"})), job)
 	e.hreconcile()
 	for _, c := range e.calls[""] {
 		if strings.HasPrefix(c, "create jobs") {
@@ -259,11 +261,11 @@ func TestPreNodeHookAdopted(t *testing.T) {
 	}
 	e.setJob(job.Name, true)
 	e.hreconcile()
-	if got := e.pods(); !slices.Equal(got, []string{podName(ns, "n1", ActionRun, 1)}) || len(e.jobs()) != 0 {
+	if got := e.pods(); !slices.Equal(got, []string{podName(ns, "n1", v1alpha1.ActionRun, 1)}) || len(e.jobs()) != 0 {
 		t.Fatalf("pods %v jobs %v", got, e.jobs())
 	}
 	// A Job gone before its outcome was recorded is created again.
-	e2 := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseRunning, Since: t0, Hook: "preNode:Running"})))
+	e2 := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Since: t0, Hook: "preNode:Running"})))
 	e2.hreconcile()
 	if got := e2.jobs(); !slices.Equal(got, []string{job.Name}) || len(e2.pods()) != 0 {
 		t.Fatalf("gone: jobs %v pods %v", got, e2.pods())
@@ -274,18 +276,18 @@ func TestPreNodeHookAdopted(t *testing.T) {
 func TestPostNodeAfterSuccess(t *testing.T) {
 	ns := hooked(func(h *v1alpha1.Hooks, _ *v1alpha1.NodeScriptSpec) { h.PostNode = hookOf("exit 1") })
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseSucceeded, Attempts: 1, Since: t0})))
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Attempts: 1, Since: t0})))
 	e.hreconcile()
-	job := HookJobName("fix", HookPostNode, "n1", hash, 1)
+	job := hookJobName("fix", v1alpha1.HookPostNode, "n1", hash, 1)
 	if got := e.jobs(); !slices.Equal(got, []string{job}) {
 		t.Fatalf("jobs %v", got)
 	}
 	e.setJob(job, false)
 	e.hreconcile()
-	if s := e.state("n1"); s.Phase != PhaseSucceeded || s.Hook != "postNode:Failed" {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.Hook != "postNode:Failed" {
 		t.Fatalf("state %+v", s)
 	}
-	e.checkEvents("post", ReasonHookStarted, ReasonHookFailed, ReasonComplete)
+	e.checkEvents("post", v1alpha1.ReasonHookStarted, v1alpha1.ReasonHookFailed, v1alpha1.ReasonComplete)
 	e.hreconcile()
 	if got := e.jobs(); len(got) != 0 {
 		t.Errorf("jobs %v: postNode ran again or was left", got)
@@ -299,18 +301,18 @@ func TestPreRolloutHolds(t *testing.T) {
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2"))
 	e.hreconcile()
-	first := HookJobName("fix", HookPreRollout, "", hash, 1)
+	first := hookJobName("fix", v1alpha1.HookPreRollout, "", hash, 1)
 	if got := e.jobs(); !slices.Equal(got, []string{first}) || len(e.pods()) != 0 {
 		t.Fatalf("jobs %v pods %v", got, e.pods())
 	}
 	st := e.nodeScript().Status
-	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != HoldHookRunning || st.Hooks.PreRollout.Phase != HookRunning {
+	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != v1alpha1.HoldHookRunning || st.Hooks.PreRollout.Phase != v1alpha1.HookRunning {
 		t.Fatalf("status %+v", st)
 	}
 	e.setJob(first, false)
 	e.hreconcile()
 	st = e.nodeScript().Status
-	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != HoldHookFailed || st.Hooks.PreRollout.Phase != HookFailed || len(e.pods()) != 0 {
+	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p == nil || p.Reason != v1alpha1.HoldHookFailed || st.Hooks.PreRollout.Phase != v1alpha1.HookFailed || len(e.pods()) != 0 {
 		t.Fatalf("status %+v pods %v", st, e.pods())
 	}
 	e.hreconcile() // the status records the failure: the Job is deleted
@@ -319,7 +321,7 @@ func TestPreRolloutHolds(t *testing.T) {
 	}
 	e.clock.Step(time.Hour)
 	e.hreconcile()
-	second := HookJobName("fix", HookPreRollout, "", hash, 2)
+	second := hookJobName("fix", v1alpha1.HookPreRollout, "", hash, 2)
 	if got := e.jobs(); !slices.Equal(got, []string{second}) {
 		t.Fatalf("jobs %v, want attempt 2", got)
 	}
@@ -328,7 +330,7 @@ func TestPreRolloutHolds(t *testing.T) {
 	if got := e.pods(); len(got) == 0 {
 		t.Fatal("no run pod once preRollout succeeded")
 	}
-	if st := e.nodeScript().Status; st.Hooks.PreRollout.Phase != HookSucceeded || st.Hooks.PreRollout.Hash != hash {
+	if st := e.nodeScript().Status; st.Hooks.PreRollout.Phase != v1alpha1.HookSucceeded || st.Hooks.PreRollout.Hash != hash {
 		t.Fatalf("status.hooks %+v", st.Hooks)
 	}
 }
@@ -337,23 +339,23 @@ func TestPreRolloutHolds(t *testing.T) {
 func TestPostRolloutOnce(t *testing.T) {
 	ns := hooked(func(h *v1alpha1.Hooks, _ *v1alpha1.NodeScriptSpec) { h.PostRollout = hookOf("true") })
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseSucceeded, Attempts: 1, Since: t0})))
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Attempts: 1, Since: t0})))
 	e.hreconcile()
-	job := HookJobName("fix", HookPostRollout, "", hash, 1)
+	job := hookJobName("fix", v1alpha1.HookPostRollout, "", hash, 1)
 	if got := e.jobs(); !slices.Equal(got, []string{job}) {
 		t.Fatalf("jobs %v", got)
 	}
 	e.setJob(job, true)
 	e.hreconcile()
 	e.hreconcile()
-	if st := e.nodeScript().Status; st.Hooks == nil || st.Hooks.PostRollout.Phase != HookSucceeded || st.Stage != StageComplete {
+	if st := e.nodeScript().Status; st.Hooks == nil || st.Hooks.PostRollout.Phase != v1alpha1.HookSucceeded || st.Stage != v1alpha1.StageComplete {
 		t.Fatalf("status %+v", st)
 	}
 	e.hreconcile()
 	if got := e.jobs(); len(got) != 0 {
 		t.Errorf("jobs %v: postRollout ran again or was left", got)
 	}
-	e.checkEvents("postRollout", ReasonHookStarted, ReasonHookSucceeded, ReasonComplete)
+	e.checkEvents("postRollout", v1alpha1.ReasonHookStarted, v1alpha1.ReasonHookSucceeded, v1alpha1.ReasonComplete)
 }
 
 // hreconcile loads the hook Job cache from the fake clientset, as the Job
@@ -387,7 +389,7 @@ func TestHooksDocExample(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatal("no example in docs/nodescript-hooks.md")
 	}
-	scripts, err := ParseNodeScripts(strings.NewReader(doc))
+	scripts, err := nodescripts.ParseNodeScripts(strings.NewReader(doc))
 	if err != nil || len(scripts) != 1 {
 		t.Fatalf("%v (%d scripts)", err, len(scripts))
 	}

@@ -18,7 +18,7 @@ import (
 // spec.reapply.schedule, alone and with interval (OR: the earlier wins).
 func TestReapplyDueSchedule(t *testing.T) {
 	n := &corev1.Node{}
-	ok := NodeState{Phase: PhaseSucceeded, Since: t0.Add(-10 * time.Minute)} // 11:50 UTC
+	ok := nodeState{Phase: v1alpha1.PhaseSucceeded, Since: t0.Add(-10 * time.Minute)} // 11:50 UTC
 	reapply := func(schedule string, interval time.Duration) *v1alpha1.NodeScript {
 		return script(func(s *v1alpha1.NodeScriptSpec) {
 			s.Reapply = &v1alpha1.ReapplyPolicy{Schedule: schedule}
@@ -30,21 +30,21 @@ func TestReapplyDueSchedule(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		ns         *v1alpha1.NodeScript
-		s          NodeState
+		s          nodeState
 		now        time.Time
 		wantReason string
 		wantAt     time.Time
 	}{
 		{name: "not yet: next activation", ns: reapply("30 * * * *", 0), s: ok, now: t0, wantAt: t0.Add(30 * time.Minute)},
-		{name: "due at the activation", ns: reapply("30 * * * *", 0), s: ok, now: t0.Add(30 * time.Minute), wantReason: ReasonReapplySchedule},
-		{name: "due long after", ns: reapply("0 3 * * *", 0), s: ok, now: t0.Add(48 * time.Hour), wantReason: ReasonReapplySchedule},
+		{name: "due at the activation", ns: reapply("30 * * * *", 0), s: ok, now: t0.Add(30 * time.Minute), wantReason: v1alpha1.ReasonReapplySchedule},
+		{name: "due long after", ns: reapply("0 3 * * *", 0), s: ok, now: t0.Add(48 * time.Hour), wantReason: v1alpha1.ReasonReapplySchedule},
 		{name: "success after the latest activation", ns: reapply("45 11 * * *", 0), s: ok, now: t0, wantAt: t0.Add(23*time.Hour + 45*time.Minute)},
 		{name: "time zone", ns: reapply("CRON_TZ=Europe/Berlin 0 13 * * *", 0), s: ok, now: t0.Add(-time.Minute), wantAt: t0}, // 13:00 CET is 12:00 UTC
 		{name: "interval earlier", ns: reapply("0 3 * * *", 20*time.Minute), s: ok, now: t0, wantAt: t0.Add(10 * time.Minute)},
 		{name: "schedule earlier", ns: reapply("5 12 * * *", time.Hour), s: ok, now: t0, wantAt: t0.Add(5 * time.Minute)},
-		{name: "interval due first", ns: reapply("0 3 * * *", 5*time.Minute), s: ok, now: t0, wantReason: ReasonReapplyInterval},
-		{name: "NotNeeded too", ns: reapply("30 * * * *", 0), s: NodeState{Phase: PhaseNotNeeded, Since: ok.Since}, now: t0.Add(time.Hour), wantReason: ReasonReapplySchedule},
-		{name: "failed: never", ns: reapply("* * * * *", 0), s: NodeState{Phase: PhaseFailed, Since: ok.Since}, now: t0.Add(time.Hour)},
+		{name: "interval due first", ns: reapply("0 3 * * *", 5*time.Minute), s: ok, now: t0, wantReason: v1alpha1.ReasonReapplyInterval},
+		{name: "NotNeeded too", ns: reapply("30 * * * *", 0), s: nodeState{Phase: v1alpha1.PhaseNotNeeded, Since: ok.Since}, now: t0.Add(time.Hour), wantReason: v1alpha1.ReasonReapplySchedule},
+		{name: "failed: never", ns: reapply("* * * * *", 0), s: nodeState{Phase: v1alpha1.PhaseFailed, Since: ok.Since}, now: t0.Add(time.Hour)},
 		{name: "unparsable: never", ns: reapply("61 * * * *", 0), s: ok, now: t0.Add(time.Hour)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,17 +77,17 @@ func TestReapplySchedule(t *testing.T) {
 		t.Fatalf("pods %v: want one (maxConcurrency 1)", got)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if s := e.state(n); s.Phase == PhasePending && s.Reason != ReasonReapplySchedule || s.Phase == PhaseSucceeded {
+		if s := e.state(n); s.Phase == v1alpha1.PhasePending && s.Reason != v1alpha1.ReasonReapplySchedule || s.Phase == v1alpha1.PhaseSucceeded {
 			t.Errorf("%s: %+v", n, s)
 		}
 	}
-	e.checkEvents("schedule", ReasonReapplySchedule, ReasonReapplySchedule)
+	e.checkEvents("schedule", v1alpha1.ReasonReapplySchedule, v1alpha1.ReasonReapplySchedule)
 }
 
 // deleting is ns being deleted, with the finalizer.
 func deleting(ns *v1alpha1.NodeScript) *v1alpha1.NodeScript {
 	ns.DeletionTimestamp = ptr.To(metav1.NewTime(t0.Add(-time.Second)))
-	ns.Finalizers = []string{Finalizer}
+	ns.Finalizers = []string{v1alpha1.Finalizer}
 	return ns
 }
 
@@ -103,12 +103,12 @@ func uninstallEnv(t *testing.T, mutate func(*v1alpha1.NodeScriptSpec), nodeMutat
 		}
 	}))
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	states := map[string]NodeState{
-		"n1": {Hash: hash, Phase: PhaseSucceeded, Since: t0.Add(-time.Hour)},
-		"n2": {Hash: hash, Phase: PhaseSucceeded, Since: t0.Add(-time.Hour)},
-		"n3": {Hash: hash, Phase: PhaseNotNeeded, Since: t0.Add(-time.Hour)},
-		"n4": {Hash: hash, Phase: PhaseFailed, ExitCode: ptr.To(1), Since: t0.Add(-time.Hour)},
-		"n5": {Hash: "older", Phase: PhaseSucceeded, Since: t0.Add(-time.Hour)},
+	states := map[string]nodeState{
+		"n1": {Hash: hash, Phase: v1alpha1.PhaseSucceeded, Since: t0.Add(-time.Hour)},
+		"n2": {Hash: hash, Phase: v1alpha1.PhaseSucceeded, Since: t0.Add(-time.Hour)},
+		"n3": {Hash: hash, Phase: v1alpha1.PhaseNotNeeded, Since: t0.Add(-time.Hour)},
+		"n4": {Hash: hash, Phase: v1alpha1.PhaseFailed, ExitCode: ptr.To(1), Since: t0.Add(-time.Hour)},
+		"n5": {Hash: "older", Phase: v1alpha1.PhaseSucceeded, Since: t0.Add(-time.Hour)},
 	}
 	var objs []runtime.Object
 	for _, name := range []string{"n1", "n2", "n3", "n4", "n5"} {
@@ -124,7 +124,7 @@ func uninstallEnv(t *testing.T, mutate func(*v1alpha1.NodeScriptSpec), nodeMutat
 // uninstallPods are the stored uninstall pods, by node.
 func (e *env) uninstallPods() map[string]*corev1.Pod {
 	e.t.Helper()
-	list, err := e.cs.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{LabelSelector: LabelAction + "=" + ActionUninstall})
+	list, err := e.cs.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelAction + "=" + v1alpha1.ActionUninstall})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -154,22 +154,22 @@ func TestUninstall(t *testing.T) {
 	if !strings.Contains(strings.Join(p.Spec.Containers[0].Command, " ")+strings.Join(p.Spec.Containers[0].Args, " "), "rm -f /etc/fix") {
 		t.Errorf("pod does not run the uninstall script: %v %v", p.Spec.Containers[0].Command, p.Spec.Containers[0].Args)
 	}
-	if u := e.state("n1").Uninstall; u == nil || u.Phase != UninstallRunning || u.Pod != p.Name {
+	if u := e.state("n1").Uninstall; u == nil || u.Phase != v1alpha1.UninstallRunning || u.Pod != p.Name {
 		t.Errorf("n1 uninstall record: %+v", u)
 	}
 	st := e.nodeScript().Status.Uninstall
 	if diff := cmp.Diff(&v1alpha1.UninstallStatus{Pending: []string{"n1", "n2"}, PendingCount: 2}, st); diff != "" {
 		t.Errorf("status.uninstall (-want +got):\n%s", diff)
 	}
-	e.checkEvents("started", ReasonUninstallStarted, ReasonUninstallStarted)
-	if !slicesContains(e.nodeScript().Finalizers, Finalizer) {
+	e.checkEvents("started", v1alpha1.ReasonUninstallStarted, v1alpha1.ReasonUninstallStarted)
+	if !slicesContains(e.nodeScript().Finalizers, v1alpha1.Finalizer) {
 		t.Fatal("finalizer released while the uninstall goes")
 	}
 
 	// n1 succeeds; n2 starts on the next look.
 	e.setPod(p.Name, exited(0))
 	e.reconcile()
-	if u := e.state("n1").Uninstall; u == nil || u.Phase != UninstallSucceeded || u.ExitCode == nil || *u.ExitCode != 0 {
+	if u := e.state("n1").Uninstall; u == nil || u.Phase != v1alpha1.UninstallSucceeded || u.ExitCode == nil || *u.ExitCode != 0 {
 		t.Errorf("n1 uninstall record: %+v", u)
 	}
 	if _, ok := e.uninstallPods()["n1"]; ok {
@@ -180,28 +180,28 @@ func TestUninstall(t *testing.T) {
 	if p2 == nil {
 		t.Fatalf("n2 not started: %v", e.uninstallPods())
 	}
-	e.checkEvents("n1 done, n2 started", ReasonUninstallSucceeded, ReasonUninstallStarted)
+	e.checkEvents("n1 done, n2 started", v1alpha1.ReasonUninstallSucceeded, v1alpha1.ReasonUninstallStarted)
 
 	// n2 fails: reported, its state kept; the finalizer goes.
 	e.setPod(p2.Name, exited(3))
 	e.reconcile()
-	e.checkEvents("n2 failed", ReasonUninstallFailed, ReasonUninstallFailed)
+	e.checkEvents("n2 failed", v1alpha1.ReasonUninstallFailed, v1alpha1.ReasonUninstallFailed)
 	ns := e.nodeScript()
-	if slicesContains(ns.Finalizers, Finalizer) {
+	if slicesContains(ns.Finalizers, v1alpha1.Finalizer) {
 		t.Error("finalizer kept once every node finished")
 	}
 	if diff := cmp.Diff(&v1alpha1.UninstallStatus{Succeeded: []string{"n1"}, SucceededCount: 1, Failed: []string{"n2: exit code 3"}, FailedCount: 1}, ns.Status.Uninstall); diff != "" {
 		t.Errorf("status.uninstall (-want +got):\n%s", diff)
 	}
-	if _, has := e.node("n1").Annotations[StateAnnotation("fix")]; has {
+	if _, has := e.node("n1").Annotations[stateAnnotation("fix")]; has {
 		t.Error("n1 keeps its state annotation after a successful uninstall")
 	}
-	s2, err := DecodeState(e.node("n2").Annotations, "fix")
-	if err != nil || s2.Uninstall == nil || s2.Uninstall.Phase != UninstallFailed || *s2.Uninstall.ExitCode != 3 {
+	s2, err := decodeState(e.node("n2").Annotations, "fix")
+	if err != nil || s2.Uninstall == nil || s2.Uninstall.Phase != v1alpha1.UninstallFailed || *s2.Uninstall.ExitCode != 3 {
 		t.Errorf("n2's record of the failed uninstall: %+v, %v", s2.Uninstall, err)
 	}
 	for _, n := range []string{"n3", "n4", "n5"} {
-		if _, has := e.node(n).Annotations[StateAnnotation("fix")]; has {
+		if _, has := e.node(n).Annotations[stateAnnotation("fix")]; has {
 			t.Errorf("%s keeps its state annotation", n)
 		}
 	}
@@ -228,7 +228,7 @@ func TestUninstallConcurrency(t *testing.T) {
 	}
 	e2, _ := uninstallEnv(t, func(s *v1alpha1.NodeScriptSpec) { s.UninstallScript = "" }, nil)
 	e2.reconcile()
-	if len(e2.pods()) != 0 || slicesContains(e2.nodeScript().Finalizers, Finalizer) {
+	if len(e2.pods()) != 0 || slicesContains(e2.nodeScript().Finalizers, v1alpha1.Finalizer) {
 		t.Errorf("without uninstallScript: pods %v, finalizers %v", e2.pods(), e2.nodeScript().Finalizers)
 	}
 }
@@ -239,7 +239,7 @@ func TestUninstallNodeNotReady(t *testing.T) {
 	notReady := func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }
 	e, _ := uninstallEnv(t, nil, map[string]func(*corev1.Node){"n1": notReady})
 	e.reconcile()
-	if u := e.state("n1").Uninstall; u == nil || u.Phase != UninstallPending {
+	if u := e.state("n1").Uninstall; u == nil || u.Phase != v1alpha1.UninstallPending {
 		t.Fatalf("n1 not Ready: %+v", u)
 	}
 	p := e.uninstallPods()["n2"]
@@ -247,15 +247,15 @@ func TestUninstallNodeNotReady(t *testing.T) {
 		t.Fatalf("n2 not started: %v", e.uninstallPods())
 	}
 	e.setPod(p.Name, exited(0))
-	e.clock.Step(UninstallNodeWait - time.Second)
+	e.clock.Step(uninstallNodeWait - time.Second)
 	e.reconcile()
-	if u := e.state("n1").Uninstall; u.Phase != UninstallPending {
+	if u := e.state("n1").Uninstall; u.Phase != v1alpha1.UninstallPending {
 		t.Fatalf("n1 before the bound: %+v", u)
 	}
 	e.clock.Step(time.Second)
 	e.reconcile()
 	ns := e.nodeScript()
-	if slicesContains(ns.Finalizers, Finalizer) || ns.Status.Uninstall.FailedCount != 1 || !strings.HasPrefix(ns.Status.Uninstall.Failed[0], "n1: NodeNotReady") {
+	if slicesContains(ns.Finalizers, v1alpha1.Finalizer) || ns.Status.Uninstall.FailedCount != 1 || !strings.HasPrefix(ns.Status.Uninstall.Failed[0], "n1: NodeNotReady") {
 		t.Errorf("after the bound: finalizers %v, status %+v", ns.Finalizers, ns.Status.Uninstall)
 	}
 }
@@ -265,8 +265,8 @@ func TestUninstallNodeNotReady(t *testing.T) {
 func TestUninstallPodDisappeared(t *testing.T) {
 	e, ns := uninstallEnv(t, nil, nil)
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	e.updateNode("n1", withState(NodeState{Hash: hash, Phase: PhaseSucceeded, Uninstall: &UninstallRecord{Phase: UninstallRunning, Pod: "gone", Since: t0}}))
-	e.updateNode("n2", withState(NodeState{Hash: hash, Phase: PhaseSucceeded, Uninstall: &UninstallRecord{Phase: UninstallSucceeded, ExitCode: ptr.To(0), Since: t0}}))
+	e.updateNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Uninstall: &uninstallRecord{Phase: v1alpha1.UninstallRunning, Pod: "gone", Since: t0}}))
+	e.updateNode("n2", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Uninstall: &uninstallRecord{Phase: v1alpha1.UninstallSucceeded, ExitCode: ptr.To(0), Since: t0}}))
 	e.reconcile()
 	if len(e.uninstallPods()) != 0 {
 		t.Errorf("uninstall pods %v: want none", e.uninstallPods())
@@ -281,15 +281,15 @@ func TestUninstallPodDisappeared(t *testing.T) {
 // NodeScript without one has no uninstall pod to build.
 func TestRunPodUninstall(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.UninstallScript = "echo bye" })
-	pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionUninstall, Attempt: 1, Now: t0})
+	pod, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: v1alpha1.ActionUninstall, Attempt: 1, Now: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod.Labels[LabelAction] != ActionUninstall || len(pod.OwnerReferences) != 0 {
+	if pod.Labels[v1alpha1.LabelAction] != v1alpha1.ActionUninstall || len(pod.OwnerReferences) != 0 {
 		t.Errorf("labels %v, owners %v", pod.Labels, pod.OwnerReferences)
 	}
 	ns.Spec.UninstallScript = ""
-	if _, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: ActionUninstall, Attempt: 1, Now: t0}); err == nil {
+	if _, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "n1", Action: v1alpha1.ActionUninstall, Attempt: 1, Now: t0}); err == nil {
 		t.Error("built an uninstall pod without an uninstall script")
 	}
 }

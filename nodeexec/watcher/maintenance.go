@@ -13,25 +13,19 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// The run's preparation under spec.maintenance (NodeState.Maintenance).
-const (
-	MaintenanceDraining = "Draining"
-	MaintenanceDrained  = "Drained"
-)
-
-// DefaultDrainTimeout bounds a drain when spec.maintenance.drain.timeout
+// defaultDrainTimeout bounds a drain when spec.maintenance.drain.timeout
 // (or spec.onFailure.drainTimeout) is not set.
-const DefaultDrainTimeout = v1alpha1.DefaultDrainTimeout
+const defaultDrainTimeout = v1alpha1.DefaultDrainTimeout
 
 // needsPreparation reports whether the run of ns at hash on a node whose
 // state is s must first take the node out of service (spec.maintenance
 // cordon and drain): not when s is already Drained for hash.
-func needsPreparation(ns *v1alpha1.NodeScript, hash string, s NodeState) bool {
+func needsPreparation(ns *v1alpha1.NodeScript, hash string, s nodeState) bool {
 	m := ns.Spec.Maintenance
 	if m == nil || !m.Cordon {
 		return false
 	}
-	return !(s.Hash == hash && s.Phase == PhaseRunning && s.Maintenance == MaintenanceDrained)
+	return !(s.Hash == hash && s.Phase == v1alpha1.PhaseRunning && s.Maintenance == v1alpha1.MaintenanceDrained)
 }
 
 // prepare takes node n out of service before the run of ns at hash (s is
@@ -40,7 +34,7 @@ func needsPreparation(ns *v1alpha1.NodeScript, hash string, s NodeState) bool {
 // and starts the drain in the background (drainBefore); with no drain, the
 // node is Drained at once and the run pod is created. Attempts are kept:
 // the run pod's attempt is counted when it is created.
-func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
+func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) error {
 	if !beforeRunPassed(s, hash) {
 		if pulling, err := c.prePull(ctx, ns, hash, n, s, now); pulling || err != nil {
 			return err // spec.maintenance.prePull: the cordon waits for the image (prepull.go)
@@ -52,8 +46,8 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 			return err // spec.hooks.beforeRun: the cordon waits for the annotations (annotations.go)
 		}
 	}
-	next := NodeState{
-		Hash: hash, Phase: PhaseRunning, Since: now, Maintenance: MaintenanceDraining, BootID: n.Status.NodeInfo.BootID,
+	next := nodeState{
+		Hash: hash, Phase: v1alpha1.PhaseRunning, Since: now, Maintenance: v1alpha1.MaintenanceDraining, BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: true,
 	}
 	if s.Hash == hash {
@@ -70,14 +64,14 @@ func (c *controller) prepare(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 			return err
 		}
 		next.CordonedByUs = true
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonCordoned, "nodescript %s: cordoned for maintenance before the run (spec.maintenance)", ns.Name)
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonCordoned, "nodescript %s: cordoned for maintenance before the run (spec.maintenance)", ns.Name)
 	}
 	if ns.Spec.Maintenance.Drain == nil {
-		next.Maintenance = MaintenanceDrained
+		next.Maintenance = v1alpha1.MaintenanceDrained
 		if err := c.w.writeState(ctx, ns, n, next); err != nil {
 			return err
 		}
-		return c.start(ctx, ns, hash, n, next, ActionRun, now)
+		return c.start(ctx, ns, hash, n, next, v1alpha1.ActionRun, now)
 	}
 	if err := c.w.writeState(ctx, ns, n, next); err != nil {
 		return err
@@ -115,23 +109,23 @@ func (c *controller) drainBefore(ctx context.Context, ns *v1alpha1.NodeScript, n
 			return // the node is gone
 		}
 		s, ok := c.w.state(ctx, ns.Name, cur)
-		if !ok || s.Phase != PhaseRunning || s.Maintenance != MaintenanceDraining {
+		if !ok || s.Phase != v1alpha1.PhaseRunning || s.Maintenance != v1alpha1.MaintenanceDraining {
 			return
 		}
 		now := c.w.o.Clock.Now()
 		if err == nil {
-			s.Maintenance = MaintenanceDrained
+			s.Maintenance = v1alpha1.MaintenanceDrained
 			c.w.learn(ns, v1alpha1.StepDrain, now.Sub(s.Since)) // status.durations (forecast.go)
-			c.events.Eventf(n, corev1.EventTypeNormal, ReasonDrained, "nodescript %s: drained for maintenance before the run", ns.Name)
+			c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonDrained, "nodescript %s: drained for maintenance before the run", ns.Name)
 		} else if !c.skipDrain(ctx, ns, cur, &s, err, now) { // onTimeout: Skip
 			msg := tail("drain failed: "+err.Error(), 256)
 			// The drain counts as an attempt, so that spec.retry.limit bounds
 			// a drain that never finishes.
 			s.Attempts++
-			s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = PhaseFailed, "", true, ReasonDrainFailed, msg, now
+			s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = v1alpha1.PhaseFailed, "", true, v1alpha1.ReasonDrainFailed, msg, now
 			t := now.Add(backoff(ns, s.Attempts))
 			s.NextRetry = &t
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonDrainFailed, "nodescript %s: before the run: %s", ns.Name, msg)
+			c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonDrainFailed, "nodescript %s: before the run: %s", ns.Name, msg)
 		}
 		if err := c.w.writeState(ctx, ns, cur, s); err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "recording the drain", "node", n.Name)

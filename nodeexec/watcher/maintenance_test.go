@@ -14,7 +14,7 @@ import (
 
 // waitState polls node's recorded state until ok (a background drain
 // writes it), failing the test after 10 s.
-func (e *env) waitState(node string, ok func(NodeState) bool) NodeState {
+func (e *env) waitState(node string, ok func(nodeState) bool) nodeState {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -44,13 +44,13 @@ func TestMaintenanceCordonDrainRunUncordon(t *testing.T) {
 	if got := e.pods(); len(got) != 0 {
 		t.Fatalf("pods %v before the drain ended", got)
 	}
-	s := e.waitState("n1", func(s NodeState) bool { return s.Maintenance == MaintenanceDrained })
-	if s.Phase != PhaseRunning || !s.CordonedByUs || s.Hash != hash || s.Attempts != 0 {
+	s := e.waitState("n1", func(s nodeState) bool { return s.Maintenance == v1alpha1.MaintenanceDrained })
+	if s.Phase != v1alpha1.PhaseRunning || !s.CordonedByUs || s.Hash != hash || s.Attempts != 0 {
 		t.Errorf("drained: %+v", s)
 	}
 	e.reconcile()
-	run := podName(ns, "n1", ActionRun, 1)
-	if s := e.state("n1"); s.Phase != PhaseRunning || s.Pod != run || s.Maintenance != "" || !s.CordonedByUs || s.Attempts != 1 {
+	run := podName(ns, "n1", v1alpha1.ActionRun, 1)
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseRunning || s.Pod != run || s.Maintenance != "" || !s.CordonedByUs || s.Attempts != 1 {
 		t.Fatalf("after the drain: %+v, want Running %s, still cordoned by us", s, run)
 	}
 	e.setPod(run, exited(0))
@@ -59,10 +59,10 @@ func TestMaintenanceCordonDrainRunUncordon(t *testing.T) {
 	if e.node("n1").Spec.Unschedulable {
 		t.Error("still cordoned after the success")
 	}
-	if s := e.state("n1"); s.Phase != PhaseSucceeded || s.CordonedByUs || s.Cordoned {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.CordonedByUs || s.Cordoned {
 		t.Errorf("after the success: %+v", s)
 	}
-	e.checkEvents("maintenance", ReasonCordoned, ReasonDrained, ReasonSucceeded, ReasonUncordoned, ReasonComplete)
+	e.checkEvents("maintenance", v1alpha1.ReasonCordoned, v1alpha1.ReasonDrained, v1alpha1.ReasonSucceeded, v1alpha1.ReasonUncordoned, v1alpha1.ReasonComplete)
 }
 
 // A failed run under spec.maintenance: uncordoned unless onFailure.cordon;
@@ -76,7 +76,7 @@ func TestMaintenanceFailure(t *testing.T) {
 		})
 		e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 		e.reconcile() // no drain: cordoned and the pod created at once
-		run := podName(ns, "n1", ActionRun, 1)
+		run := podName(ns, "n1", v1alpha1.ActionRun, 1)
 		if s := e.state("n1"); s.Pod != run || !e.node("n1").Spec.Unschedulable {
 			t.Fatalf("onFailure.cordon %t: %+v", keep, s)
 		}
@@ -92,7 +92,7 @@ func TestMaintenanceFailure(t *testing.T) {
 	})
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) { n.Spec.Unschedulable = true }))
 	e.reconcile()
-	run := podName(ns, "n1", ActionRun, 1)
+	run := podName(ns, "n1", v1alpha1.ActionRun, 1)
 	if s := e.state("n1"); s.Pod != run || s.CordonedByUs {
 		t.Fatalf("on a node cordoned by someone else: %+v", s)
 	}
@@ -117,9 +117,9 @@ func TestDecideMaxUnavailable(t *testing.T) {
 	if d := decide(t, ns, c, t0); len(d.Start) != 2 {
 		t.Fatalf("start %v, want 2 (maxUnavailable 2 < maxConcurrency 3)", d.Start)
 	}
-	c.set(ns, PhaseFailed, "a")
+	c.set(ns, v1alpha1.PhaseFailed, "a")
 	c["a"].State.CordonedByUs, c["a"].State.Cordoned = true, true
-	c.set(ns, PhaseRunning, "b")
+	c.set(ns, v1alpha1.PhaseRunning, "b")
 	if d := decide(t, ns, c, t0); len(d.Start) != 0 {
 		t.Errorf("start %v with one running and one left cordoned by us: want none", d.Start)
 	}

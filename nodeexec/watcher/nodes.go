@@ -4,6 +4,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +34,7 @@ func trimNode(obj any) (any, error) {
 		switch {
 		case c.Type == corev1.NodeReady:
 			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
-		case strings.HasPrefix(string(c.Type), ConditionPrefix):
+		case strings.HasPrefix(string(c.Type), v1alpha1.ConditionPrefix):
 			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{
 				Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime,
 			})
@@ -47,7 +50,7 @@ func trimNode(obj any) (any, error) {
 func ourAnnotations(a map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range a {
-		if _, ok := nodeAnnotation(k); ok || k == KuredRebootAnnotation || v == "true" {
+		if _, ok := nodescript.NodeAnnotation(k); ok || k == v1alpha1.KuredRebootAnnotation || v == "true" {
 			if out == nil {
 				out = map[string]string{}
 			}
@@ -101,7 +104,7 @@ func withoutRecords(n *corev1.Node) *corev1.Node {
 	out := *n
 	out.Annotations = nil
 	for k, v := range n.Annotations {
-		if name, ok := nodeAnnotation(k); ok && k == StateAnnotation(name) {
+		if name, ok := nodescript.NodeAnnotation(k); ok && k == stateAnnotation(name) {
 			continue
 		}
 		if out.Annotations == nil {
@@ -111,7 +114,7 @@ func withoutRecords(n *corev1.Node) *corev1.Node {
 	}
 	out.Status.Conditions = nil
 	for _, c := range n.Status.Conditions {
-		if !strings.HasPrefix(string(c.Type), ConditionPrefix) {
+		if !strings.HasPrefix(string(c.Type), v1alpha1.ConditionPrefix) {
 			out.Status.Conditions = append(out.Status.Conditions, c)
 		}
 	}
@@ -142,7 +145,7 @@ func statusOnlyChange(old, obj any) bool {
 // changes nothing a reconcile reads; the node's readiness is watched on the
 // node.
 func podUpdateMatters(old, p *corev1.Pod) bool {
-	done := func(p *corev1.Pod) bool { return PodOutcome(p, true, time.Time{}, time.Time{}, 0).Done }
+	done := func(p *corev1.Pod) bool { return podOutcome(p, true, time.Time{}, time.Time{}, 0).Done }
 	return (done(p) && !done(old)) || (p.DeletionTimestamp != nil) != (old.DeletionTimestamp != nil)
 }
 

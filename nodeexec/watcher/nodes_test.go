@@ -3,6 +3,9 @@ package watcher
 import (
 	"testing"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,19 +16,19 @@ import (
 // conditions do.
 func TestWithoutRecords(t *testing.T) {
 	base := testNode("n1")
-	base.Annotations = map[string]string{StateAnnotation("fix"): `{"hash":"h","phase":"Running"}`}
+	base.Annotations = map[string]string{stateAnnotation("fix"): `{"hash":"h","phase":"Running"}`}
 	for _, c := range []struct {
 		name   string
 		mutate func(*corev1.Node)
 		same   bool
 	}{
-		{"state written", func(n *corev1.Node) { n.Annotations[StateAnnotation("fix")] = `{"hash":"h","phase":"Succeeded"}` }, true},
-		{"another NodeScript's state", func(n *corev1.Node) { n.Annotations[StateAnnotation("other")] = `{}` }, true},
+		{"state written", func(n *corev1.Node) { n.Annotations[stateAnnotation("fix")] = `{"hash":"h","phase":"Succeeded"}` }, true},
+		{"another NodeScript's state", func(n *corev1.Node) { n.Annotations[stateAnnotation("other")] = `{}` }, true},
 		{"condition written", func(n *corev1.Node) {
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: ConditionType("fix"), Status: corev1.ConditionTrue})
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: nodescript.ConditionType("fix"), Status: corev1.ConditionTrue})
 		}, true},
-		{"rerun asked", func(n *corev1.Node) { n.Annotations[RerunAnnotation("fix")] = "h" }, false},
-		{"ignored", func(n *corev1.Node) { n.Annotations[IgnoreAnnotation("fix")] = "alice" }, false},
+		{"rerun asked", func(n *corev1.Node) { n.Annotations[rerunAnnotation("fix")] = "h" }, false},
+		{"ignored", func(n *corev1.Node) { n.Annotations[ignoreAnnotation("fix")] = "alice" }, false},
 		{"label", func(n *corev1.Node) { n.Labels["pool"] = "b" }, false},
 		{"not ready", func(n *corev1.Node) { ready(n).Status = corev1.ConditionFalse }, false},
 		{"rebooted", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" }, false},
@@ -67,7 +70,7 @@ func TestStatusOnlyChange(t *testing.T) {
 		}, true},
 		{"spec changed", func(u *unstructured.Unstructured) { u.SetGeneration(2) }, false},
 		{"run-now annotation", func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"a": "2"}) }, false},
-		{"finalizer", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{Finalizer}) }, false},
+		{"finalizer", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{v1alpha1.Finalizer}) }, false},
 		{"deleted", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&metav1.Time{Time: t0}) }, false},
 		{"recreated", func(u *unstructured.Unstructured) { u.SetUID("u2") }, false},
 	} {
@@ -83,7 +86,7 @@ func TestStatusOnlyChange(t *testing.T) {
 // Only a run pod's outcome or deletion reconciles; its start does not.
 func TestPodUpdateMatters(t *testing.T) {
 	ns := script(nil)
-	pending := runPod(t, ns, "n1", ActionRun, 1)
+	pending := runPod(t, ns, "n1", v1alpha1.ActionRun, 1)
 	withStatus := func(st corev1.PodStatus) *corev1.Pod { p := pending.DeepCopy(); p.Status = st; return p }
 	started, finished := withStatus(running), withStatus(exited(0))
 	deleting := started.DeepCopy()

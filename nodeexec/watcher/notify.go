@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -32,29 +34,14 @@ const (
 	DefaultNotifyAttempts = 8
 	// DefaultNotifyBackoff is the default of Options.NotifyBackoff.
 	DefaultNotifyBackoff = time.Second
-	// MaxNotifyBackoff caps the wait between two attempts of a delivery.
-	MaxNotifyBackoff = 5 * time.Minute
-	// DefaultNotifyTimeout bounds one POST when Options.HTTPClient has no
+	// maxNotifyBackoff caps the wait between two attempts of a delivery.
+	maxNotifyBackoff = 5 * time.Minute
+	// defaultNotifyTimeout bounds one POST when Options.HTTPClient has no
 	// Timeout of its own.
-	DefaultNotifyTimeout = 10 * time.Second
-	// NotifyQueueSize bounds the deliveries waiting in a watcher's queue;
+	defaultNotifyTimeout = 10 * time.Second
+	// notifyQueueSize bounds the deliveries waiting in a watcher's queue;
 	// one more is dropped (NotificationFailed, result "dropped").
-	NotifyQueueSize = 1000
-	// ReasonNotificationFailed: a notification could not be delivered
-	// after its attempts, or was dropped (Warning, on the NodeScript).
-	ReasonNotificationFailed = "NotificationFailed"
-
-	// NotificationAPIVersion and NotificationKind identify the payload.
-	NotificationAPIVersion = "nodeexec.io/v1alpha1"
-	NotificationKind       = "NodeScriptNotification"
-	// HeaderSignature carries "sha256=HEX", the HMAC-SHA256 of the body
-	// under the key spec.notify[].webhook.secretRef names (when set).
-	HeaderSignature = "X-Nodeexec-Signature"
-	// HeaderEvent carries the payload's event.
-	HeaderEvent = "X-Nodeexec-Event"
-	// HeaderDelivery identifies a delivery: the same on each attempt of it,
-	// so a receiver can drop a retry of a POST it already processed.
-	HeaderDelivery = "X-Nodeexec-Delivery"
+	notifyQueueSize = 1000
 )
 
 // NotificationPayload is the JSON document POSTed for each event
@@ -195,7 +182,7 @@ func newNotifier(w *Watcher, events record.EventRecorder, requeue func(string)) 
 	return &notifier{
 		w: w, events: events, requeue: requeue, client: &cl,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[*delivery](w.o.NotifyBackoff, MaxNotifyBackoff),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[*delivery](w.o.NotifyBackoff, maxNotifyBackoff),
 			workqueue.TypedRateLimitingQueueConfig[*delivery]{Name: "notifications", Clock: w.o.Clock}),
 		outcomes: map[string]map[string]*outcome{},
 		failed:   map[string][]NotificationPayload{},
@@ -286,7 +273,7 @@ func (n *notifier) processNext(ctx context.Context) bool {
 // metric, a Warning Event on the NodeScript and the error for its status.
 func (n *notifier) fail(d *delivery, msg, result string, now time.Time) {
 	n.w.metrics.notifications.WithLabelValues(d.ref.Name, d.event, result).Inc()
-	n.events.Eventf(d.ref, corev1.EventTypeWarning, ReasonNotificationFailed, "notification %s to %s: %s", d.event, d.url, msg)
+	n.events.Eventf(d.ref, corev1.EventTypeWarning, v1alpha1.ReasonNotificationFailed, "notification %s to %s: %s", d.event, d.url, msg)
 	n.record(d, func(o *outcome) {
 		o.errored = true
 		o.st.LastError, o.st.LastErrorTime = tail(msg, 512), &metav1.Time{Time: now}
@@ -332,7 +319,7 @@ func (n *notifier) send(ctx context.Context, d *delivery) error {
 	}
 	if n.client.Timeout == 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultNotifyTimeout)
+		ctx, cancel = context.WithTimeout(ctx, defaultNotifyTimeout)
 		defer cancel()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(d.body))
@@ -341,10 +328,10 @@ func (n *notifier) send(ctx context.Context, d *delivery) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "nodeexec-watcher")
-	req.Header.Set(HeaderEvent, d.event)
-	req.Header.Set(HeaderDelivery, d.id)
+	req.Header.Set(v1alpha1.HeaderEvent, d.event)
+	req.Header.Set(v1alpha1.HeaderDelivery, d.id)
 	if key != nil {
-		req.Header.Set(HeaderSignature, Sign(key, d.body))
+		req.Header.Set(v1alpha1.HeaderSignature, Sign(key, d.body))
 	}
 	resp, err := n.client.Do(req)
 	if err != nil {
@@ -361,8 +348,8 @@ func (n *notifier) send(ctx context.Context, d *delivery) error {
 // enqueue hands ds to the worker; past NotifyQueueSize one is dropped.
 func (n *notifier) enqueue(ds []*delivery) {
 	for _, d := range ds {
-		if n.queue.Len() >= NotifyQueueSize {
-			n.fail(d, fmt.Sprintf("dropped: %d notifications are waiting already", NotifyQueueSize), "dropped", n.w.o.Clock.Now())
+		if n.queue.Len() >= notifyQueueSize {
+			n.fail(d, fmt.Sprintf("dropped: %d notifications are waiting already", notifyQueueSize), "dropped", n.w.o.Clock.Now())
 			continue
 		}
 		n.queue.Add(d)
@@ -388,14 +375,14 @@ func deliveries(ns *v1alpha1.NodeScript, p NotificationPayload, want func(url st
 		}
 		sum := sha256.Sum256([]byte(strings.Join([]string{p.NodeScript, p.SpecHash, p.Event, p.Node, p.Time.Format(time.RFC3339Nano), wh.URL}, "\x00")))
 		out = append(out, &delivery{
-			ref: ref, namespace: RunNamespace(&ns.Spec), url: wh.URL, event: p.Event, node: p.Node, hash: p.SpecHash,
+			ref: ref, namespace: nodescript.RunNamespace(&ns.Spec), url: wh.URL, event: p.Event, node: p.Node, hash: p.SpecHash,
 			secret: wh.SecretRef, body: body, id: hex.EncodeToString(sum[:16]),
 		})
 	}
 	return out
 }
 
-func countsOf(c Counts) NotificationCounts {
+func countsOf(c phaseCounts) NotificationCounts {
 	return NotificationCounts{Nodes: c.Nodes, Pending: c.Pending, Running: c.Running, Succeeded: c.Succeeded,
 		Failed: c.Failed, RolledBack: c.RolledBack, NotNeeded: c.NotNeeded}
 }
@@ -408,7 +395,7 @@ func countsOf(c Counts) NotificationCounts {
 // to enqueue once st is written (so that an event whose status write
 // failed is detected again, and one written is never sent again: at most
 // once).
-func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d Decision, hash string, now time.Time) (out notes) {
+func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScriptStatus, d decision, hash string, now time.Time) (out notes) {
 	out = notes{name: ns.Name}
 	if c.notify != nil {
 		c.notify.mu.Lock()
@@ -425,7 +412,7 @@ func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScri
 		return out
 	}
 	var events []NotificationPayload
-	base := NotificationPayload{APIVersion: NotificationAPIVersion, Kind: NotificationKind, NodeScript: ns.Name, SpecHash: hash,
+	base := NotificationPayload{APIVersion: v1alpha1.NotificationAPIVersion, Kind: v1alpha1.NotificationKind, NodeScript: ns.Name, SpecHash: hash,
 		Stage: d.Stage, Counts: countsOf(d.Counts), Time: now.UTC()}
 	if k := d.Counts; len(d.Start) > 0 && k.Running+k.Succeeded+k.Failed+k.RolledBack+k.NotNeeded == 0 {
 		p := base
@@ -435,11 +422,11 @@ func (c *controller) notifyStatus(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScri
 	}
 	if d.Stage != ns.Status.Stage {
 		switch d.Stage {
-		case StageHalted:
+		case v1alpha1.StageHalted:
 			p := base
 			p.Event, p.Message = v1alpha1.NotifyHalted, d.HaltReason
 			events = append(events, p)
-		case StageComplete:
+		case v1alpha1.StageComplete:
 			p := base
 			p.Event = v1alpha1.NotifyCompleted
 			if cond := findCond(st.Conditions, v1alpha1.ConditionComplete); cond != nil {
@@ -552,15 +539,15 @@ func (c *controller) mergeOutcomes(ns *v1alpha1.NodeScript, st *v1alpha1.NodeScr
 // event is detected once; it is queued by the status write that follows,
 // with the rollout's stage and counts then (which count this failure).
 func (c *controller) notifyNodeFailed(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, action, msg string, now time.Time) {
-	if c.notify == nil || len(ns.Spec.Notify) == 0 || (action != ActionRun && action != ActionVerify && action != ActionCheck) {
+	if c.notify == nil || len(ns.Spec.Notify) == 0 || (action != v1alpha1.ActionRun && action != v1alpha1.ActionVerify && action != v1alpha1.ActionCheck) {
 		return
 	}
 	s, ok := c.w.state(ctx, ns.Name, n)
 	limit := int(*v1alpha1.Defaulted(ns).Spec.Retry.Limit)
-	if !ok || s.Phase != PhaseFailed || (s.Infrastructure && s.Attempts-s.AttemptsBefore <= limit) {
+	if !ok || s.Phase != v1alpha1.PhaseFailed || (s.Infrastructure && s.Attempts-s.AttemptsBefore <= limit) {
 		return // not failed, or an infrastructure failure Decide retries
 	}
-	p := NotificationPayload{APIVersion: NotificationAPIVersion, Kind: NotificationKind, Event: v1alpha1.NotifyNodeFailed,
+	p := NotificationPayload{APIVersion: v1alpha1.NotificationAPIVersion, Kind: v1alpha1.NotificationKind, Event: v1alpha1.NotifyNodeFailed,
 		NodeScript: ns.Name, SpecHash: s.Hash, Node: n.Name, Message: msg, Time: now.UTC()}
 	if s.Message != "" && !strings.Contains(msg, s.Message) {
 		p.Message += ": " + s.Message

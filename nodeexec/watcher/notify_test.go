@@ -55,7 +55,7 @@ func (r *receiver) events() []string {
 	defer r.mu.Unlock()
 	var out []string
 	for _, q := range r.got {
-		out = append(out, q.Header.Get(HeaderEvent))
+		out = append(out, q.Header.Get(v1alpha1.HeaderEvent))
 	}
 	return out
 }
@@ -63,7 +63,7 @@ func (r *receiver) events() []string {
 const hmacKey = "s3cret"
 
 func hmacSecret() *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hooks", Namespace: DefaultNamespace}, Data: map[string][]byte{"hmac": []byte(hmacKey)}}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hooks", Namespace: v1alpha1.DefaultNamespace}, Data: map[string][]byte{"hmac": []byte(hmacKey)}}
 }
 
 // notifyScript is "fix" with one canary, then all nodes at once, and
@@ -98,7 +98,7 @@ func (e *env) deliver() {
 func (e *env) finishRunning(codes map[string]int32, nodes ...string) {
 	e.t.Helper()
 	for _, n := range nodes {
-		if s := e.state(n); s.Phase == PhaseRunning {
+		if s := e.state(n); s.Phase == v1alpha1.PhaseRunning {
 			e.setPod(s.Pod, exited(codes[n]))
 		}
 	}
@@ -161,15 +161,15 @@ func TestNotifyPayloads(t *testing.T) {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			for i, req := range rec.got {
-				ev := req.Header.Get(HeaderEvent)
+				ev := req.Header.Get(v1alpha1.HeaderEvent)
 				if req.Method != http.MethodPost || req.URL.Path != "/hook" || req.Header.Get("Content-Type") != "application/json" {
 					t.Errorf("%s: %s %s, Content-Type %q", ev, req.Method, req.URL.Path, req.Header.Get("Content-Type"))
 				}
-				if got, want := req.Header.Get(HeaderSignature), Sign([]byte(hmacKey), rec.body[i]); got != want || !strings.HasPrefix(got, "sha256=") {
+				if got, want := req.Header.Get(v1alpha1.HeaderSignature), Sign([]byte(hmacKey), rec.body[i]); got != want || !strings.HasPrefix(got, "sha256=") {
 					t.Errorf("%s: signature %q, want %q", ev, got, want)
 				}
-				if req.Header.Get(HeaderDelivery) == "" {
-					t.Errorf("%s: no %s header", ev, HeaderDelivery)
+				if req.Header.Get(v1alpha1.HeaderDelivery) == "" {
+					t.Errorf("%s: no %s header", ev, v1alpha1.HeaderDelivery)
 				}
 				checkGolden(t, tc.name+"-"+ev, rec.body[i])
 			}
@@ -285,7 +285,7 @@ func TestNotifyReceiverDownChangesNothing(t *testing.T) {
 		t.Errorf("node states (-without notify +receiver down):\n%s", diff)
 	}
 	sp, sd := ePlain.nodeScript().Status, eDown.nodeScript().Status
-	if sp.Stage != StageComplete || sd.Stage != sp.Stage || sd.Failed != sp.Failed || sd.Succeeded != sp.Succeeded {
+	if sp.Stage != v1alpha1.StageComplete || sd.Stage != sp.Stage || sd.Failed != sp.Failed || sd.Succeeded != sp.Succeeded {
 		t.Errorf("status without notify %+v, receiver down %+v", sp, sd)
 	}
 	if st := sd.Notifications; len(st) != 1 || !strings.Contains(st[0].LastError, "giving up") {
@@ -293,7 +293,7 @@ func TestNotifyReceiverDownChangesNothing(t *testing.T) {
 	}
 	var failed []string
 	for _, ev := range eDown.recorded() {
-		if strings.Contains(ev, ReasonNotificationFailed) {
+		if strings.Contains(ev, v1alpha1.ReasonNotificationFailed) {
 			failed = append(failed, ev)
 		}
 	}
@@ -417,7 +417,7 @@ func TestNotifyInfrastructurePastRetries(t *testing.T) {
 	e.withNotifier()
 	e.reconcile()
 	for attempt := 1; attempt <= 2; attempt++ {
-		e.setPod(podName(ns, "n1", ActionRun, attempt), waiting("ErrImagePull"))
+		e.setPod(podName(ns, "n1", v1alpha1.ActionRun, attempt), waiting("ErrImagePull"))
 		e.reconcile()
 		e.deliver()
 		want := 0

@@ -7,14 +7,16 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
-// Outcome is what a run pod says about its run.
-type Outcome struct {
+// runOutcome is what a run pod says about its run.
+type runOutcome struct {
 	// Done is set once the run is over (or can never start).
 	Done bool
 	// ExitCode of the script; -1 when it did not run to an exit.
@@ -38,17 +40,17 @@ type Outcome struct {
 // infrastructure failure.
 const DefaultNotReadyGrace = time.Minute
 
-// PodOutcome classifies a run pod: nodeReady and notReadySince describe
+// podOutcome classifies a run pod: nodeReady and notReadySince describe
 // its node's Ready condition (notReadySince is when it last changed); a run
 // on a node not Ready for grace is an infrastructure failure (NodeNotReady).
 // It is a pure function.
-func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, grace time.Duration) Outcome {
+func podOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, grace time.Duration) runOutcome {
 	var cs *corev1.ContainerStatus
 	if len(pod.Status.ContainerStatuses) > 0 {
 		cs = &pod.Status.ContainerStatuses[0]
 	}
-	infra := func(reason, msg string) Outcome {
-		return Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: reason, Message: msg}
+	infra := func(reason, msg string) runOutcome {
+		return runOutcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: reason, Message: msg}
 	}
 	terminated := func() *corev1.ContainerStateTerminated {
 		if cs == nil {
@@ -58,17 +60,17 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 	}
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
-		o := Outcome{Done: true}
+		o := runOutcome{Done: true}
 		if t := terminated(); t != nil {
-			o.ExitCode, o.Tail = int(t.ExitCode), TerminationTail(t.Message)
+			o.ExitCode, o.Tail = int(t.ExitCode), terminationTail(t.Message)
 		}
 		return o
 	case corev1.PodFailed:
 		reason := pod.Status.Reason
 		if reason == "DeadlineExceeded" {
-			o := Outcome{Done: true, ExitCode: -1, Reason: "Timeout", Message: pod.Status.Message}
+			o := runOutcome{Done: true, ExitCode: -1, Reason: "Timeout", Message: pod.Status.Message}
 			if t := terminated(); t != nil {
-				o.Tail = TerminationTail(t.Message)
+				o.Tail = terminationTail(t.Message)
 			}
 			return o
 		}
@@ -84,7 +86,7 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 		if t == nil || t.Reason == "ContainerStatusUnknown" {
 			return infra("ContainerNotRun", pod.Status.Message)
 		}
-		o := Outcome{Done: true, ExitCode: int(t.ExitCode), Tail: TerminationTail(t.Message)}
+		o := runOutcome{Done: true, ExitCode: int(t.ExitCode), Tail: terminationTail(t.Message)}
 		if t.Reason == "OOMKilled" {
 			o.Reason = "OOMKilled"
 		}
@@ -96,24 +98,24 @@ func PodOutcome(pod *corev1.Pod, nodeReady bool, notReadySince, now time.Time, g
 	if cs != nil && podexec.FatalWaiting(cs.State.Waiting) {
 		w := cs.State.Waiting
 		if nodeexec.IsImagePullReason(w.Reason) {
-			return infra(w.Reason, PullMessage(podexec.ContainerImage(pod, cs.Name), w.Message))
+			return infra(w.Reason, pullMessage(podexec.ContainerImage(pod, cs.Name), w.Message))
 		}
 		return infra(w.Reason, w.Message)
 	}
 	if !nodeReady && !notReadySince.IsZero() && now.Sub(notReadySince) >= grace {
 		return infra("NodeNotReady", "the node has not been Ready for "+now.Sub(notReadySince).Round(time.Second).String())
 	}
-	return Outcome{ExitCode: -1}
+	return runOutcome{ExitCode: -1}
 }
 
-// Rebooted turns the failure of a run that started on boot startBootID of its
+// rebooted turns the failure of a run that started on boot startBootID of its
 // node into an infrastructure failure (reason NodeRebooted) when the node now
 // reports another boot ID (status.nodeInfo.bootID): the reboot killed the
 // script (exit code 137 or 255, a timeout, or an unknown container status,
 // ContainerNotRun), not its own exit. Success, other infrastructure failures
 // (image pulls, evictions, NodeNotReady) and unknown boot IDs ("") pass
 // unchanged. The original outcome is kept in the message.
-func Rebooted(out Outcome, startBootID, nodeBootID string) Outcome {
+func rebooted(out runOutcome, startBootID, nodeBootID string) runOutcome {
 	if !rebootCandidate(out) || startBootID == "" || nodeBootID == "" || startBootID == nodeBootID {
 		return out
 	}
@@ -129,13 +131,13 @@ func Rebooted(out Outcome, startBootID, nodeBootID string) Outcome {
 	case out.Reason != "":
 		msg += "; the run's pod said " + out.Reason
 	}
-	return Outcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "NodeRebooted", Message: msg, Tail: out.Tail}
+	return runOutcome{Done: true, ExitCode: -1, Infrastructure: true, Reason: "NodeRebooted", Message: msg, Tail: out.Tail}
 }
 
 // rebootCandidate reports whether a reboot of the node may explain out: a
 // finished run that failed by its exit, its timeout, or a container the
 // kubelet could not find (ContainerNotRun).
-func rebootCandidate(out Outcome) bool {
+func rebootCandidate(out runOutcome) bool {
 	if !out.Done {
 		return false
 	}
@@ -154,20 +156,14 @@ func disrupted(pod *corev1.Pod) bool {
 	return false
 }
 
-// MaxTerminationLogTail is the most of a failed container's log that the
-// kubelet keeps as its termination message (terminationMessagePolicy
-// FallbackToLogsOnError), in bytes: the last 2,048 bytes of its last 80
-// lines, cut anywhere, even inside a line or a character.
-const MaxTerminationLogTail = 2048
-
-// TerminationTail is a termination message without its first line when
+// terminationTail is a termination message without its first line when
 // the kubelet may have cut it (the message is MaxTerminationLogTail bytes
 // or more; it is "" when it has a single line): a cut line may be the
 // value of a secret whose key the cut removed ("WORD=hunter2" of
 // "PASSWORD=hunter2"), which no redaction can recognise. A shorter message
 // is whole and returned unchanged. It is a pure function.
-func TerminationTail(msg string) string {
-	if len(msg) < MaxTerminationLogTail {
+func terminationTail(msg string) string {
+	if len(msg) < v1alpha1.MaxTerminationLogTail {
 		return msg
 	}
 	_, rest, _ := strings.Cut(msg, "\n")
@@ -189,9 +185,9 @@ func tail(s string, n int) string {
 	return s
 }
 
-// PullMessage is a run's message for an image its pod cannot pull: the
+// pullMessage is a run's message for an image its pod cannot pull: the
 // image, the kubelet's reason and the NodeScript fields that fix it.
-func PullMessage(image, reason string) string {
+func pullMessage(image, reason string) string {
 	msg := fmt.Sprintf("image %q cannot be pulled", image)
 	if reason != "" {
 		msg += ": " + reason

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -21,72 +23,16 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Labels and annotations of the watcher's pods, besides nodeexec's own
-// (managed-by, run ID = the spec hash, node, deadline, command).
-const (
-	// LabelNodeScript names the NodeScript a pod runs for.
-	LabelNodeScript = "nodeexec.io/nodescript"
-	// LabelAction is ActionCheck, ActionRun, ActionVerify or ActionRollback.
-	LabelAction = "nodeexec.io/action"
-	// AnnotationAttempt is the attempt number of the run (1 for the first).
-	AnnotationAttempt = "nodeexec.io/attempt"
-	// AnnotationBootID is the node's status.nodeInfo.bootID when the pod
-	// was created: while a check or run pod goes, the pod is the node's
-	// record of the run (see NodeState), and a failure on a node that
-	// rebooted since is an infrastructure failure (NodeRebooted).
-	AnnotationBootID = "nodeexec.io/boot-id"
-)
-
-// Actions: which of a NodeScript's scripts a pod runs.
-const (
-	// ActionCheck runs spec.checkScript, before ActionRun, on a node
-	// where it is set.
-	ActionCheck = "check"
-	ActionRun   = "run"
-	// ActionReboot runs spec.rebootCommand after a run that asks for a
-	// reboot (spec.reboot).
-	ActionReboot   = "reboot"
-	ActionVerify   = "verify"
-	ActionRollback = "rollback"
-	// ActionUninstall runs spec.uninstallScript while the NodeScript is
-	// deleted (uninstall.go); its pod has no owner reference.
-	ActionUninstall = "uninstall"
-)
-
 // Defaults of a NodeScript's backend and timeout.
 const (
-	DefaultNamespace = v1alpha1.DefaultNamespace
-	DefaultTimeout   = v1alpha1.DefaultTimeout
-)
-
-// Environment variables the scripts see.
-const (
-	// EnvNode is the name of the node the script runs on.
-	EnvNode = "NODE_NAME"
-	// EnvNodeScript is the name of the NodeScript.
-	EnvNodeScript = "NODESCRIPT"
-	// EnvScript holds the script of spec.scriptFrom.secretKeyRef, which
-	// the run evaluates (the kubelet reads it from the Secret).
-	EnvScript = "NODESCRIPT_SCRIPT"
-	// EnvRebootSentinel is spec.rebootSentinel, in the run's environment
-	// under spec.reboot: IfRequired.
-	EnvRebootSentinel = "NODESCRIPT_REBOOT_SENTINEL"
+	defaultTimeout = v1alpha1.DefaultTimeout
 )
 
 // Defaults of spec.reboot's fields.
 const (
-	DefaultRebootSentinel = v1alpha1.DefaultRebootSentinel
-	DefaultRebootCommand  = v1alpha1.DefaultRebootCommand
-	DefaultRebootTimeout  = v1alpha1.DefaultRebootTimeout
+	defaultRebootCommand = v1alpha1.DefaultRebootCommand
+	defaultRebootTimeout = v1alpha1.DefaultRebootTimeout
 )
-
-// RebootSentinel is spec.rebootSentinel or its default.
-func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string {
-	if spec.RebootSentinel != "" {
-		return spec.RebootSentinel
-	}
-	return DefaultRebootSentinel
-}
 
 // rebootSentinelWrap is script run so that, when it exits 0 and the file
 // $NODESCRIPT_REBOOT_SENTINEL exists, the run exits
@@ -94,20 +40,20 @@ func RebootSentinel(spec *v1alpha1.NodeScriptSpec) string {
 // runs in a subshell, on lines of its own, so that its own exit, a trailing
 // comment or a here-document end where they would alone.
 func rebootSentinelWrap(script string) string {
-	return "(\n" + script + "\n)\nrc=$?\nif [ \"$rc\" -eq 0 ] && [ -e \"$" + EnvRebootSentinel + "\" ]; then exit " +
+	return "(\n" + script + "\n)\nrc=$?\nif [ \"$rc\" -eq 0 ] && [ -e \"$" + v1alpha1.EnvRebootSentinel + "\" ]; then exit " +
 		strconv.Itoa(v1alpha1.ExitRebootRequired) + "; fi\nexit \"$rc\"\n"
 }
 
-// RunPodName is the name of the pod of attempt of action on node for the
+// runPodName is the name of the pod of attempt of action on node for the
 // NodeScript name at spec hash: podexec.PodName with a suffix hashed from
 // all five, so it is the same for the same run and differs between runs.
-func RunPodName(name, hash, node, action string, attempt int) string {
+func runPodName(name, hash, node, action string, attempt int) string {
 	sum := sha256.Sum256([]byte(name + "/" + hash + "/" + node + "/" + action + "/" + strconv.Itoa(attempt)))
 	return podexec.PodName(node, hex.EncodeToString(sum[:])[:10])
 }
 
-// RunPodSpec says which pod RunPod builds.
-type RunPodSpec struct {
+// runPodSpec says which pod RunPod builds.
+type runPodSpec struct {
 	// NodeScript is the validated NodeScript; its scripts, timeout and
 	// secretEnv are used.
 	NodeScript *v1alpha1.NodeScript
@@ -129,17 +75,17 @@ type RunPodSpec struct {
 	// check, run and verify pods (placeEnv: NODESCRIPT_ORDINAL,
 	// NODESCRIPT_CANARY, NODESCRIPT_ATTEMPT, NODESCRIPT_BOOT_ID); nil
 	// leaves them out.
-	Place *RolloutPlace
+	Place *rolloutPlace
 }
 
-// RunImage is the image a NodeScript's run pods run: spec.backend.image,
+// runImage is the image a NodeScript's run pods run: spec.backend.image,
 // or, when it is empty, the default of the backend spec.backend.name names
 // (backends.DefaultImage: busybox:stable for debugpod, the agent image
 // for nsenter). deploy/policy's admission policy computes the same image
 // and checks it against its allowed prefixes (a test pins the two
 // together); the watcher runs no other (see Options.Backends). It fails
 // for a backend name that package backends does not know.
-func RunImage(spec *v1alpha1.NodeScriptSpec) (string, error) {
+func runImage(spec *v1alpha1.NodeScriptSpec) (string, error) {
 	if spec.Backend.Image != "" {
 		return spec.Backend.Image, nil
 	}
@@ -150,21 +96,21 @@ func RunImage(spec *v1alpha1.NodeScriptSpec) (string, error) {
 	return img, nil
 }
 
-// NodeBackendOptions are the options of the backend that NodeScript ns's
+// nodeBackendOptions are the options of the backend that NodeScript ns's
 // spec.backend names (package backends): its name, the run namespace
 // (RunNamespace), the spec hash as the run ID, the image (RunImage: the
 // default is resolved here, not left to the backend), pull secrets,
 // profile and namespaces. The nsenter backend's run pods stay in the pod
 // network (no hostNetwork, no hostIPC): the agent enters the node's
 // namespaces itself. Client is left for the caller to set.
-func NodeBackendOptions(ns *v1alpha1.NodeScript) backends.NodeOptions {
+func nodeBackendOptions(ns *v1alpha1.NodeScript) backends.NodeOptions {
 	spec := &ns.Spec
-	img, err := RunImage(spec)
+	img, err := runImage(spec)
 	if err != nil {
 		img = spec.Backend.Image // an unknown backend: backends.NewNode refuses it, naming it
 	}
 	o := backends.NodeOptions{
-		Name: spec.Backend.Name, Namespace: RunNamespace(spec), RunID: v1alpha1.SpecHash(spec),
+		Name: spec.Backend.Name, Namespace: nodescript.RunNamespace(spec), RunID: v1alpha1.SpecHash(spec),
 		Image: img, Profile: spec.Backend.Profile, Namespaces: spec.Backend.Namespaces,
 		HostNetwork: ptr.To(false), HostIPC: ptr.To(false),
 	}
@@ -174,11 +120,11 @@ func NodeBackendOptions(ns *v1alpha1.NodeScript) backends.NodeOptions {
 	return o
 }
 
-// NodeBackend returns the backend NodeScript ns's spec.backend names, built
+// nodeBackend returns the backend NodeScript ns's spec.backend names, built
 // by backends.NewNode from NodeBackendOptions(ns) with client: what the
 // watcher runs ns with by default. It makes no API call.
-func NodeBackend(ns *v1alpha1.NodeScript, client kubernetes.Interface) (nodeexec.Backend, error) {
-	o := NodeBackendOptions(ns)
+func nodeBackend(ns *v1alpha1.NodeScript, client kubernetes.Interface) (nodeexec.Backend, error) {
+	o := nodeBackendOptions(ns)
 	o.Client = client
 	return backends.NewNode(o)
 }
@@ -187,19 +133,19 @@ func NodeBackend(ns *v1alpha1.NodeScript, client kubernetes.Interface) (nodeexec
 // Options.Backends. A pod with a container whose image is not
 // RunImage(spec), the image the admission policy admitted, is refused:
 // whatever Options.Backends does, the watcher runs only that image.
-func (w *Watcher) runPod(s RunPodSpec) (*corev1.Pod, error) {
-	o := NodeBackendOptions(s.NodeScript)
+func (w *Watcher) runPod(s runPodSpec) (*corev1.Pod, error) {
+	o := nodeBackendOptions(s.NodeScript)
 	o.Client = w.o.Client
 	b, err := w.o.Backends(o)
 	if err != nil {
 		return nil, fmt.Errorf("spec.backend: %w", err)
 	}
 	s.Backend = b
-	pod, err := RunPod(s)
+	pod, err := buildRunPod(s)
 	if err != nil {
 		return nil, err
 	}
-	want, err := RunImage(&s.NodeScript.Spec)
+	want, err := runImage(&s.NodeScript.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +157,7 @@ func (w *Watcher) runPod(s RunPodSpec) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-// RunPod returns the pod that runs one of a NodeScript's scripts on a node
+// buildRunPod returns the pod that runs one of a NodeScript's scripts on a node
 // to completion: the backend's CompletionPod (nodeexec.CompletionPodBuilder)
 // for the script, so that the script is the container's own process and its
 // exit code and output tail are kept in the pod's status
@@ -226,34 +172,34 @@ func (w *Watcher) runPod(s RunPodSpec) (*corev1.Pod, error) {
 // and nsenter (a privileged hostPID pod whose agent enters PID 1's
 // namespaces). A backend without CompletionPod is refused with an error
 // naming spec.backend.name.
-func RunPod(s RunPodSpec) (*corev1.Pod, error) {
+func buildRunPod(s runPodSpec) (*corev1.Pod, error) {
 	ns := s.NodeScript
 	spec := &ns.Spec
 	hash := v1alpha1.SpecHash(spec)
 	script := spec.Script
 	switch s.Action {
-	case ActionRun:
+	case v1alpha1.ActionRun:
 		if f := spec.ScriptFrom; f != nil && f.SecretKeyRef != nil {
-			script = `eval "$` + EnvScript + `"`
+			script = `eval "$` + v1alpha1.EnvScript + `"`
 		}
 		if spec.Reboot == v1alpha1.RebootIfRequired {
 			script = rebootSentinelWrap(script)
 		}
-	case ActionReboot:
+	case v1alpha1.ActionReboot:
 		script = spec.RebootCommand
 		if script == "" {
-			script = DefaultRebootCommand
+			script = defaultRebootCommand
 		}
-	case ActionCheck:
+	case v1alpha1.ActionCheck:
 		script = spec.CheckScript
-	case ActionVerify:
+	case v1alpha1.ActionVerify:
 		script = spec.VerifyScript
-	case ActionRollback:
+	case v1alpha1.ActionRollback:
 		script = spec.RollbackScript
-	case ActionUninstall:
+	case v1alpha1.ActionUninstall:
 		script = spec.UninstallScript
 	default:
-		return nil, fmt.Errorf("unknown action %q: want %s, %s, %s, %s or %s", s.Action, ActionCheck, ActionRun, ActionVerify, ActionRollback, ActionReboot)
+		return nil, fmt.Errorf("unknown action %q: want %s, %s, %s, %s or %s", s.Action, v1alpha1.ActionCheck, v1alpha1.ActionRun, v1alpha1.ActionVerify, v1alpha1.ActionRollback, v1alpha1.ActionReboot)
 	}
 	if script == "" {
 		return nil, fmt.Errorf("NodeScript %s has no %s script: no %s pod to build", ns.Name, s.Action, s.Action)
@@ -265,7 +211,7 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	if !ok {
 		return nil, fmt.Errorf("spec.backend.name %q: the %s backend cannot run a script to completion in a pod of its own; use one of %s", spec.Backend.Name, s.Backend.Name(), strings.Join(backends.NodeNames(), ", "))
 	}
-	timeout := DefaultTimeout
+	timeout := defaultTimeout
 	if spec.Timeout != nil {
 		timeout = spec.Timeout.Duration
 	}
@@ -273,27 +219,27 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 	for _, e := range spec.SecretEnv {
 		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: e.Secret, Key: e.Key})
 	}
-	if f := spec.ScriptFrom; s.Action == ActionRun && f != nil && f.SecretKeyRef != nil {
-		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: f.SecretKeyRef.Name, Key: f.SecretKeyRef.Key, Name: EnvScript})
+	if f := spec.ScriptFrom; s.Action == v1alpha1.ActionRun && f != nil && f.SecretKeyRef != nil {
+		secretEnv = append(secretEnv, nodeexec.SecretEnv{Secret: f.SecretKeyRef.Name, Key: f.SecretKeyRef.Key, Name: v1alpha1.EnvScript})
 	}
-	env := map[string]string{EnvNode: s.Node, EnvNodeScript: ns.Name}
-	if s.Action == ActionRun && spec.Reboot == v1alpha1.RebootIfRequired {
-		env[EnvRebootSentinel] = RebootSentinel(spec)
+	env := map[string]string{v1alpha1.EnvNode: s.Node, v1alpha1.EnvNodeScript: ns.Name}
+	if s.Action == v1alpha1.ActionRun && spec.Reboot == v1alpha1.RebootIfRequired {
+		env[v1alpha1.EnvRebootSentinel] = nodescript.RebootSentinel(spec)
 	}
 	placeEnv(env, s) // annotations_env.go
 	req := nodeexec.Request{Node: s.Node, Script: script, Timeout: timeout, SecretEnv: secretEnv, Env: env}
-	name := RunPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
+	name := runPodName(ns.Name, hash, s.Node, s.Action, s.Attempt)
 	var pod *corev1.Pod
 	var err error
-	if s.Action == ActionCheck && !spec.CheckPrivileged() {
-		pod, err = UnprivilegedCheckPod(spec, req, name, s.Now) // spec.check.privileged: false (detector.go)
+	if s.Action == v1alpha1.ActionCheck && !spec.CheckPrivileged() {
+		pod, err = unprivilegedCheckPod(spec, req, name, s.Now) // spec.check.privileged: false (detector.go)
 	} else if pod, err = builder.CompletionPod(req, name, s.Now); err != nil {
 		err = fmt.Errorf("spec.backend: %w", err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if ns.UID != "" && s.Action != ActionUninstall {
+	if ns.UID != "" && s.Action != v1alpha1.ActionUninstall {
 		// (An uninstall pod is not owned: a foreground deletion of the
 		// NodeScript would have the garbage collector delete it at once;
 		// the watcher deletes it once recorded.)
@@ -308,11 +254,11 @@ func RunPod(s RunPodSpec) (*corev1.Pod, error) {
 		c := &pod.Spec.Containers[i]
 		c.Env, c.EnvFrom = append(c.Env, cmVars...), append(c.EnvFrom, cmFrom...)
 	}
-	pod.Labels[LabelNodeScript] = ns.Name
-	pod.Labels[LabelAction] = s.Action
-	pod.Annotations[AnnotationAttempt] = strconv.Itoa(s.Attempt)
+	pod.Labels[v1alpha1.LabelNodeScript] = ns.Name
+	pod.Labels[v1alpha1.LabelAction] = s.Action
+	pod.Annotations[v1alpha1.AnnotationAttempt] = strconv.Itoa(s.Attempt)
 	if s.BootID != "" {
-		pod.Annotations[AnnotationBootID] = s.BootID
+		pod.Annotations[v1alpha1.AnnotationBootID] = s.BootID
 	}
 	return pod, nil
 }

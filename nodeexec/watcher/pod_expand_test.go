@@ -41,7 +41,7 @@ func TestRunPodSurvivesExpansion(t *testing.T) {
 				}
 				ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "fix"},
 					Spec: v1alpha1.NodeScriptSpec{Script: script, Backend: v1alpha1.BackendSpec{Name: backend}}}
-				pod, err := RunPod(RunPodSpec{NodeScript: ns, Backend: mustNodeBackend(t, ns), Node: "n", Action: ActionRun, Attempt: 1, Now: now})
+				pod, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: mustNodeBackend(t, ns), Node: "n", Action: v1alpha1.ActionRun, Attempt: 1, Now: now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -57,7 +57,7 @@ func TestRunPodSurvivesExpansion(t *testing.T) {
 
 func mustNodeBackend(t *testing.T, ns *v1alpha1.NodeScript) nodeexec.Backend {
 	t.Helper()
-	b, err := NodeBackend(ns, fake.NewClientset())
+	b, err := nodeBackend(ns, fake.NewClientset())
 	if err != nil {
 		t.Fatal(err)
 	}

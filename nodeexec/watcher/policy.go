@@ -20,7 +20,7 @@ import (
 // failurePolicy applies OnFailure to a node whose script failed: rollback
 // script, cordon, drain. Each step is recorded in the node's state, so it
 // is taken once, also across restarts.
-func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, rollbackBusy bool, now time.Time) error {
+func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, rollbackBusy bool, now time.Time) error {
 	p := ns.Spec.OnFailure
 	changed := false
 	if !p.Cordon && s.CordonedByUs && n.Spec.Unschedulable {
@@ -33,12 +33,12 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 				return err
 			}
 			s.CordonedByUs = true
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonCordoned, "nodescript %s failed here: cordoned", ns.Name)
+			c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonCordoned, "nodescript %s failed here: cordoned", ns.Name)
 		}
 		s.Cordoned, changed = true, true
 	}
 	if (p.Rollback || analysisRollback(ns, s)) && s.Rollback == "" && !rollbackBusy {
-		pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRollback, Attempt: 1, Now: now})
+		pod, err := c.w.runPod(runPodSpec{NodeScript: ns, Node: n.Name, Action: v1alpha1.ActionRollback, Attempt: 1, Now: now})
 		if err != nil {
 			return err
 		}
@@ -49,15 +49,15 @@ func (c *controller) failurePolicy(ctx context.Context, ns *v1alpha1.NodeScript,
 		}
 		s.Rollback, changed = "Running", true
 	} else if s.Rollback == "Running" && !rollbackBusy {
-		name := RunPodName(ns.Name, s.Hash, n.Name, ActionRollback, 1)
+		name := runPodName(ns.Name, s.Hash, n.Name, v1alpha1.ActionRollback, 1)
 		if !c.w.expected(name) {
 			gone, err := c.gone(ctx, ns, name, now)
 			if err != nil {
 				return err
 			}
 			if gone {
-				s.Rollback, changed = PhaseFailed, true
-				c.events.Eventf(n, corev1.EventTypeWarning, ReasonRollbackFailed, "nodescript %s: rollback pod %s disappeared before its outcome was recorded", ns.Name, name)
+				s.Rollback, changed = v1alpha1.PhaseFailed, true
+				c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonRollbackFailed, "nodescript %s: rollback pod %s disappeared before its outcome was recorded", ns.Name, name)
 			}
 		}
 	}
@@ -86,12 +86,12 @@ func (c *controller) cordon(ctx context.Context, n *corev1.Node, desired bool) e
 // says when, for the Event: once the node succeeded (a corrected spec ran
 // there, or the run it was cordoned for under spec.maintenance), or when a
 // run it was cordoned for failed and spec.onFailure.cordon is not set.
-func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, why string) error {
+func (c *controller) uncordon(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, why string) error {
 	if err := c.cordon(ctx, n, false); err != nil {
 		return err
 	}
 	s.CordonedByUs, s.Cordoned = false, false
-	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUncordoned, "nodescript %s: uncordoned (the watcher had cordoned it): %s", ns.Name, why)
+	c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonUncordoned, "nodescript %s: uncordoned (the watcher had cordoned it): %s", ns.Name, why)
 	return c.w.writeState(ctx, ns, n, s)
 }
 
@@ -108,12 +108,12 @@ func (c *controller) drain(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 			c.w.release(c.w.draining, n.Name)
 			c.queue.Add(ns.Name)
 		}()
-		result, reason, typ := ReasonDrained, ReasonDrained, corev1.EventTypeNormal
+		result, reason, typ := v1alpha1.ReasonDrained, v1alpha1.ReasonDrained, corev1.EventTypeNormal
 		if err := runDrain(ctx, c.w.o.Client, n.Name, drainOptions{Timeout: timeout, DeleteEmptyDirData: true, GracePeriodSeconds: -1}); err != nil {
 			if ctx.Err() != nil {
 				return // stopped: drained again on the next start
 			}
-			result, reason, typ = tail("drain failed: "+err.Error(), 256), ReasonDrainFailed, corev1.EventTypeWarning
+			result, reason, typ = tail("drain failed: "+err.Error(), 256), v1alpha1.ReasonDrainFailed, corev1.EventTypeWarning
 		}
 		c.events.Eventf(n, typ, reason, "nodescript %s failed here: %s", ns.Name, result)
 		// The node as known now, not n: n's state annotation is the one from
@@ -148,6 +148,6 @@ func (c *controller) removeTaint(ctx context.Context, n *corev1.Node, t *corev1.
 		}
 		return fmt.Errorf("node %s: removing taint %s: %w", n.Name, t.Key, err)
 	}
-	c.events.Eventf(n, corev1.EventTypeNormal, ReasonTaintRemoved, "the script succeeded here: taint %s removed", t.Key)
+	c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonTaintRemoved, "the script succeeded here: taint %s removed", t.Key)
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -172,7 +174,7 @@ func TestAdmissionPolicyDefaults(t *testing.T) {
 			for _, namespace := range []string{"", "ops"} {
 				ns := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1alpha1.NodeScriptSpec{Script: "true",
 					Backend: v1alpha1.BackendSpec{Name: backend, Image: image, Namespace: namespace}}}
-				wantImage, err := RunImage(&ns.Spec)
+				wantImage, err := runImage(&ns.Spec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -180,14 +182,14 @@ func TestAdmissionPolicyDefaults(t *testing.T) {
 				if got := res.vars["image"].Value(); got != wantImage {
 					t.Errorf("backend %q image %q: the policy checks image %v, the watcher runs %s", backend, image, got, wantImage)
 				}
-				if got, want := res.vars["runNamespace"].Value(), RunNamespace(&ns.Spec); got != want {
+				if got, want := res.vars["runNamespace"].Value(), nodescript.RunNamespace(&ns.Spec); got != want {
 					t.Errorf("backend %q namespace %q: the policy checks namespace %v, the watcher creates its pods in %s", backend, namespace, got, want)
 				}
-				pod, err := (&Watcher{o: Options{Client: fake.NewClientset(), Backends: backends.NewNode}}).runPod(RunPodSpec{NodeScript: ns, Node: "n1", Action: ActionRun, Attempt: 1})
+				pod, err := (&Watcher{o: Options{Client: fake.NewClientset(), Backends: backends.NewNode}}).runPod(runPodSpec{NodeScript: ns, Node: "n1", Action: v1alpha1.ActionRun, Attempt: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if pod.Spec.Containers[0].Image != wantImage || pod.Namespace != RunNamespace(&ns.Spec) {
+				if pod.Spec.Containers[0].Image != wantImage || pod.Namespace != nodescript.RunNamespace(&ns.Spec) {
 					t.Errorf("backend %q image %q namespace %q: the run pod is %s/%s running %s, not what the policy checked", backend, image, namespace, pod.Namespace, pod.Name, pod.Spec.Containers[0].Image)
 				}
 			}
@@ -195,7 +197,7 @@ func TestAdmissionPolicyDefaults(t *testing.T) {
 	}
 	// A backend the policy knows no default of is refused, not let through.
 	res := p.eval(t, "CREATE", &v1alpha1.NodeScript{Spec: v1alpha1.NodeScriptSpec{Backend: v1alpha1.BackendSpec{Name: "ssh"}}}, nil,
-		map[string]string{"allowedImagePrefixes": "nodeexec.local/,busybox", "allowedNamespaces": DefaultNamespace})
+		map[string]string{"allowedImagePrefixes": "nodeexec.local/,busybox", "allowedNamespaces": v1alpha1.DefaultNamespace})
 	if len(res.denied) != 1 || !strings.Contains(res.denied[0], "knows no default image of backend ssh") {
 		t.Errorf("an unknown backend without an image: %q, want one refusal naming it", res.denied)
 	}
@@ -280,7 +282,7 @@ func TestAdmissionPolicyHookJobs(t *testing.T) {
 // a change of what runs is checked.
 func TestAdmissionPolicyUpdates(t *testing.T) {
 	p := loadAdmissionPolicy(t)
-	old := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "x", Finalizers: []string{Finalizer}}, Spec: v1alpha1.NodeScriptSpec{
+	old := &v1alpha1.NodeScript{ObjectMeta: metav1.ObjectMeta{Name: "x", Finalizers: []string{v1alpha1.Finalizer}}, Spec: v1alpha1.NodeScriptSpec{
 		Script: "true", Backend: v1alpha1.BackendSpec{Name: "nsenter", Image: "evil.example/root:1"},
 		Rollout: v1alpha1.RolloutSpec{Promotion: v1alpha1.PromotionManual}}}
 	for _, c := range []struct {
@@ -293,7 +295,7 @@ func TestAdmissionPolicyUpdates(t *testing.T) {
 		{"promote", func(n *v1alpha1.NodeScript) { n.Spec.Rollout.PromoteTo = "all" }, false},
 		{"finalizer removed", func(n *v1alpha1.NodeScript) { n.Finalizers = nil; n.DeletionTimestamp = &metav1.Time{} }, false},
 		{"run-now", func(n *v1alpha1.NodeScript) {
-			n.Annotations = map[string]string{AnnotationRunNow: "2026-11-21T22:00:00Z", AnnotationRunNowBy: "alice"}
+			n.Annotations = map[string]string{v1alpha1.AnnotationRunNow: "2026-11-21T22:00:00Z", v1alpha1.AnnotationRunNowBy: "alice"}
 		}, false},
 		{"labels", func(n *v1alpha1.NodeScript) { n.Labels = map[string]string{"team": "a"} }, false},
 		{"image", func(n *v1alpha1.NodeScript) { n.Spec.Backend.Image = "evil.example/root:2" }, true},
@@ -316,7 +318,7 @@ func TestAdmissionPolicyUpdates(t *testing.T) {
 			if from && !c.checked { // the reverse control: resume, unpromote
 				n.Spec.Paused, n.Spec.Rollout.PromoteTo = false, ""
 			}
-			res := p.eval(t, "UPDATE", n, o, map[string]string{"allowedImagePrefixes": "nodeexec.local/", "allowedNamespaces": DefaultNamespace})
+			res := p.eval(t, "UPDATE", n, o, map[string]string{"allowedImagePrefixes": "nodeexec.local/", "allowedNamespaces": v1alpha1.DefaultNamespace})
 			if res.applies != c.checked {
 				t.Errorf("UPDATE %s (from paused: %v): checked %v, want %v", c.name, from, res.applies, c.checked)
 			}

@@ -17,20 +17,6 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// HoldPostCompleteDelay is Decision.Hold while spec.rollout.postCompleteDelay
-// has not passed since the last node succeeded: Decision.NextStart is
-// when the next node may start.
-const HoldPostCompleteDelay = "PostCompleteDelay"
-
-// Events and reasons of spec.postCompleteLabels (on the node).
-const (
-	// ReasonLabeled: the labels were put on the node after its success.
-	ReasonLabeled = "PostCompleteLabeled"
-	// ReasonLabelFailed: the labels could not be put on the node (the
-	// patch failed); retried on the next reconcile.
-	ReasonLabelFailed = "PostCompleteLabelFailed"
-)
-
 // postComplete are the metrics of spec.maintenance.prePull,
 // spec.rollout.postCompleteDelay and spec.postCompleteLabels.
 type postComplete struct {
@@ -69,7 +55,7 @@ func (m postComplete) collectors() []prometheus.Collector {
 // Hold is HoldPostCompleteDelay and NextStart the time the delay ends.
 // The times come from the nodes' records, so a restarted watcher waits
 // the same. Pure.
-func postCompleteDelay(ns *v1alpha1.NodeScript, nodes []Node, d *Decision, now time.Time) {
+func postCompleteDelay(ns *v1alpha1.NodeScript, nodes []rolloutNode, d *decision, now time.Time) {
 	p := ns.Spec.Rollout.PostCompleteDelay
 	if p == nil || p.Duration <= 0 || len(d.Start) == 0 || d.Hold != "" {
 		return
@@ -79,7 +65,7 @@ func postCompleteDelay(ns *v1alpha1.NodeScript, nodes []Node, d *Decision, now t
 		// Selected or not: a node that left the selector after its success
 		// (spec.postCompleteLabels matching a NotIn selector) was disrupted
 		// all the same.
-		if s := nodes[i].State; s.Hash == d.Hash && s.Phase == PhaseSucceeded && s.Since.After(last) {
+		if s := nodes[i].State; s.Hash == d.Hash && s.Phase == v1alpha1.PhaseSucceeded && s.Since.After(last) {
 			last = s.Since
 		}
 	}
@@ -87,7 +73,7 @@ func postCompleteDelay(ns *v1alpha1.NodeScript, nodes []Node, d *Decision, now t
 		return
 	}
 	if next := last.Add(p.Duration); now.Before(next) {
-		d.Start, d.Hold, d.NextStart = nil, HoldPostCompleteDelay, next
+		d.Start, d.Hold, d.NextStart = nil, v1alpha1.HoldPostCompleteDelay, next
 	}
 }
 
@@ -97,14 +83,14 @@ func postCompleteDelay(ns *v1alpha1.NodeScript, nodes []Node, d *Decision, now t
 // verified too while the rollout is still at its canaries (stage Canary
 // or Soaking), so that a canary whose verifyScript fails is never
 // labeled. Pure.
-func wantsLabels(ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState) bool {
+func wantsLabels(ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState) bool {
 	l := ns.Spec.PostCompleteLabels
-	if len(l) == 0 || s.Hash != hash || (s.Phase != PhaseSucceeded && s.Phase != PhaseNotNeeded) {
+	if len(l) == 0 || s.Hash != hash || (s.Phase != v1alpha1.PhaseSucceeded && s.Phase != v1alpha1.PhaseNotNeeded) {
 		return false
 	}
-	if s.Phase == PhaseSucceeded && strings.TrimSpace(ns.Spec.VerifyScript) != "" && !s.Verified &&
+	if s.Phase == v1alpha1.PhaseSucceeded && strings.TrimSpace(ns.Spec.VerifyScript) != "" && !s.Verified &&
 		ns.Spec.Rollout.Promotion != v1alpha1.PromotionManual &&
-		(ns.Status.Stage == StageCanary || ns.Status.Stage == StageSoaking || ns.Status.Stage == "") {
+		(ns.Status.Stage == v1alpha1.StageCanary || ns.Status.Stage == v1alpha1.StageSoaking || ns.Status.Stage == "") {
 		return false
 	}
 	for k, v := range l {
@@ -126,16 +112,16 @@ func (c *controller) labelNode(ctx context.Context, ns *v1alpha1.NodeScript, n *
 	}
 	if _, err := c.w.o.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nodeexec-watcher"}); err != nil {
 		c.w.metrics.postComplete.labeled.WithLabelValues(ns.Name, "failed").Inc()
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonLabelFailed, "nodescript %s: spec.postCompleteLabels: %v", ns.Name, err)
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonLabelFailed, "nodescript %s: spec.postCompleteLabels: %v", ns.Name, err)
 		return fmt.Errorf("node %s: putting spec.postCompleteLabels: %w", n.Name, err)
 	}
 	c.w.metrics.postComplete.labeled.WithLabelValues(ns.Name, "labeled").Inc()
-	c.events.Eventf(n, corev1.EventTypeNormal, ReasonLabeled, "nodescript %s: labeled %s after its success (spec.postCompleteLabels)", ns.Name, FormatLabels(l))
+	c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonLabeled, "nodescript %s: labeled %s after its success (spec.postCompleteLabels)", ns.Name, formatLabels(l))
 	return nil
 }
 
-// FormatLabels is labels as "k=v, k=v", sorted by key.
-func FormatLabels(l map[string]string) string {
+// formatLabels is labels as "k=v, k=v", sorted by key.
+func formatLabels(l map[string]string) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(l)) {
 		parts = append(parts, k+"="+l[k])

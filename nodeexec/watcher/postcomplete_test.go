@@ -29,9 +29,9 @@ func TestDecidePostCompleteDelay(t *testing.T) {
 		t.Fatalf("no success yet: start %v, hold %q; want one node at once", d.Start, d.Hold)
 	}
 	first := decide(t, ns, c, t0).Start[0]
-	c.set(ns, PhaseSucceeded, first) // Since t0
+	c.set(ns, v1alpha1.PhaseSucceeded, first) // Since t0
 	d := decide(t, ns, c, t0.Add(2*time.Second))
-	if len(d.Start) != 0 || d.Hold != HoldPostCompleteDelay || !d.NextStart.Equal(t0.Add(delay)) || d.Stage != StageRolling || d.Counts.Succeeded != 1 {
+	if len(d.Start) != 0 || d.Hold != v1alpha1.HoldPostCompleteDelay || !d.NextStart.Equal(t0.Add(delay)) || d.Stage != v1alpha1.StageRolling || d.Counts.Succeeded != 1 {
 		t.Fatalf("2s after a success: %+v; want held until %s", d, t0.Add(delay))
 	}
 	if after := requeueAfter(d, time.Time{}, t0.Add(2*time.Second)); after != 3*time.Second {
@@ -49,23 +49,23 @@ func TestDecidePostCompleteDelay(t *testing.T) {
 	}
 	// The last success counts: a later one pushes the next start.
 	second := d.Start[0]
-	c.set(ns, PhaseSucceeded, second)
+	c.set(ns, v1alpha1.PhaseSucceeded, second)
 	c[second].State.Since = t0.Add(10 * time.Second)
 	if d := decide(t, ns, c, t0.Add(12*time.Second)); len(d.Start) != 0 || !d.NextStart.Equal(t0.Add(15*time.Second)) {
 		t.Errorf("after the second success: %+v, want held until t0+15s", d)
 	}
 	// A success of an older spec does not count; nor does NotNeeded.
 	c[second].State.Hash = "older"
-	c[second].State.Phase = PhaseSucceeded
-	c[first].State.Phase = PhaseNotNeeded
+	c[second].State.Phase = v1alpha1.PhaseSucceeded
+	c[first].State.Phase = v1alpha1.PhaseNotNeeded
 	if d := decide(t, ns, c, t0.Add(time.Second)); len(d.Start) != 1 || d.Hold != "" {
 		t.Errorf("NotNeeded and an older spec's success: %+v, want no hold", d)
 	}
 	// A pause wins (its own hold), and no delay: no hold.
-	c[first].State.Phase = PhaseSucceeded
+	c[first].State.Phase = v1alpha1.PhaseSucceeded
 	paused := ns.DeepCopy()
 	paused.Spec.Paused = true
-	if d := decide(t, paused, c, t0.Add(time.Second)); d.Hold != HoldPaused {
+	if d := decide(t, paused, c, t0.Add(time.Second)); d.Hold != v1alpha1.HoldPaused {
 		t.Errorf("paused: hold %q", d.Hold)
 	}
 	none := ns.DeepCopy()
@@ -84,7 +84,7 @@ func TestPostCompleteDelayStatus(t *testing.T) {
 	})
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns},
-		testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseSucceeded, Since: t0.Add(-10 * time.Second)})), testNode("n2"))
+		testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Since: t0.Add(-10 * time.Second)})), testNode("n2"))
 	after := e.reconcile()
 	if got := e.pods(); len(got) != 0 {
 		t.Fatalf("pods %v within the delay", got)
@@ -111,8 +111,8 @@ func TestPostCompleteLabels(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.PostCompleteLabels = labels })
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns},
-		testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseSucceeded, Since: t0}), func(n *corev1.Node) { n.Labels["example.com/kernel"] = "6.1" }),
-		testNode("n2", withState(NodeState{Hash: hash, Phase: PhaseFailed, Since: t0})))
+		testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, Since: t0}), func(n *corev1.Node) { n.Labels["example.com/kernel"] = "6.1" }),
+		testNode("n2", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseFailed, Since: t0})))
 	e.reconcile()
 	n1 := e.node("n1").Labels
 	if n1["example.com/upgraded"] != "true" || n1["example.com/kernel"] != "6.8" || n1["pool"] != "a" {
@@ -121,7 +121,7 @@ func TestPostCompleteLabels(t *testing.T) {
 	if _, ok := e.node("n2").Labels["example.com/upgraded"]; ok {
 		t.Error("a failed node was labeled")
 	}
-	e.checkEvents("labels", ReasonLabeled, ReasonHalted) // n2 failed: halted, n1 labeled all the same
+	e.checkEvents("labels", v1alpha1.ReasonLabeled, v1alpha1.ReasonHalted) // n2 failed: halted, n1 labeled all the same
 	e.reconcile()
 	if slices.ContainsFunc(e.calls[""], func(c string) bool { return c == "patch nodes n1" }) {
 		t.Errorf("labeled again: %v", e.calls[""])
@@ -130,20 +130,20 @@ func TestPostCompleteLabels(t *testing.T) {
 
 	// A canary under a verifyScript: labeled once verified, not before.
 	v := script(func(s *v1alpha1.NodeScriptSpec) { s.PostCompleteLabels, s.VerifyScript = labels, "true" })
-	v.Status.Stage = StageSoaking
+	v.Status.Stage = v1alpha1.StageSoaking
 	vh := v1alpha1.SpecHash(&v.Spec)
 	n := testNode("c1")
-	if wantsLabels(v, vh, n, NodeState{Hash: vh, Phase: PhaseSucceeded}) {
+	if wantsLabels(v, vh, n, nodeState{Hash: vh, Phase: v1alpha1.PhaseSucceeded}) {
 		t.Error("a canary not yet verified wants its labels")
 	}
-	if !wantsLabels(v, vh, n, NodeState{Hash: vh, Phase: PhaseSucceeded, Verified: true}) {
+	if !wantsLabels(v, vh, n, nodeState{Hash: vh, Phase: v1alpha1.PhaseSucceeded, Verified: true}) {
 		t.Error("a verified canary does not want its labels")
 	}
-	v.Status.Stage = StageRolling
-	if !wantsLabels(v, vh, n, NodeState{Hash: vh, Phase: PhaseSucceeded}) {
+	v.Status.Stage = v1alpha1.StageRolling
+	if !wantsLabels(v, vh, n, nodeState{Hash: vh, Phase: v1alpha1.PhaseSucceeded}) {
 		t.Error("a node past the canaries does not want its labels")
 	}
-	if wantsLabels(v, vh, n, NodeState{Hash: "older", Phase: PhaseSucceeded}) {
+	if wantsLabels(v, vh, n, nodeState{Hash: "older", Phase: v1alpha1.PhaseSucceeded}) {
 		t.Error("an older spec's success wants the labels")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,57 +21,28 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// ActionPrePull labels the pod that pulls a run's image on a node before
-// the node is cordoned (spec.maintenance.prePull). It is not a run: its
-// outcome is judged by prePullStep, never by PodOutcome, and recorded as
-// the node's preparation (NodeState.Maintenance Pulling).
-const ActionPrePull = "prepull"
-
-// MaintenancePulling is NodeState.Maintenance while the pre-pull pod
-// (NodeState.Pod) pulls the run's image on a node that is not cordoned
-// yet; the cordon (and drain) follow once it is pulled.
-const MaintenancePulling = "Pulling"
-
 // maintenancePulled marks a state, in memory only, whose image was just
 // pulled: prepare cordons it next instead of pulling again.
 const maintenancePulled = "Pulled"
 
-// Events and reasons of spec.maintenance.prePull (on the node).
-const (
-	// ReasonPrePulled: the run's image is on the node; it is cordoned next.
-	ReasonPrePulled = "PrePulled"
-	// ReasonPrePullFailed: the image could not be pulled (or the pod
-	// pulling it did not run): an infrastructure failure, retried under
-	// spec.retry, with the node never cordoned. Also the node state's reason.
-	ReasonPrePullFailed = "PrePullFailed"
-)
-
-// PrePullRecheck is how often a NodeScript with a node pulling is looked
+// prePullRecheck is how often a NodeScript with a node pulling is looked
 // at again (pod events usually come first).
-const PrePullRecheck = 2 * time.Second
+const prePullRecheck = 2 * time.Second
 
 // PrePullCommand is the pre-pull container's command: it exits at once.
 // An image without it still proves the pull: its container fails to start
 // after the image was pulled, which prePullStep reads as pulled.
 var prePullCommand = []string{"true"}
 
-// PrePulls reports whether ns pulls the run's image on a node before
-// cordoning it: spec.maintenance.cordon is set and spec.maintenance.prePull
-// is not false.
-func PrePulls(ns *v1alpha1.NodeScript) bool {
-	m := ns.Spec.Maintenance
-	return m != nil && m.Cordon && (m.PrePull == nil || *m.PrePull)
-}
-
 // prePullTimeout bounds a pre-pull: spec.timeout, or DefaultTimeout.
 func prePullTimeout(ns *v1alpha1.NodeScript) time.Duration {
 	if t := ns.Spec.Timeout; t != nil {
 		return t.Duration
 	}
-	return DefaultTimeout
+	return defaultTimeout
 }
 
-// PrePullPod returns the pod that pulls the image of run, a run pod
+// prePullPod returns the pod that pulls the image of run, a run pod
 // RunPod built, on its node: named name, the run pod's namespace, owner,
 // labels (managed-by, run ID, NodeScript; action ActionPrePull), node
 // annotation, node, tolerations, priority, image pull secrets and each
@@ -78,15 +51,15 @@ func prePullTimeout(ns *v1alpha1.NodeScript) time.Duration {
 // prePullCommand. It is bounded by timeout (activeDeadlineSeconds, the
 // deadline annotation, counted from now). It is a pure function; run is
 // not changed.
-func PrePullPod(run *corev1.Pod, name string, timeout time.Duration, now time.Time) *corev1.Pod {
+func prePullPod(run *corev1.Pod, name string, timeout time.Duration, now time.Time) *corev1.Pod {
 	active := int64(math.Ceil(timeout.Seconds()))
 	labels := map[string]string{}
-	for _, k := range []string{nodeexec.LabelManagedBy, nodeexec.LabelRunID, LabelNodeScript} {
+	for _, k := range []string{nodeexec.LabelManagedBy, nodeexec.LabelRunID, v1alpha1.LabelNodeScript} {
 		if v, ok := run.Labels[k]; ok {
 			labels[k] = v
 		}
 	}
-	labels[LabelAction] = ActionPrePull
+	labels[v1alpha1.LabelAction] = v1alpha1.ActionPrePull
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: run.Namespace, Labels: labels,
@@ -143,7 +116,7 @@ func prePullStep(pod *corev1.Pod, image string, since, now time.Time, timeout ti
 		cs := &pod.Status.ContainerStatuses[i]
 		if w := cs.State.Waiting; w != nil && nodeexec.IsImagePullReason(w.Reason) {
 			img := cmp.Or(podexec.ContainerImage(pod, cs.Name), cs.Image, image)
-			return prePullFailed, w.Reason + ": " + PullMessage(img, w.Message)
+			return prePullFailed, w.Reason + ": " + pullMessage(img, w.Message)
 		}
 	}
 	pulled := len(pod.Status.ContainerStatuses) > 0 && len(pod.Status.ContainerStatuses) >= len(pod.Spec.Containers)
@@ -178,9 +151,9 @@ func prePullStep(pod *corev1.Pod, image string, since, now time.Time, timeout ti
 // ReasonPrePullFailed) counted as an attempt, to be retried after its
 // backoff under spec.retry; the node was never cordoned for it. Pure but
 // for backoff's jitter.
-func prePullFailure(ns *v1alpha1.NodeScript, s NodeState, msg string, now time.Time) NodeState {
+func prePullFailure(ns *v1alpha1.NodeScript, s nodeState, msg string, now time.Time) nodeState {
 	s.Attempts++
-	s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = PhaseFailed, "", true, ReasonPrePullFailed, msg, now
+	s.Phase, s.Maintenance, s.Infrastructure, s.Reason, s.Message, s.Since = v1alpha1.PhaseFailed, "", true, v1alpha1.ReasonPrePullFailed, msg, now
 	t := now.Add(backoff(ns, s.Attempts))
 	s.NextRetry = &t
 	return s
@@ -193,27 +166,27 @@ func prePullFailure(ns *v1alpha1.NodeScript, s NodeState, msg string, now time.T
 // attempt would create; an existing one is fine) and records the node
 // Running with Maintenance Pulling and the pod, not cordoned. RBAC: create
 // pods in the run namespace, patch nodes/status.
-func (c *controller) prePull(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) (bool, error) {
-	if !PrePulls(ns) || (s.Hash == hash && s.Phase == PhaseRunning && s.Maintenance == maintenancePulled) {
+func (c *controller) prePull(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) (bool, error) {
+	if !nodescript.PrePulls(ns) || (s.Hash == hash && s.Phase == v1alpha1.PhaseRunning && s.Maintenance == maintenancePulled) {
 		return false, nil
 	}
-	next := NodeState{Hash: hash, Phase: PhaseRunning, Since: now, Maintenance: MaintenancePulling, BootID: n.Status.NodeInfo.BootID,
+	next := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Since: now, Maintenance: v1alpha1.MaintenancePulling, BootID: n.Status.NodeInfo.BootID,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs}
 	if s.Hash == hash {
 		next.Attempts, next.AttemptsBefore, next.Checked = s.Attempts, s.AttemptsBefore, s.Checked
 	}
-	run, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionRun, Attempt: next.Attempts + 1, Now: now})
+	run, err := c.w.runPod(runPodSpec{NodeScript: ns, Node: n.Name, Action: v1alpha1.ActionRun, Attempt: next.Attempts + 1, Now: now})
 	if err != nil {
 		return true, err
 	}
-	pod := PrePullPod(run, RunPodName(ns.Name, hash, n.Name, ActionPrePull, next.Attempts+1), prePullTimeout(ns), now)
+	pod := prePullPod(run, runPodName(ns.Name, hash, n.Name, v1alpha1.ActionPrePull, next.Attempts+1), prePullTimeout(ns), now)
 	next.Pod = pod.Name
 	c.w.expect(pod.Name, now)
 	if _, err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "nodeexec-watcher"}); err != nil && !apierrors.IsAlreadyExists(err) {
 		c.w.unexpect(pod.Name)
 		return true, fmt.Errorf("node %s: creating the pre-pull pod: %w", n.Name, err)
 	}
-	c.queue.AddAfter(ns.Name, PrePullRecheck) // the timeout, if no pod event comes first
+	c.queue.AddAfter(ns.Name, prePullRecheck) // the timeout, if no pod event comes first
 	return true, c.w.writeState(ctx, ns, n, next)
 }
 
@@ -223,8 +196,8 @@ func (c *controller) prePull(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 // pod deleted and the node Failed (prePullFailure), never cordoned; a pod
 // gone before its outcome was seen is created again; else wait. RBAC: get
 // and delete pods in the run namespace.
-func (c *controller) pulling(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) error {
-	namespace := RunNamespace(&ns.Spec)
+func (c *controller) pulling(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) error {
+	namespace := nodescript.RunNamespace(&ns.Spec)
 	var pod *corev1.Pod
 	if obj, ok, err := c.pods.GetByKey(namespace + "/" + s.Pod); err != nil {
 		return err
@@ -237,7 +210,7 @@ func (c *controller) pulling(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 			// Deleted after its outcome was seen but before it was
 			// recorded (a restart), or by someone else: pull again.
 			s.Maintenance = ""
-			s.Phase = PhasePending
+			s.Phase = v1alpha1.PhasePending
 			_, err := c.prePull(ctx, ns, hash, n, s, now)
 			return err
 		case err != nil:
@@ -245,14 +218,14 @@ func (c *controller) pulling(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 		}
 		pod = p
 	}
-	image, _ := RunImage(&ns.Spec) // validated
+	image, _ := runImage(&ns.Spec) // validated
 	step, msg := prePullStep(pod, image, s.Since, now, prePullTimeout(ns))
 	switch step {
 	case prePullGoing:
 		return nil
 	case prePullDone:
 		c.w.metrics.postComplete.prePulls.WithLabelValues(ns.Name, prePullDone).Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonPrePulled, "nodescript %s: image %s pulled in %s before the cordon (spec.maintenance.prePull)", ns.Name, image, now.Sub(s.Since).Round(time.Second))
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonPrePulled, "nodescript %s: image %s pulled in %s before the cordon (spec.maintenance.prePull)", ns.Name, image, now.Sub(s.Since).Round(time.Second))
 		s.Maintenance = maintenancePulled
 		if err := c.prepare(ctx, ns, hash, n, s, now); err != nil {
 			return err
@@ -260,7 +233,7 @@ func (c *controller) pulling(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 	default:
 		c.w.metrics.postComplete.prePulls.WithLabelValues(ns.Name, prePullFailed).Inc()
 		msg = tail(msg, 512)
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonPrePullFailed, "nodescript %s: before the cordon (not cordoned): %s", ns.Name, msg)
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonPrePullFailed, "nodescript %s: before the cordon (not cordoned): %s", ns.Name, msg)
 		if err := c.w.writeState(ctx, ns, n, prePullFailure(ns, s, msg, now)); err != nil {
 			return err
 		}
@@ -284,7 +257,7 @@ func (c *controller) strayPrePull(ctx context.Context, ns *v1alpha1.NodeScript, 
 	if pod.DeletionTimestamp != nil || c.w.expected(pod.Name) {
 		return
 	}
-	if s, ok := c.w.state(ctx, ns.Name, n); !ok || (s.Phase == PhaseRunning && s.Maintenance == MaintenancePulling && s.Pod == pod.Name) {
+	if s, ok := c.w.state(ctx, ns.Name, n); !ok || (s.Phase == v1alpha1.PhaseRunning && s.Maintenance == v1alpha1.MaintenancePulling && s.Pod == pod.Name) {
 		return
 	}
 	err := c.w.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -36,12 +38,12 @@ func TestPrePullPodGolden(t *testing.T) {
 			if c.mutate != nil {
 				c.mutate(&ns.Spec)
 			}
-			run, err := RunPod(RunPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "node-a.example", Action: ActionRun, Attempt: 2, Now: now})
+			run, err := buildRunPod(runPodSpec{NodeScript: ns, Backend: testBackend(t, ns), Node: "node-a.example", Action: v1alpha1.ActionRun, Attempt: 2, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := run.DeepCopy()
-			pod := PrePullPod(run, RunPodName(ns.Name, v1alpha1.SpecHash(&ns.Spec), "node-a.example", ActionPrePull, 2), prePullTimeout(ns), now)
+			pod := prePullPod(run, runPodName(ns.Name, v1alpha1.SpecHash(&ns.Spec), "node-a.example", v1alpha1.ActionPrePull, 2), prePullTimeout(ns), now)
 			golden.CheckYAML(t, c.name+".yaml", pod)
 			if run.Spec.Containers[0].Image != before.Spec.Containers[0].Image || len(run.Spec.Volumes) != len(before.Spec.Volumes) {
 				t.Error("PrePullPod changed the run pod")
@@ -55,7 +57,7 @@ func TestPrePullPodGolden(t *testing.T) {
 			if pod.Spec.HostPID || pod.Spec.HostNetwork || len(pod.Spec.Volumes) > 0 || len(pod.Spec.Containers[0].Env) > 0 || len(pod.Spec.Containers[0].EnvFrom) > 0 {
 				t.Errorf("the pre-pull pod keeps the run's privileges or environment: %+v", pod.Spec)
 			}
-			if pod.Labels[LabelAction] != ActionPrePull || pod.Labels[LabelNodeScript] != ns.Name {
+			if pod.Labels[v1alpha1.LabelAction] != v1alpha1.ActionPrePull || pod.Labels[v1alpha1.LabelNodeScript] != ns.Name {
 				t.Errorf("labels %v", pod.Labels)
 			}
 		})
@@ -93,10 +95,10 @@ func TestPrePullStep(t *testing.T) {
 		{"no true in the image", pod(corev1.PodFailed, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError"}}), since, prePullDone, ""},
 		{"CreateContainerError", pod(corev1.PodPending, waitingFor("CreateContainerError")), since, prePullDone, ""},
 		{"rejected by the kubelet", &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu", Message: "Node didn't have enough resource: cpu"}}, since, prePullFailed, "ended before the pull: OutOfcpu: Node didn't"},
-		{"timeout", pod(corev1.PodPending, waitingFor("ContainerCreating")), since.Add(DefaultTimeout), prePullFailed, "not pulled within 10m0s (spec.timeout)"},
+		{"timeout", pod(corev1.PodPending, waitingFor("ContainerCreating")), since.Add(defaultTimeout), prePullFailed, "not pulled within 10m0s (spec.timeout)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, msg := prePullStep(c.pod, "fallback:image", since, c.now, DefaultTimeout)
+			got, msg := prePullStep(c.pod, "fallback:image", since, c.now, defaultTimeout)
 			if got != c.want || !strings.Contains(msg, c.msgs) {
 				t.Errorf("got %q %q, want %q with %q", got, msg, c.want, c.msgs)
 			}
@@ -124,7 +126,7 @@ func TestPrePullFailureNoCordon(t *testing.T) {
 	hash := v1alpha1.SpecHash(&ns.Spec)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 	after := e.reconcile()
-	pull := podName(ns, "n1", ActionPrePull, 1)
+	pull := podName(ns, "n1", v1alpha1.ActionPrePull, 1)
 	if got := e.pods(); !slices.Equal(got, []string{pull}) {
 		t.Fatalf("pods %v, want the pre-pull pod %s alone", got, pull)
 	}
@@ -132,13 +134,13 @@ func TestPrePullFailureNoCordon(t *testing.T) {
 		t.Fatal("cordoned before the image was pulled")
 	}
 	s := e.state("n1")
-	if s.Phase != PhaseRunning || s.Maintenance != MaintenancePulling || s.Pod != pull || s.Hash != hash || s.CordonedByUs {
+	if s.Phase != v1alpha1.PhaseRunning || s.Maintenance != v1alpha1.MaintenancePulling || s.Pod != pull || s.Hash != hash || s.CordonedByUs {
 		t.Fatalf("pulling: %+v", s)
 	}
 	_ = after
 	e.checkEvents("pulling")
-	if after := e.reconcile(); after <= 0 || after > PrePullRecheck { // nothing new while the pod has no status
-		t.Errorf("requeue after %s, want at most %s while pulling", after, PrePullRecheck)
+	if after := e.reconcile(); after <= 0 || after > prePullRecheck { // nothing new while the pod has no status
+		t.Errorf("requeue after %s, want at most %s while pulling", after, prePullRecheck)
 	}
 	if got := e.pods(); !slices.Equal(got, []string{pull}) || e.node("n1").Spec.Unschedulable {
 		t.Fatalf("pods %v, cordoned %t while pulling", got, e.node("n1").Spec.Unschedulable)
@@ -149,18 +151,18 @@ func TestPrePullFailureNoCordon(t *testing.T) {
 		t.Fatal("cordoned after the pull failed")
 	}
 	s = e.state("n1")
-	if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != ReasonPrePullFailed || s.Attempts != 1 || s.NextRetry == nil ||
+	if s.Phase != v1alpha1.PhaseFailed || !s.Infrastructure || s.Reason != v1alpha1.ReasonPrePullFailed || s.Attempts != 1 || s.NextRetry == nil ||
 		!strings.Contains(s.Message, "ErrImagePull") || !strings.Contains(s.Message, `image "busybox:stable" cannot be pulled: pull access denied`) {
 		t.Fatalf("after the failed pull: %+v", s)
 	}
 	if got := e.pods(); len(got) != 0 {
 		t.Errorf("pods %v left after the failed pull", got)
 	}
-	e.checkEvents("failed pull", ReasonPrePullFailed)
+	e.checkEvents("failed pull", v1alpha1.ReasonPrePullFailed)
 	// The retry pulls again (attempt 2), still without a cordon.
 	e.clock.Step(time.Hour)
 	e.reconcile()
-	if got := e.pods(); !slices.Equal(got, []string{podName(ns, "n1", ActionPrePull, 2)}) || e.node("n1").Spec.Unschedulable {
+	if got := e.pods(); !slices.Equal(got, []string{podName(ns, "n1", v1alpha1.ActionPrePull, 2)}) || e.node("n1").Spec.Unschedulable {
 		t.Fatalf("retry: pods %v, cordoned %t", got, e.node("n1").Spec.Unschedulable)
 	}
 }
@@ -171,7 +173,7 @@ func TestPrePullThenCordon(t *testing.T) {
 	ns := prePullSpec()
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 	e.reconcile()
-	pull := podName(ns, "n1", ActionPrePull, 1)
+	pull := podName(ns, "n1", v1alpha1.ActionPrePull, 1)
 	e.setPod(pull, running)
 	e.reconcile()
 	if !e.node("n1").Spec.Unschedulable {
@@ -180,15 +182,15 @@ func TestPrePullThenCordon(t *testing.T) {
 	if got := e.pods(); len(got) != 0 {
 		t.Errorf("pods %v: the pre-pull pod is left", got)
 	}
-	s := e.waitState("n1", func(s NodeState) bool { return s.Maintenance == MaintenanceDrained })
-	if s.Phase != PhaseRunning || !s.CordonedByUs || s.Attempts != 0 || s.Pod != "" {
+	s := e.waitState("n1", func(s nodeState) bool { return s.Maintenance == v1alpha1.MaintenanceDrained })
+	if s.Phase != v1alpha1.PhaseRunning || !s.CordonedByUs || s.Attempts != 0 || s.Pod != "" {
 		t.Errorf("drained: %+v", s)
 	}
 	e.reconcile()
-	if s := e.state("n1"); s.Pod != podName(ns, "n1", ActionRun, 1) {
+	if s := e.state("n1"); s.Pod != podName(ns, "n1", v1alpha1.ActionRun, 1) {
 		t.Errorf("run: %+v, want attempt 1", s)
 	}
-	e.checkEvents("pulled", ReasonPrePulled, ReasonCordoned, ReasonDrained)
+	e.checkEvents("pulled", v1alpha1.ReasonPrePulled, v1alpha1.ReasonCordoned, v1alpha1.ReasonDrained)
 }
 
 // A restarted watcher resumes a pull from the node's state: the pod is
@@ -197,21 +199,21 @@ func TestPrePullThenCordon(t *testing.T) {
 func TestPrePullResume(t *testing.T) {
 	ns := prePullSpec()
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	pull := podName(ns, "n1", ActionPrePull, 1)
-	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(NodeState{Hash: hash, Phase: PhaseRunning, Maintenance: MaintenancePulling, Pod: pull, Since: t0})))
+	pull := podName(ns, "n1", v1alpha1.ActionPrePull, 1)
+	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenancePulling, Pod: pull, Since: t0})))
 	e.reconcile()
 	if got := e.pods(); !slices.Equal(got, []string{pull}) || e.node("n1").Spec.Unschedulable {
 		t.Fatalf("pods %v, cordoned %t: want the pre-pull pod created again and no cordon", got, e.node("n1").Spec.Unschedulable)
 	}
 	// A stray pre-pull pod (of a spec since changed) is deleted.
-	old := podName(ns, "n2", ActionPrePull, 1)
-	stray, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, pull, metav1.GetOptions{})
+	old := podName(ns, "n2", v1alpha1.ActionPrePull, 1)
+	stray, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(e.ctx, pull, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stray = stray.DeepCopy()
 	stray.Name, stray.ResourceVersion, stray.Spec.NodeName = old, "", "n2"
-	if _, err := e.cs.CoreV1().Pods(DefaultNamespace).Create(e.ctx, stray, metav1.CreateOptions{}); err != nil {
+	if _, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Create(e.ctx, stray, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.cs.Tracker().Add(testNode("n2", func(n *corev1.Node) { n.Labels["pool"] = "b" }))
@@ -229,9 +231,9 @@ func TestPrePullOff(t *testing.T) {
 	if !e.node("n1").Spec.Unschedulable {
 		t.Error("prePull: false: not cordoned at once")
 	}
-	if PrePulls(script(nil)) || PrePulls(script(func(s *v1alpha1.NodeScriptSpec) {
+	if nodescript.PrePulls(script(nil)) || nodescript.PrePulls(script(func(s *v1alpha1.NodeScriptSpec) {
 		s.Maintenance = &v1alpha1.MaintenanceSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1))}
-	})) || !PrePulls(prePullSpec()) {
+	})) || !nodescript.PrePulls(prePullSpec()) {
 		t.Error("PrePulls: want it under spec.maintenance.cordon only")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -29,7 +31,7 @@ func TestREADMEManifests(t *testing.T) {
 			continue
 		}
 		blocks++
-		m, err := ParseAllManifests(strings.NewReader(block))
+		m, err := nodescripts.ParseAllManifests(strings.NewReader(block))
 		scripts := m.Scripts
 		if err != nil {
 			t.Errorf("README or docs/watcher.md block %d: %v\n%s", blocks, err, block)
@@ -60,7 +62,7 @@ func TestExampleManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := ParseAllManifests(f)
+		m, err := nodescripts.ParseAllManifests(f)
 		scripts := m.Scripts
 		f.Close()
 		if err != nil {

@@ -9,20 +9,6 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Reasons a node that succeeded runs the current spec again (spec.reapply):
-// its state's Reason while Pending, and the Event's reason on the node.
-const (
-	// ReasonReapplyOnReboot: the node rebooted (a new status.nodeInfo.bootID)
-	// since its last run succeeded, and spec.reapply.onReboot is set.
-	ReasonReapplyOnReboot = "ReapplyOnReboot"
-	// ReasonReapplyInterval: the node's last success is older than
-	// spec.reapply.interval.
-	ReasonReapplyInterval = "ReapplyInterval"
-	// ReasonReapplySchedule: the node's last success is older than the
-	// latest activation of spec.reapply.schedule.
-	ReasonReapplySchedule = "ReapplySchedule"
-)
-
 // reapplyDue says whether node n, whose state s is a success of the
 // current spec hash (or NotNeeded: its spec.checkScript runs again), is to
 // run it again under ns's spec.reapply at now: the reason
@@ -36,24 +22,24 @@ const (
 // record without a boot ID (written before boot IDs were recorded at
 // success) is not rerun for a reboot. A schedule that does not parse
 // (Validate refuses it first) makes nothing due. Pure.
-func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) (reason string, at time.Time) {
+func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, now time.Time) (reason string, at time.Time) {
 	r := ns.Spec.Reapply
-	if r == nil || (s.Phase != PhaseSucceeded && s.Phase != PhaseNotNeeded) {
+	if r == nil || (s.Phase != v1alpha1.PhaseSucceeded && s.Phase != v1alpha1.PhaseNotNeeded) {
 		return "", time.Time{}
 	}
 	if boot := n.Status.NodeInfo.BootID; r.OnReboot && s.BootID != "" && boot != "" && boot != s.BootID {
-		return ReasonReapplyOnReboot, time.Time{}
+		return v1alpha1.ReasonReapplyOnReboot, time.Time{}
 	}
 	if r.Interval != nil && r.Interval.Duration > 0 {
 		due := s.Since.Add(r.Interval.Duration)
 		if !now.Before(due) {
-			return ReasonReapplyInterval, time.Time{}
+			return v1alpha1.ReasonReapplyInterval, time.Time{}
 		}
 		at = due
 	}
 	if due := scheduleDue(r.Schedule, s.Since); !due.IsZero() {
 		if !now.Before(due) {
-			return ReasonReapplySchedule, time.Time{}
+			return v1alpha1.ReasonReapplySchedule, time.Time{}
 		}
 		at = earliest(at, due)
 	}
@@ -67,8 +53,8 @@ func reapplyDue(ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.T
 // under the rollout's pace, pause and window. It returns the state Decide
 // is to see, the write to make (nil: none) and when to look again for an
 // interval not yet due (zero: no need).
-func (c *controller) reapply(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, going runPods, now time.Time) (NodeState, func() error, time.Time) {
-	if s.Hash != hash || going.busy[n.Name] || going.actions[n.Name+"/"+ActionVerify] {
+func (c *controller) reapply(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, going runPods, now time.Time) (nodeState, func() error, time.Time) {
+	if s.Hash != hash || going.busy[n.Name] || going.actions[n.Name+"/"+v1alpha1.ActionVerify] {
 		return s, nil, time.Time{}
 	}
 	reason, at := reapplyDue(ns, n, s, now)
@@ -82,9 +68,9 @@ func (c *controller) reapply(ctx context.Context, ns *v1alpha1.NodeScript, hash 
 		}
 		var why string
 		switch reason {
-		case ReasonReapplyOnReboot:
+		case v1alpha1.ReasonReapplyOnReboot:
 			why = "the node rebooted since its last success (boot ID " + s.BootID + " -> " + n.Status.NodeInfo.BootID + ") and spec.reapply.onReboot is set"
-		case ReasonReapplySchedule:
+		case v1alpha1.ReasonReapplySchedule:
 			why = scheduleWhy(ns.Spec.Reapply.Schedule, s.Since)
 		default:
 			why = "its last success (" + s.Since.UTC().Format(time.RFC3339) + ") is older than spec.reapply.interval (" + ns.Spec.Reapply.Interval.Duration.String() + ")"

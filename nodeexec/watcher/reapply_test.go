@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/nodescripts"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +21,7 @@ func TestReapplyDue(t *testing.T) {
 	node := func(boot string) *corev1.Node {
 		return &corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: boot}}}
 	}
-	ok := NodeState{Phase: PhaseSucceeded, Since: t0, BootID: "b1"}
+	ok := nodeState{Phase: v1alpha1.PhaseSucceeded, Since: t0, BootID: "b1"}
 	reapply := func(onReboot bool, interval time.Duration) *v1alpha1.NodeScript {
 		return script(func(s *v1alpha1.NodeScriptSpec) {
 			s.Reapply = &v1alpha1.ReapplyPolicy{OnReboot: onReboot}
@@ -32,21 +34,21 @@ func TestReapplyDue(t *testing.T) {
 		name       string
 		ns         *v1alpha1.NodeScript
 		boot       string
-		s          NodeState
+		s          nodeState
 		now        time.Time
 		wantReason string
 		wantAt     time.Time
 	}{
 		{name: "no reapply", ns: script(nil), boot: "b2", s: ok, now: t0.Add(time.Hour)},
 		{name: "same boot", ns: reapply(true, 0), boot: "b1", s: ok, now: t0.Add(time.Hour)},
-		{name: "rebooted", ns: reapply(true, 0), boot: "b2", s: ok, now: t0, wantReason: ReasonReapplyOnReboot},
+		{name: "rebooted", ns: reapply(true, 0), boot: "b2", s: ok, now: t0, wantReason: v1alpha1.ReasonReapplyOnReboot},
 		{name: "rebooted, onReboot off", ns: reapply(false, time.Hour), boot: "b2", s: ok, now: t0, wantAt: t0.Add(time.Hour)},
-		{name: "no boot recorded", ns: reapply(true, 0), boot: "b2", s: NodeState{Phase: PhaseSucceeded, Since: t0}, now: t0},
+		{name: "no boot recorded", ns: reapply(true, 0), boot: "b2", s: nodeState{Phase: v1alpha1.PhaseSucceeded, Since: t0}, now: t0},
 		{name: "node reports no boot", ns: reapply(true, 0), boot: "", s: ok, now: t0},
-		{name: "failed, rebooted", ns: reapply(true, 0), boot: "b2", s: NodeState{Phase: PhaseFailed, BootID: "b1"}, now: t0},
+		{name: "failed, rebooted", ns: reapply(true, 0), boot: "b2", s: nodeState{Phase: v1alpha1.PhaseFailed, BootID: "b1"}, now: t0},
 		{name: "interval not yet", ns: reapply(false, time.Hour), boot: "b1", s: ok, now: t0.Add(59 * time.Minute), wantAt: t0.Add(time.Hour)},
-		{name: "interval due", ns: reapply(false, time.Hour), boot: "b1", s: ok, now: t0.Add(time.Hour), wantReason: ReasonReapplyInterval},
-		{name: "both, rebooted first", ns: reapply(true, time.Hour), boot: "b2", s: ok, now: t0.Add(2 * time.Hour), wantReason: ReasonReapplyOnReboot},
+		{name: "interval due", ns: reapply(false, time.Hour), boot: "b1", s: ok, now: t0.Add(time.Hour), wantReason: v1alpha1.ReasonReapplyInterval},
+		{name: "both, rebooted first", ns: reapply(true, time.Hour), boot: "b2", s: ok, now: t0.Add(2 * time.Hour), wantReason: v1alpha1.ReasonReapplyOnReboot},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reason, at := reapplyDue(c.ns, node(c.boot), c.s, c.now)
@@ -63,10 +65,10 @@ func TestReapplyDue(t *testing.T) {
 func TestReapplyOnReboot(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Reapply = &v1alpha1.ReapplyPolicy{OnReboot: true} })
 	hash := v1alpha1.SpecHash(&ns.Spec)
-	s := NodeState{Hash: hash, Phase: PhaseSucceeded, ExitCode: ptr.To(0), Attempts: 1, Since: t0.Add(-time.Hour), Pod: "old", BootID: "boot-1"}
+	s := nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, ExitCode: ptr.To(0), Attempts: 1, Since: t0.Add(-time.Hour), Pod: "old", BootID: "boot-1"}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, []runtime.Object{testNode("n1", withState(s)), testNode("n2", withState(s))}...)
 	e.reconcile()
-	if st := e.nodeScript().Status; st.Stage != StageComplete {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageComplete {
 		t.Fatalf("not complete: %+v", st)
 	}
 	e.recorded()
@@ -78,23 +80,23 @@ func TestReapplyOnReboot(t *testing.T) {
 	e.updateNode("n1", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" })
 	e.clock.Step(time.Minute)
 	e.reconcile()
-	pod := podName(ns, "n1", ActionRun, 2)
-	want := NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 2, AttemptsBefore: 1, Since: e.clock.Now(), Pod: pod, BootID: "boot-2"}
+	pod := podName(ns, "n1", v1alpha1.ActionRun, 2)
+	want := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Attempts: 2, AttemptsBefore: 1, Since: e.clock.Now(), Pod: pod, BootID: "boot-2"}
 	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
 		t.Errorf("n1 (-want +got):\n%s", diff)
 	}
-	if s := e.state("n2"); s.Phase != PhaseSucceeded || s.Attempts != 1 {
+	if s := e.state("n2"); s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != 1 {
 		t.Errorf("n2 ran again: %+v", s)
 	}
 	// The state (Pending, ReapplyOnReboot), then the start (Running).
 	if diff := cmp.Diff([]string{"patch nodes/status n1", "create pods " + pod}, e.calls[""]); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	e.checkEvents("reapply", ReasonReapplyOnReboot)
+	e.checkEvents("reapply", v1alpha1.ReasonReapplyOnReboot)
 
 	e.setPod(pod, exited(0))
 	e.reconcile()
-	if s := e.state("n1"); s.Phase != PhaseSucceeded || s.Attempts != 2 || s.BootID != "boot-2" {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.Attempts != 2 || s.BootID != "boot-2" {
 		t.Errorf("after the reapply: %+v", s)
 	}
 	e.recorded()
@@ -127,14 +129,14 @@ func TestReapplyInterval(t *testing.T) {
 	}
 	for _, n := range []string{"n1", "n2"} {
 		s := e.state(n)
-		if s.Phase == PhaseSucceeded {
+		if s.Phase == v1alpha1.PhaseSucceeded {
 			t.Errorf("%s not due again: %+v", n, s)
 		}
-		if s.Phase == PhasePending && s.Reason != ReasonReapplyInterval {
+		if s.Phase == v1alpha1.PhasePending && s.Reason != v1alpha1.ReasonReapplyInterval {
 			t.Errorf("%s pending for %q", n, s.Reason)
 		}
 	}
-	e.checkEvents("interval", ReasonReapplyInterval, ReasonReapplyInterval)
+	e.checkEvents("interval", v1alpha1.ReasonReapplyInterval, v1alpha1.ReasonReapplyInterval)
 }
 
 // The README's NodeScript example (a sysctl, reapplied on reboot) parses
@@ -145,7 +147,7 @@ func TestExampleNodeScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	scripts, err := ParseNodeScripts(f)
+	scripts, err := nodescripts.ParseNodeScripts(f)
 	if err != nil {
 		t.Fatal(err)
 	}

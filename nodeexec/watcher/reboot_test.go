@@ -15,17 +15,17 @@ import (
 func TestRebootAsked(t *testing.T) {
 	for _, c := range []struct {
 		policy string
-		out    Outcome
+		out    runOutcome
 		want   bool
 	}{
-		{"", Outcome{Done: true}, false},
-		{v1alpha1.RebootNever, Outcome{Done: true, ExitCode: 194}, false},
-		{v1alpha1.RebootAlways, Outcome{Done: true}, true},
-		{v1alpha1.RebootAlways, Outcome{Done: true, ExitCode: 1}, false},
-		{v1alpha1.RebootIfRequired, Outcome{Done: true}, false},
-		{v1alpha1.RebootIfRequired, Outcome{Done: true, ExitCode: 194}, true},
-		{v1alpha1.RebootIfRequired, Outcome{Done: true, ExitCode: 194, Reason: "Timeout"}, false},
-		{v1alpha1.RebootAlways, Outcome{Done: true, Infrastructure: true, Reason: "Evicted"}, false},
+		{"", runOutcome{Done: true}, false},
+		{v1alpha1.RebootNever, runOutcome{Done: true, ExitCode: 194}, false},
+		{v1alpha1.RebootAlways, runOutcome{Done: true}, true},
+		{v1alpha1.RebootAlways, runOutcome{Done: true, ExitCode: 1}, false},
+		{v1alpha1.RebootIfRequired, runOutcome{Done: true}, false},
+		{v1alpha1.RebootIfRequired, runOutcome{Done: true, ExitCode: 194}, true},
+		{v1alpha1.RebootIfRequired, runOutcome{Done: true, ExitCode: 194, Reason: "Timeout"}, false},
+		{v1alpha1.RebootAlways, runOutcome{Done: true, Infrastructure: true, Reason: "Evicted"}, false},
 	} {
 		ns := script(func(s *v1alpha1.NodeScriptSpec) { s.Reboot = c.policy })
 		if got := rebootAsked(ns, c.out); got != c.want {
@@ -36,12 +36,12 @@ func TestRebootAsked(t *testing.T) {
 
 func TestRebootStep(t *testing.T) {
 	ns := script(func(s *v1alpha1.NodeScriptSpec) { s.RebootTimeout = &metav1.Duration{Duration: time.Minute} })
-	s := NodeState{Phase: PhaseRunning, Maintenance: MaintenanceRebooting, BootID: "b1", Since: t0}
+	s := nodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceRebooting, BootID: "b1", Since: t0}
 	issued := s
 	issued.RebootIssued = true
 	for _, c := range []struct {
 		name  string
-		s     NodeState
+		s     nodeState
 		boot  string
 		ready bool
 		now   time.Time
@@ -69,11 +69,11 @@ func TestReconcileReboot(t *testing.T) {
 	asked := make(chan string, 10)
 	e.c.w.o.Rebooter = func(_ context.Context, node string) error { asked <- node; return nil }
 	e.reconcile()
-	run := podName(ns, "n1", ActionRun, 1)
+	run := podName(ns, "n1", v1alpha1.ActionRun, 1)
 	e.setPod(run, exited(0))
 	e.reconcile()
 	s := e.state("n1")
-	if s.Phase != PhaseRunning || s.Maintenance != MaintenanceRebooting || s.BootID != "boot-1" || !s.RebootIssued {
+	if s.Phase != v1alpha1.PhaseRunning || s.Maintenance != v1alpha1.MaintenanceRebooting || s.BootID != "boot-1" || !s.RebootIssued {
 		t.Fatalf("after the run: %+v, want Running, Rebooting from boot-1, the reboot asked", s)
 	}
 	select {
@@ -88,17 +88,17 @@ func TestReconcileReboot(t *testing.T) {
 	if len(asked) != 0 {
 		t.Error("the reboot was asked for twice")
 	}
-	if st := e.nodeScript().Status; st.Running != 1 || st.Stage == StageComplete {
+	if st := e.nodeScript().Status; st.Running != 1 || st.Stage == v1alpha1.StageComplete {
 		t.Errorf("status while rebooting: %+v", st)
 	}
 	e.updateNode("n1", func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" })
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
-	if s := e.state("n1"); s.Phase != PhaseSucceeded || s.BootID != "boot-2" || s.Maintenance != "" {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.BootID != "boot-2" || s.Maintenance != "" {
 		t.Errorf("back: %+v, want Succeeded on boot-2", s)
 	}
 	e.reconcile()
-	if st := e.nodeScript().Status; st.Stage != StageComplete {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageComplete {
 		t.Errorf("status %+v, want Complete", st)
 	}
 }
@@ -112,24 +112,24 @@ func TestReconcileRebootPodAndTimeout(t *testing.T) {
 	})
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 	e.reconcile()
-	run := podName(ns, "n1", ActionRun, 1)
+	run := podName(ns, "n1", v1alpha1.ActionRun, 1)
 	e.setPod(run, exited(194))
 	e.reconcile()
-	reboot := podName(ns, "n1", ActionReboot, 1)
+	reboot := podName(ns, "n1", v1alpha1.ActionReboot, 1)
 	if !slices.Contains(e.pods(), reboot) {
 		t.Fatalf("pods %v, want the reboot pod %s", e.pods(), reboot)
 	}
-	if s := e.state("n1"); s.Maintenance != MaintenanceRebooting || !s.RebootIssued {
+	if s := e.state("n1"); s.Maintenance != v1alpha1.MaintenanceRebooting || !s.RebootIssued {
 		t.Fatalf("after exit 194: %+v", s)
 	}
 	e.clock.Step(time.Minute)
 	e.reconcile()
 	e.reconcile()
 	s := e.state("n1")
-	if s.Phase != PhaseFailed || s.Reason != ReasonRebootTimeout || s.Rollback != "" {
+	if s.Phase != v1alpha1.PhaseFailed || s.Reason != v1alpha1.ReasonRebootTimeout || s.Rollback != "" {
 		t.Errorf("not back in time: %+v, want Failed RebootTimeout and no rollback", s)
 	}
-	if slices.Contains(e.pods(), podName(ns, "n1", ActionRollback, 1)) {
+	if slices.Contains(e.pods(), podName(ns, "n1", v1alpha1.ActionRollback, 1)) {
 		t.Error("a rollback pod for a node that did not come back")
 	}
 
@@ -138,7 +138,7 @@ func TestReconcileRebootPodAndTimeout(t *testing.T) {
 	f.reconcile()
 	f.setPod(run, exited(0))
 	f.reconcile()
-	if s := f.state("n1"); s.Phase != PhaseSucceeded || s.Maintenance != "" {
+	if s := f.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.Maintenance != "" {
 		t.Errorf("IfRequired, nothing required: %+v", s)
 	}
 }

@@ -31,7 +31,7 @@ func (e *env) runningNode(names ...string) (string, string) {
 	var found []string
 	pod := ""
 	for _, n := range names {
-		if s := e.state(n); s.Phase == PhaseRunning {
+		if s := e.state(n); s.Phase == v1alpha1.PhaseRunning {
 			found, pod = append(found, n), s.Pod
 		}
 	}
@@ -61,7 +61,7 @@ func TestReconcileRollout(t *testing.T) {
 		t.Errorf("first reconcile: look again after %s, want 0", after)
 	}
 	canary, pod := e.runningNode(names...)
-	if want := podName(ns, canary, ActionRun, 1); pod != want {
+	if want := podName(ns, canary, v1alpha1.ActionRun, 1); pod != want {
 		t.Errorf("canary pod %s, want %s", pod, want)
 	}
 	// The pod is the run's record while it goes: nothing else is written.
@@ -71,16 +71,16 @@ func TestReconcileRollout(t *testing.T) {
 	if diff := cmp.Diff([]string{"get nodescripts fix", "patch nodescripts fix", "patch nodescripts/status fix"}, e.calls["dyn"]); diff != "" {
 		t.Errorf("first reconcile, dynamic client (-want +got):\n%s", diff)
 	}
-	want := NodeState{Hash: hash, Phase: PhaseRunning, Attempts: 1, Since: t0, Pod: pod, BootID: "boot-1"}
+	want := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Attempts: 1, Since: t0, Pod: pod, BootID: "boot-1"}
 	if diff := cmp.Diff(want, e.state(canary)); diff != "" {
 		t.Errorf("canary state (-want +got):\n%s", diff)
 	}
 	got := e.nodeScript()
 	// The status counts the nodes as Decide found them, before the start.
-	if got.Status.Stage != StageCanary || got.Status.Nodes != 3 || got.Status.Pending != 3 || got.Status.SpecHash != hash || !hasFinalizer(got) {
+	if got.Status.Stage != v1alpha1.StageCanary || got.Status.Nodes != 3 || got.Status.Pending != 3 || got.Status.SpecHash != hash || !hasFinalizer(got) {
 		t.Errorf("after the first reconcile: finalizers %v, status %+v", got.Finalizers, got.Status)
 	}
-	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionTrue || c.Reason != StageCanary {
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.StageCanary {
 		t.Errorf("Progressing: %+v", c)
 	}
 
@@ -94,14 +94,14 @@ func TestReconcileRollout(t *testing.T) {
 		e.reconcile()
 		done[prevNode] = true
 		s := e.state(prevNode)
-		if s.Phase != PhaseSucceeded || s.ExitCode == nil || *s.ExitCode != 0 || !s.Since.Equal(e.clock.Now()) {
+		if s.Phase != v1alpha1.PhaseSucceeded || s.ExitCode == nil || *s.ExitCode != 0 || !s.Since.Equal(e.clock.Now()) {
 			t.Errorf("run %d on %s: state %+v, want Succeeded with exit code 0", i, prevNode, s)
 		}
 		wantActions := []string{
 			"get pods/log", "get configmaps fix." + prevNode, "create configmaps fix." + prevNode,
 			"patch nodes/status " + prevNode, "delete pods " + prevPod,
 		}
-		wantReasons := []string{ReasonSucceeded}
+		wantReasons := []string{v1alpha1.ReasonSucceeded}
 		if i < len(names)-1 {
 			canary, pod = e.runningNode(names...)
 			if done[canary] {
@@ -109,14 +109,14 @@ func TestReconcileRollout(t *testing.T) {
 			}
 			wantActions = append(wantActions, "create pods "+pod)
 		} else {
-			wantReasons = append(wantReasons, ReasonComplete)
+			wantReasons = append(wantReasons, v1alpha1.ReasonComplete)
 		}
 		if diff := cmp.Diff(wantActions, e.calls[""]); diff != "" {
 			t.Errorf("run %d, clientset (-want +got):\n%s", i, diff)
 		}
 		e.checkEvents(fmt.Sprintf("run %d", i), wantReasons...)
-		cm, err := e.cs.CoreV1().ConfigMaps(DefaultNamespace).Get(e.ctx, "fix."+prevNode, metav1.GetOptions{})
-		if err != nil || cm.Data[ActionRun] != "fake logs" {
+		cm, err := e.cs.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace).Get(e.ctx, "fix."+prevNode, metav1.GetOptions{})
+		if err != nil || cm.Data[v1alpha1.ActionRun] != "fake logs" {
 			t.Errorf("output record of %s: %v %v", prevNode, cm, err)
 		}
 	}
@@ -124,7 +124,7 @@ func TestReconcileRollout(t *testing.T) {
 		t.Errorf("pods left (-want +got):\n%s", diff)
 	}
 	st := e.nodeScript().Status
-	if st.Stage != StageComplete || st.Succeeded != 3 {
+	if st.Stage != v1alpha1.StageComplete || st.Succeeded != 3 {
 		t.Errorf("status %+v, want Complete, 3 succeeded", st)
 	}
 	if c := e.condition(v1alpha1.ConditionComplete); c.Status != metav1.ConditionTrue || c.Message != "3 nodes succeeded" {
@@ -144,31 +144,31 @@ func TestReconcileCanaryFails(t *testing.T) {
 		cordoned bool // by an administrator, before the run
 		// after the failure
 		wantReasons []string
-		wantState   NodeState // its Cordoned, CordonedByUs, Rollback and Drain
+		wantState   nodeState // its Cordoned, CordonedByUs, Rollback and Drain
 		wantPods    func(*v1alpha1.NodeScript) []string
 		// after the spec is fixed and ran
 		wantUnschedulable bool
 	}{
 		{
 			name:        "halt",
-			wantReasons: []string{ReasonFailed, ReasonHalted},
+			wantReasons: []string{v1alpha1.ReasonFailed, v1alpha1.ReasonHalted},
 			wantPods:    func(*v1alpha1.NodeScript) []string { return nil },
 		},
 		{
 			name:        "rollback, cordon and drain",
 			policy:      v1alpha1.FailurePolicy{Rollback: true, Cordon: true, Drain: true},
-			wantReasons: []string{ReasonCordoned, ReasonDrained, ReasonFailed, ReasonHalted},
-			wantState:   NodeState{Cordoned: true, CordonedByUs: true, Rollback: PhaseRunning, Drain: ReasonDrained},
+			wantReasons: []string{v1alpha1.ReasonCordoned, v1alpha1.ReasonDrained, v1alpha1.ReasonFailed, v1alpha1.ReasonHalted},
+			wantState:   nodeState{Cordoned: true, CordonedByUs: true, Rollback: v1alpha1.PhaseRunning, Drain: v1alpha1.ReasonDrained},
 			wantPods: func(ns *v1alpha1.NodeScript) []string {
-				return []string{podName(ns, "n1", ActionRollback, 1)}
+				return []string{podName(ns, "n1", v1alpha1.ActionRollback, 1)}
 			},
 		},
 		{
 			name:              "cordoned before: left cordoned",
 			policy:            v1alpha1.FailurePolicy{Cordon: true},
 			cordoned:          true,
-			wantReasons:       []string{ReasonFailed, ReasonHalted},
-			wantState:         NodeState{Cordoned: true},
+			wantReasons:       []string{v1alpha1.ReasonFailed, v1alpha1.ReasonHalted},
+			wantState:         nodeState{Cordoned: true},
 			wantPods:          func(*v1alpha1.NodeScript) []string { return nil },
 			wantUnschedulable: true,
 		},
@@ -182,7 +182,7 @@ func TestReconcileCanaryFails(t *testing.T) {
 			})
 			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", func(n *corev1.Node) { n.Spec.Unschedulable = c.cordoned }))
 			e.reconcile()
-			e.setPod(podName(ns, "n1", ActionRun, 1), exited(3))
+			e.setPod(podName(ns, "n1", v1alpha1.ActionRun, 1), exited(3))
 			e.reconcile()
 			if c.policy.Drain {
 				// The drain runs in the background, then requeues the NodeScript.
@@ -190,10 +190,10 @@ func TestReconcileCanaryFails(t *testing.T) {
 				e.queue.Done(key)
 			}
 			s := e.state("n1")
-			if s.Phase != PhaseFailed || s.ExitCode == nil || *s.ExitCode != 3 {
+			if s.Phase != v1alpha1.PhaseFailed || s.ExitCode == nil || *s.ExitCode != 3 {
 				t.Errorf("state %+v, want Failed with exit code 3", s)
 			}
-			got := NodeState{Cordoned: s.Cordoned, CordonedByUs: s.CordonedByUs, Rollback: s.Rollback, Drain: s.Drain}
+			got := nodeState{Cordoned: s.Cordoned, CordonedByUs: s.CordonedByUs, Rollback: s.Rollback, Drain: s.Drain}
 			if diff := cmp.Diff(c.wantState, got); diff != "" {
 				t.Errorf("failure policy state (-want +got):\n%s", diff)
 			}
@@ -204,34 +204,34 @@ func TestReconcileCanaryFails(t *testing.T) {
 			if e.node("n1").Spec.Unschedulable != (c.policy.Cordon || c.cordoned) {
 				t.Errorf("unschedulable %t", e.node("n1").Spec.Unschedulable)
 			}
-			if cond := e.condition(v1alpha1.ConditionHalted); cond.Status != metav1.ConditionTrue || cond.Reason != "CanaryFailed" || e.nodeScript().Status.Stage != StageHalted {
+			if cond := e.condition(v1alpha1.ConditionHalted); cond.Status != metav1.ConditionTrue || cond.Reason != "CanaryFailed" || e.nodeScript().Status.Stage != v1alpha1.StageHalted {
 				t.Errorf("Halted: %+v", cond)
 			}
 			if c.policy.Rollback {
-				e.setPod(podName(ns, "n1", ActionRollback, 1), exited(0))
+				e.setPod(podName(ns, "n1", v1alpha1.ActionRollback, 1), exited(0))
 				e.reconcile()
 				s := e.state("n1")
-				if s.Phase != PhaseRolledBack || s.Rollback != PhaseSucceeded || s.RollbackExitCode == nil || *s.RollbackExitCode != 0 {
+				if s.Phase != v1alpha1.PhaseRolledBack || s.Rollback != v1alpha1.PhaseSucceeded || s.RollbackExitCode == nil || *s.RollbackExitCode != 0 {
 					t.Errorf("after the rollback: %+v", s)
 				}
-				e.checkEvents("after the rollback", ReasonRolledBack)
+				e.checkEvents("after the rollback", v1alpha1.ReasonRolledBack)
 			}
 
 			// A fixed spec runs on the node again; once it succeeded the
 			// watcher's own cordon is undone, never another's.
 			e.setSpec(func(s *v1alpha1.NodeScriptSpec) { s.Script = "true # fixed" })
 			e.reconcile()
-			e.setPod(podName(e.nodeScript(), "n1", ActionRun, 1), exited(0))
+			e.setPod(podName(e.nodeScript(), "n1", v1alpha1.ActionRun, 1), exited(0))
 			e.reconcile()
-			if s := e.state("n1"); s.Phase != PhaseSucceeded || s.CordonedByUs {
+			if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || s.CordonedByUs {
 				t.Errorf("after the fixed spec: %+v", s)
 			}
 			if got := e.node("n1").Spec.Unschedulable; got != c.wantUnschedulable {
 				t.Errorf("after the fixed spec: unschedulable %t, want %t", got, c.wantUnschedulable)
 			}
-			wantReasons := []string{ReasonComplete, ReasonSucceeded}
+			wantReasons := []string{v1alpha1.ReasonComplete, v1alpha1.ReasonSucceeded}
 			if c.policy.Cordon && !c.cordoned {
-				wantReasons = append(wantReasons, ReasonUncordoned)
+				wantReasons = append(wantReasons, v1alpha1.ReasonUncordoned)
 			}
 			e.checkEvents("after the fixed spec", wantReasons...)
 		})
@@ -266,15 +266,15 @@ func TestReconcileInfrastructureRetry(t *testing.T) {
 			e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 			e.reconcile()
 			for attempt := 1; attempt <= 2; attempt++ {
-				pod := podName(ns, "n1", ActionRun, attempt)
-				if s := e.state("n1"); s.Phase != PhaseRunning || s.Pod != pod || s.Attempts != attempt {
+				pod := podName(ns, "n1", v1alpha1.ActionRun, attempt)
+				if s := e.state("n1"); s.Phase != v1alpha1.PhaseRunning || s.Pod != pod || s.Attempts != attempt {
 					t.Fatalf("attempt %d: state %+v, want Running on %s", attempt, s, pod)
 				}
 				c.fail(e, pod, attempt)
 				failedAt := e.clock.Now()
 				after := e.reconcile()
 				s := e.state("n1")
-				if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != c.reason || s.Attempts != attempt || s.NextRetry == nil {
+				if s.Phase != v1alpha1.PhaseFailed || !s.Infrastructure || s.Reason != c.reason || s.Attempts != attempt || s.NextRetry == nil {
 					t.Fatalf("attempt %d: state %+v, want an infrastructure failure %s", attempt, s, c.reason)
 				}
 				// The backoff: 10s, doubled per attempt, 10% jitter (NextRetry is
@@ -286,9 +286,9 @@ func TestReconcileInfrastructureRetry(t *testing.T) {
 				if after < time.Second || after > base+base/10 {
 					t.Errorf("attempt %d: look again after %s", attempt, after)
 				}
-				want := []string{ReasonInfrastructure}
+				want := []string{v1alpha1.ReasonInfrastructure}
 				if attempt == 2 {
-					want = append(want, ReasonHalted)
+					want = append(want, v1alpha1.ReasonHalted)
 				}
 				e.checkEvents(fmt.Sprintf("attempt %d", attempt), want...)
 				if p := e.pods(); len(p) != 0 {
@@ -309,7 +309,7 @@ func TestReconcileInfrastructureRetry(t *testing.T) {
 				e.reconcile()
 			}
 			// The retry limit (1) is spent: the canary failed.
-			if st := e.nodeScript().Status; st.Stage != StageHalted || st.Failed != 1 {
+			if st := e.nodeScript().Status; st.Stage != v1alpha1.StageHalted || st.Failed != 1 {
 				t.Errorf("after the retry limit: %+v", st)
 			}
 		})
@@ -318,14 +318,14 @@ func TestReconcileInfrastructureRetry(t *testing.T) {
 
 func TestReconcileLostRun(t *testing.T) {
 	ns := script(nil)
-	lost := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Attempts: 1, Since: t0, Pod: "n2-gone"}
+	lost := nodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: v1alpha1.PhaseRunning, Attempts: 1, Since: t0, Pod: "n2-gone"}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), testNode("n2", withState(lost)))
 	e.reconcile()
 	s := e.state("n2")
-	if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != "PodDisappeared" || s.NextRetry == nil {
+	if s.Phase != v1alpha1.PhaseFailed || !s.Infrastructure || s.Reason != "PodDisappeared" || s.NextRetry == nil {
 		t.Errorf("lost run recorded as %+v", s)
 	}
-	if ev := e.recorded(); len(ev) != 1 || !strings.Contains(ev[0], ReasonInfrastructure+" nodescript fix: run pod n2-gone disappeared") {
+	if ev := e.recorded(); len(ev) != 1 || !strings.Contains(ev[0], v1alpha1.ReasonInfrastructure+" nodescript fix: run pod n2-gone disappeared") {
 		t.Errorf("events %q", ev)
 	}
 
@@ -334,17 +334,17 @@ func TestReconcileLostRun(t *testing.T) {
 	e.clock.Step(time.Minute)
 	e.reconcile()
 	node, pod := e.runningNode("n1", "n2")
-	if err := e.cs.CoreV1().Pods(DefaultNamespace).Delete(e.ctx, pod, metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Delete(e.ctx, pod, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.c.w.expect(pod, e.clock.Now()) // created, not seen by the informer
 	e.reconcile()
-	if s, _ := e.c.w.state(e.ctx, "fix", e.node(node)); s.Phase != PhaseRunning {
+	if s, _ := e.c.w.state(e.ctx, "fix", e.node(node)); s.Phase != v1alpha1.PhaseRunning {
 		t.Errorf("a pod just created counts as lost: %+v", s)
 	}
 	e.clock.Step(time.Minute + time.Second)
 	e.reconcile()
-	if s := e.state(node); s.Phase != PhaseFailed || s.Reason != "PodDisappeared" {
+	if s := e.state(node); s.Phase != v1alpha1.PhaseFailed || s.Reason != "PodDisappeared" {
 		t.Errorf("a minute later: %+v", s)
 	}
 }
@@ -362,7 +362,7 @@ func TestReconcileLostRunCacheLags(t *testing.T) {
 	lagging := func() {
 		e.t.Helper()
 		e.sync()
-		if err := e.podCache.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: pod}}); err != nil {
+		if err := e.podCache.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultNamespace, Name: pod}}); err != nil {
 			t.Fatal(err)
 		}
 		e.cs.ClearActions()
@@ -371,7 +371,7 @@ func TestReconcileLostRunCacheLags(t *testing.T) {
 		}
 	}
 	lagging()
-	if s, _ := e.c.w.state(e.ctx, "fix", e.node(node)); s.Phase != PhaseRunning || s.Pod != pod {
+	if s, _ := e.c.w.state(e.ctx, "fix", e.node(node)); s.Phase != v1alpha1.PhaseRunning || s.Pod != pod {
 		t.Errorf("a run whose pod the API server has is recorded %+v", s)
 	}
 	if p := e.pods(); !slices.Equal(p, []string{pod}) {
@@ -388,30 +388,30 @@ func TestReconcileLostRunCacheLags(t *testing.T) {
 		}
 	}
 	// Gone from the API server too: lost.
-	if err := e.cs.CoreV1().Pods(DefaultNamespace).Delete(e.ctx, pod, metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Delete(e.ctx, pod, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Step(time.Minute + time.Second)
 	e.reconcile()
-	if s := e.state(node); s.Phase != PhaseFailed || s.Reason != "PodDisappeared" {
+	if s := e.state(node); s.Phase != v1alpha1.PhaseFailed || s.Reason != "PodDisappeared" {
 		t.Errorf("once the pod is gone: %+v", s)
 	}
 }
 
 func TestReconcileAdoptsRunningPod(t *testing.T) {
 	ns := script(nil)
-	pod := runPod(t, ns, "n1", ActionRun, 1)
+	pod := runPod(t, ns, "n1", v1alpha1.ActionRun, 1)
 	pod.Status = running
 	// A watcher restarted while a run pod goes: the pod is the record,
 	// nothing is written and nothing else started.
 	pod.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
-	pod.Annotations[AnnotationBootID] = "boot-1"
+	pod.Annotations[v1alpha1.AnnotationBootID] = "boot-1"
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), pod)
 	e.reconcile()
 	if len(e.calls[""]) != 0 {
 		t.Errorf("clientset: %v, want no call", e.calls[""])
 	}
-	want := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseRunning, Attempts: 1, Since: t0.Add(-time.Minute), Pod: pod.Name, BootID: "boot-1"}
+	want := nodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: v1alpha1.PhaseRunning, Attempts: 1, Since: t0.Add(-time.Minute), Pod: pod.Name, BootID: "boot-1"}
 	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
 		t.Errorf("state, as Status shows it (-want +got):\n%s", diff)
 	}
@@ -437,27 +437,27 @@ func TestReconcileRemovesStartupTaint(t *testing.T) {
 	if got := e.node("n1").Spec.Taints; len(got) != 2 {
 		t.Errorf("taints removed before the script succeeded: %v", got)
 	}
-	e.setPod(podName(ns, "n1", ActionRun, 1), exited(0))
+	e.setPod(podName(ns, "n1", v1alpha1.ActionRun, 1), exited(0))
 	e.reconcile()
 	if diff := cmp.Diff([]corev1.Taint{other}, e.node("n1").Spec.Taints); diff != "" {
 		t.Errorf("taints (-want +got):\n%s", diff)
 	}
-	e.checkEvents("after the run", ReasonSucceeded, ReasonTaintRemoved, ReasonComplete)
+	e.checkEvents("after the run", v1alpha1.ReasonSucceeded, v1alpha1.ReasonTaintRemoved, v1alpha1.ReasonComplete)
 }
 
 func TestReconcileVerify(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		exit    int32
-		want    func(NodeState) bool
+		want    func(nodeState) bool
 		reasons []string
 		stage   string
 		pods    int // after the verify: the next node's run pod, or none
 	}{
-		{"pass", 0, func(s NodeState) bool { return s.Phase == PhaseSucceeded && s.Verified }, []string{ReasonVerified}, StageRolling, 1},
-		{"fail", 1, func(s NodeState) bool {
-			return s.Phase == PhaseFailed && s.Reason == "VerifyFailed" && *s.ExitCode == 1
-		}, []string{ReasonHalted, ReasonVerifyFailed}, StageHalted, 0},
+		{"pass", 0, func(s nodeState) bool { return s.Phase == v1alpha1.PhaseSucceeded && s.Verified }, []string{v1alpha1.ReasonVerified}, v1alpha1.StageRolling, 1},
+		{"fail", 1, func(s nodeState) bool {
+			return s.Phase == v1alpha1.PhaseFailed && s.Reason == "VerifyFailed" && *s.ExitCode == 1
+		}, []string{v1alpha1.ReasonHalted, v1alpha1.ReasonVerifyFailed}, v1alpha1.StageHalted, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := script(func(s *v1alpha1.NodeScriptSpec) {
@@ -471,7 +471,7 @@ func TestReconcileVerify(t *testing.T) {
 			if after := e.reconcile(); after != 2*time.Second {
 				t.Errorf("soaking: look again after %s, want 2s", after)
 			}
-			if st := e.nodeScript().Status; st.Stage != StageSoaking {
+			if st := e.nodeScript().Status; st.Stage != v1alpha1.StageSoaking {
 				t.Errorf("stage %s, want Soaking", st.Stage)
 			}
 			if p := e.pods(); len(p) != 0 {
@@ -479,7 +479,7 @@ func TestReconcileVerify(t *testing.T) {
 			}
 			e.clock.Step(5 * time.Minute)
 			e.reconcile()
-			verify := podName(ns, canary, ActionVerify, 1)
+			verify := podName(ns, canary, v1alpha1.ActionVerify, 1)
 			if diff := cmp.Diff([]string{"create pods " + verify}, e.calls[""]); diff != "" {
 				t.Errorf("after the soak time (-want +got):\n%s", diff)
 			}
@@ -509,7 +509,7 @@ func TestReconcileInvalidSpec(t *testing.T) {
 	if a := e.calls[""]; len(a) != 0 {
 		t.Errorf("an invalid spec touched the cluster: %v", a)
 	}
-	if st := e.nodeScript().Status; st.Stage != StageHalted || st.ObservedGeneration != 3 {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageHalted || st.ObservedGeneration != 3 {
 		t.Errorf("status %+v", st)
 	}
 	if c := e.condition(v1alpha1.ConditionHalted); c.Status != metav1.ConditionTrue || c.Reason != "InvalidSpec" || !strings.Contains(c.Message, "spec.script") {
@@ -523,14 +523,14 @@ func TestReconcileInvalidSpec(t *testing.T) {
 func TestReconcileDeleted(t *testing.T) {
 	ns := script(nil)
 	deleted := metav1.NewTime(t0)
-	ns.DeletionTimestamp, ns.Finalizers = &deleted, []string{Finalizer}
-	state := NodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: PhaseSucceeded}
+	ns.DeletionTimestamp, ns.Finalizers = &deleted, []string{v1alpha1.Finalizer}
+	state := nodeState{Hash: v1alpha1.SpecHash(&ns.Spec), Phase: v1alpha1.PhaseSucceeded}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(state)), testNode("n2"))
 	e.reconcile()
 	if diff := cmp.Diff([]string{"patch nodes n1"}, e.calls[""]); diff != "" {
 		t.Errorf("clientset (-want +got):\n%s", diff)
 	}
-	if _, has := e.node("n1").Annotations[StateAnnotation("fix")]; has {
+	if _, has := e.node("n1").Annotations[stateAnnotation("fix")]; has {
 		t.Error("the state annotation is left")
 	}
 	if f := e.nodeScript().Finalizers; len(f) != 0 {
@@ -556,10 +556,10 @@ func TestReconcilePodCreateFails(t *testing.T) {
 	if _, err := e.c.reconcile(e.ctx, "fix"); err == nil || !strings.Contains(err.Error(), "quota exceeded") {
 		t.Errorf("reconcile: %v, want the create's error", err)
 	}
-	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionFalse || c.Reason != ReasonPodCreate || !strings.Contains(c.Message, "quota exceeded") {
+	if c := e.condition(v1alpha1.ConditionProgressing); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonPodCreate || !strings.Contains(c.Message, "quota exceeded") {
 		t.Errorf("Progressing: %+v", c)
 	}
-	if s := e.state("n1"); s.Phase != PhasePending {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhasePending {
 		t.Errorf("state %+v, want Pending", s)
 	}
 }
@@ -620,10 +620,10 @@ func TestReconcileHolds(t *testing.T) {
 		reason     string
 		nextWindow bool
 	}{
-		{"paused", func(s *v1alpha1.NodeScriptSpec) { s.Paused = true }, func(s *v1alpha1.NodeScriptSpec) { s.Paused = false }, HoldPaused, false},
+		{"paused", func(s *v1alpha1.NodeScriptSpec) { s.Paused = true }, func(s *v1alpha1.NodeScriptSpec) { s.Paused = false }, v1alpha1.HoldPaused, false},
 		// t0 is 12:00 UTC.
 		{"window", func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00"} },
-			func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "11:00", End: "13:00"} }, HoldOutsideWindow, true},
+			func(s *v1alpha1.NodeScriptSpec) { s.Window = &v1alpha1.MaintenanceWindow{Start: "11:00", End: "13:00"} }, v1alpha1.HoldOutsideWindow, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := script(c.hold)
@@ -682,26 +682,26 @@ func TestReconcileWritesPerRun(t *testing.T) {
 	e.reconcile()
 	count()
 	for _, n := range names {
-		e.setPod(podName(ns, n, ActionRun, 1), exited(0))
+		e.setPod(podName(ns, n, v1alpha1.ActionRun, 1), exited(0))
 	}
 	e.clock.Step(time.Minute)
 	e.reconcile()
 	count()
-	if st := e.nodeScript().Status; st.Stage != StageComplete || st.Succeeded != int32(len(names)) {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageComplete || st.Succeeded != int32(len(names)) {
 		t.Fatalf("status %+v, want Complete with every node succeeded", st)
 	}
 	if len(writes) != 3*len(names) {
 		t.Errorf("%d writes for %d nodes, want 3 per node: %v", len(writes), len(names), writes)
 	}
 	for _, n := range names {
-		if c := e.nodeCondition(n); c == nil || c.Reason != ConditionApplied {
+		if c := e.nodeCondition(n); c == nil || c.Reason != v1alpha1.ConditionApplied {
 			t.Errorf("node %s: condition %+v, want Applied", n, c)
 		}
 	}
 	ev := e.recorded()
 	var succeeded []string
 	for _, x := range ev {
-		if strings.Contains(x, ReasonSucceeded) {
+		if strings.Contains(x, v1alpha1.ReasonSucceeded) {
 			succeeded = append(succeeded, x)
 		}
 	}
@@ -718,10 +718,10 @@ func TestReconcileRecordedPodCacheLags(t *testing.T) {
 		exit  int32
 		phase string
 	}{
-		{"succeeded", 0, PhaseSucceeded},
+		{"succeeded", 0, v1alpha1.PhaseSucceeded},
 		// A failed run reads the node's boot ID from the API once (a reboot
 		// may explain it), and not again for the cache's stale copy.
-		{"failed", 1, PhaseFailed},
+		{"failed", 1, v1alpha1.PhaseFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := script(nil)
@@ -729,17 +729,17 @@ func TestReconcileRecordedPodCacheLags(t *testing.T) {
 			e.reconcile()
 			node, pod := e.runningNode("n1")
 			// The API server gives every pod a UID.
-			p, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, pod, metav1.GetOptions{})
+			p, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(e.ctx, pod, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			p.UID = "uid-1"
-			if _, err := e.cs.CoreV1().Pods(DefaultNamespace).Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+			if _, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			e.setPod(pod, exited(tc.exit))
 			e.sync()
-			stale, _, _ := e.podCache.GetByKey(DefaultNamespace + "/" + pod)
+			stale, _, _ := e.podCache.GetByKey(v1alpha1.DefaultNamespace + "/" + pod)
 			if _, err := e.c.reconcile(e.ctx, "fix"); err != nil {
 				t.Fatal(err)
 			}
@@ -794,25 +794,25 @@ func TestReconcileRecordedPodCacheLags(t *testing.T) {
 func TestStateFollowsResourceVersion(t *testing.T) {
 	e := newEnv(t, []*v1alpha1.NodeScript{script(nil)}, testNode("n1"))
 	w := e.c.w
-	node := func(rv string, s *NodeState) *corev1.Node {
+	node := func(rv string, s *nodeState) *corev1.Node {
 		return testNode("n1", func(n *corev1.Node) {
 			n.ResourceVersion = rv
 			if s != nil {
-				n.Annotations = map[string]string{StateAnnotation("fix"): s.Encode(), "other": "x"}
+				n.Annotations = map[string]string{stateAnnotation("fix"): s.Encode(), "other": "x"}
 			}
 		})
 	}
-	succeeded := NodeState{Hash: "h1", Phase: PhaseSucceeded, Since: t0, Attempts: 1}
-	failed := NodeState{Hash: "h2", Phase: PhaseFailed, Since: t0, Attempts: 1, ExitCode: ptr.To(3)}
+	succeeded := nodeState{Hash: "h1", Phase: v1alpha1.PhaseSucceeded, Since: t0, Attempts: 1}
+	failed := nodeState{Hash: "h2", Phase: v1alpha1.PhaseFailed, Since: t0, Attempts: 1, ExitCode: ptr.To(3)}
 	for i, step := range []struct {
 		n    *corev1.Node
-		want NodeState
+		want nodeState
 	}{
 		{node("10", &succeeded), succeeded},
 		{node("10", &succeeded), succeeded}, // same resourceVersion: reused
 		{node("11", &failed), failed},
-		{node("12", nil), NodeState{Phase: PhasePending}},
-		{node("12", nil), NodeState{Phase: PhasePending}},
+		{node("12", nil), nodeState{Phase: v1alpha1.PhasePending}},
+		{node("12", nil), nodeState{Phase: v1alpha1.PhasePending}},
 		{node("13", &succeeded), succeeded},
 	} {
 		got, ok := w.state(e.ctx, "fix", step.n)

@@ -27,20 +27,20 @@ func TestRecordedTailOfCutMessage(t *testing.T) {
 	log := strings.Repeat("padding line of the script's output\n", 100) + "PASSWORD=hunter2\n" + strings.Repeat("after the secret\n", 200)
 	i := strings.Index(log, "PASSWORD=hunter2")
 	for _, cut := range []int{i + 1, i + 4, i + len("PASSWORD"), i + len("PASSWORD="), i + len("PASSWORD=hun")} {
-		tailLog := log[:cut+MaxTerminationLogTail] // the log ends MaxTerminationLogTail bytes after the cut
+		tailLog := log[:cut+v1alpha1.MaxTerminationLogTail] // the log ends MaxTerminationLogTail bytes after the cut
 		msg := tailLog[cut:]
-		out := PodOutcome(failed(msg), true, time.Time{}, now, time.Minute)
+		out := podOutcome(failed(msg), true, time.Time{}, now, time.Minute)
 		if !out.Done || out.ExitCode != 1 {
 			t.Fatalf("cut at %d: outcome %+v", cut, out)
 		}
-		rec := OutputRecord(ns, "n1", "h", map[string]string{ActionRun: out.Tail}, now).Data[ActionRun]
+		rec := outputRecord(ns, "n1", "h", map[string]string{v1alpha1.ActionRun: out.Tail}, now).Data[v1alpha1.ActionRun]
 		if strings.Contains(rec, "hun") || !strings.HasPrefix(rec, "after the secret\n") {
 			t.Errorf("cut at %d (message %q...): recorded %q...", cut, msg[:20], rec[:min(len(rec), 40)])
 		}
 	}
 	whole := "line 1\nPASSWORD=hunter2\nline 3\n"
-	out := PodOutcome(failed(whole), true, time.Time{}, now, time.Minute)
-	if rec := OutputRecord(ns, "n1", "h", map[string]string{ActionRun: out.Tail}, now).Data[ActionRun]; rec != "line 1\nPASSWORD=[REDACTED]\nline 3\n" {
+	out := podOutcome(failed(whole), true, time.Time{}, now, time.Minute)
+	if rec := outputRecord(ns, "n1", "h", map[string]string{v1alpha1.ActionRun: out.Tail}, now).Data[v1alpha1.ActionRun]; rec != "line 1\nPASSWORD=[REDACTED]\nline 3\n" {
 		t.Errorf("whole message recorded as %q", rec)
 	}
 }

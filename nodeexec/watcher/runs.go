@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +28,7 @@ import (
 // separate requests, which reach this process through separate watches:
 // the pod's failure can arrive first, and must not be recorded as the
 // script's.
-func (c *controller) bootID(ctx context.Context, n *corev1.Node, startBootID string, out Outcome) (string, error) {
+func (c *controller) bootID(ctx context.Context, n *corev1.Node, startBootID string, out runOutcome) (string, error) {
 	cached := n.Status.NodeInfo.BootID
 	if startBootID == "" || cached != startBootID || !rebootCandidate(out) {
 		return cached, nil
@@ -41,51 +43,21 @@ func (c *controller) bootID(ctx context.Context, n *corev1.Node, startBootID str
 	return live.Status.NodeInfo.BootID, nil
 }
 
-// startBootID is the boot ID run pod was created on: its AnnotationBootID,
-// else (a pod created before the annotation) the one recorded in s when s
-// names the pod; "" when unknown.
-func startBootID(pod *corev1.Pod, s NodeState) string {
-	if b := pod.Annotations[AnnotationBootID]; b != "" {
-		return b
-	}
-	if s.Pod == pod.Name {
-		return s.BootID
-	}
-	return ""
-}
-
-// runningState is the state of a node whose state was prev while its run
-// or check pod goes: Running, with the pod's spec hash (run ID), attempt,
-// creation time and boot ID; the attempts before a rerun and the watcher's
-// cordon carried over from prev. The pod is the record of a run while it
-// goes: this state is kept in memory (Watcher.note), not written, and read
-// back from the pod after a restart (adopt) and by Status. It is a pure
-// function.
-func runningState(prev NodeState, pod *corev1.Pod) NodeState {
-	hash := pod.Labels[nodeexec.LabelRunID]
-	attempt, _ := strconv.Atoi(pod.Annotations[AnnotationAttempt])
-	return NodeState{
-		Hash: hash, Phase: PhaseRunning, Attempts: attempt, AttemptsBefore: attemptsBefore(prev, hash), Since: pod.CreationTimestamp.Time,
-		Pod: pod.Name, BootID: startBootID(pod, prev), CordonedByUs: prev.CordonedByUs, Cordoned: prev.Cordoned && prev.CordonedByUs,
-		Silences: prev.Silences,
-	}
-}
-
 // podRecord reports whether s is a run's state while its pod goes (see
 // runningState): Running, with a pod, and no maintenance step.
-func podRecord(s NodeState) bool {
-	return s.Phase == PhaseRunning && s.Pod != "" && s.Maintenance == ""
+func podRecord(s nodeState) bool {
+	return s.Phase == v1alpha1.PhaseRunning && s.Pod != "" && s.Maintenance == ""
 }
 
 // start creates the pod of action on node n (s is its current state). For
 // a check or run, the pod is the record of the run while it goes: the
 // node's state becomes Running in this process only (runningState), and
 // the outcome is written once, when the pod has finished (finish).
-func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, action string, now time.Time) error {
-	if action == ActionRun && needsPreparation(ns, hash, s) {
+func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, action string, now time.Time) error {
+	if action == v1alpha1.ActionRun && needsPreparation(ns, hash, s) {
 		return c.prepare(ctx, ns, hash, n, s, now)
 	}
-	if action == ActionRun {
+	if action == v1alpha1.ActionRun {
 		if held, err := c.preNodeHook(ctx, ns, hash, n, s, now); held || err != nil {
 			return err // spec.hooks.preNode: the run pod waits for it (hooks.go)
 		}
@@ -97,7 +69,7 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	if runsScript(action) && s.Hash == hash {
 		attempt = s.Attempts + 1
 	}
-	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, BootID: n.Status.NodeInfo.BootID, Now: now,
+	pod, err := c.w.runPod(runPodSpec{NodeScript: ns, Node: n.Name, Action: action, Attempt: attempt, BootID: n.Status.NodeInfo.BootID, Now: now,
 		Place: c.place(ctx, ns, hash, n.Name, now)})
 	if err != nil {
 		return err
@@ -113,7 +85,7 @@ func (c *controller) start(ctx context.Context, ns *v1alpha1.NodeScript, hash st
 	}
 	if runsScript(action) {
 		pod.CreationTimestamp = metav1.NewTime(now)
-		c.w.note(ns.Name, n.Name, runningState(s, pod))
+		c.w.note(ns.Name, n.Name, nodescript.RunningState(s, pod))
 	}
 	return nil
 }
@@ -126,15 +98,7 @@ func (c *controller) adopt(ctx context.Context, ns *v1alpha1.NodeScript, n *core
 	if !ok || s.Pod == pod.Name {
 		return
 	}
-	c.w.note(ns.Name, n.Name, runningState(s, pod))
-}
-
-// attemptsBefore is s's AttemptsBefore when s is a record of hash, else 0.
-func attemptsBefore(s NodeState, hash string) int {
-	if s.Hash != hash {
-		return 0
-	}
-	return s.AttemptsBefore
+	c.w.note(ns.Name, n.Name, nodescript.RunningState(s, pod))
 }
 
 // finish records a finished run pod's outcome on its node, then deletes
@@ -142,7 +106,7 @@ func attemptsBefore(s NodeState, hash string) int {
 // (podEvent); the table's action for the node's phase records it
 // (recordRun, recordCheck, recordVerify, recordRollback), unless the
 // outcome is recorded already or no longer current (finishedPod.current).
-func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out Outcome, ok *succeeded, now time.Time) error {
+func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, pod *corev1.Pod, out runOutcome, ok *succeeded, now time.Time) error {
 	s, readable := c.w.state(ctx, ns.Name, n)
 	if !readable {
 		return nil
@@ -184,7 +148,7 @@ func (c *controller) finish(ctx context.Context, ns *v1alpha1.NodeScript, n *cor
 type finishedPod struct {
 	ns      *v1alpha1.NodeScript
 	pod     *corev1.Pod
-	out     Outcome
+	out     runOutcome
 	hash    string // the spec hash the pod ran
 	action  string
 	attempt int
@@ -197,9 +161,9 @@ type finishedPod struct {
 	recorded bool
 }
 
-func newFinishedPod(ns *v1alpha1.NodeScript, pod *corev1.Pod, out Outcome) *finishedPod {
-	f := &finishedPod{ns: ns, pod: pod, out: out, hash: pod.Labels[nodeexec.LabelRunID], action: pod.Labels[LabelAction], result: "succeeded"}
-	f.attempt, _ = strconv.Atoi(pod.Annotations[AnnotationAttempt])
+func newFinishedPod(ns *v1alpha1.NodeScript, pod *corev1.Pod, out runOutcome) *finishedPod {
+	f := &finishedPod{ns: ns, pod: pod, out: out, hash: pod.Labels[nodeexec.LabelRunID], action: pod.Labels[v1alpha1.LabelAction], result: "succeeded"}
+	f.attempt, _ = strconv.Atoi(pod.Annotations[v1alpha1.AnnotationAttempt])
 	switch {
 	case out.Infrastructure:
 		f.result = "infrastructure"
@@ -208,7 +172,7 @@ func newFinishedPod(ns *v1alpha1.NodeScript, pod *corev1.Pod, out Outcome) *fini
 	case out.ExitCode != 0:
 		f.result = "failed"
 	}
-	f.reboot = f.action == ActionRun && rebootAsked(ns, out)
+	f.reboot = f.action == v1alpha1.ActionRun && rebootAsked(ns, out)
 	if f.reboot {
 		f.result = "succeeded"
 	}
@@ -219,15 +183,15 @@ func newFinishedPod(ns *v1alpha1.NodeScript, pod *corev1.Pod, out Outcome) *fini
 // state s: a run or check not recorded before (only the pod's deletion is
 // left then), a verify of the node's current success not yet verified, a
 // rollback the state says runs.
-func (f *finishedPod) current(s NodeState) bool {
+func (f *finishedPod) current(s nodeState) bool {
 	switch f.action {
-	case ActionRun:
-		return !(s.Pod == f.pod.Name && (s.Phase != PhaseRunning || s.Maintenance == MaintenanceRebooting))
-	case ActionCheck:
-		return !(s.Pod == f.pod.Name && s.Phase != PhaseRunning)
-	case ActionVerify:
-		return s.Hash == f.hash && s.Phase == PhaseSucceeded && !s.Verified && !f.out.Infrastructure
-	case ActionRollback:
+	case v1alpha1.ActionRun:
+		return !(s.Pod == f.pod.Name && (s.Phase != v1alpha1.PhaseRunning || s.Maintenance == v1alpha1.MaintenanceRebooting))
+	case v1alpha1.ActionCheck:
+		return !(s.Pod == f.pod.Name && s.Phase != v1alpha1.PhaseRunning)
+	case v1alpha1.ActionVerify:
+		return s.Hash == f.hash && s.Phase == v1alpha1.PhaseSucceeded && !s.Verified && !f.out.Infrastructure
+	case v1alpha1.ActionRollback:
 		return s.Hash == f.hash && s.Rollback == "Running"
 	}
 	return false
@@ -243,7 +207,7 @@ func (f *finishedPod) msg() string {
 }
 
 // writeFinished records next as node n's state, f's outcome then recorded.
-func (c *controller) writeFinished(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, f *finishedPod, next NodeState) error {
+func (c *controller) writeFinished(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, f *finishedPod, next nodeState) error {
 	if err := c.w.writeState(ctx, ns, n, next); err != nil {
 		return err
 	}
@@ -254,35 +218,35 @@ func (c *controller) writeFinished(ctx context.Context, ns *v1alpha1.NodeScript,
 // recordRun records a run's outcome: Failed for the infrastructure (with
 // its retry's time), Succeeded (Running and Rebooting when it asked for a
 // reboot), or Failed.
-func (c *controller) recordRun(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, ok *succeeded, now time.Time) error {
+func (c *controller) recordRun(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, f *finishedPod, ok *succeeded, now time.Time) error {
 	out := f.out
-	next := NodeState{Hash: f.hash, Attempts: f.attempt, AttemptsBefore: attemptsBefore(s, f.hash), Since: now, Pod: f.pod.Name, Reason: out.Reason,
+	next := nodeState{Hash: f.hash, Attempts: f.attempt, AttemptsBefore: nodescript.AttemptsBefore(s, f.hash), Since: now, Pod: f.pod.Name, Reason: out.Reason,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
 	output := out.Tail
 	switch f.result {
 	case "infrastructure":
-		next.Phase, next.Infrastructure, next.Message = PhaseFailed, true, out.Message
+		next.Phase, next.Infrastructure, next.Message = v1alpha1.PhaseFailed, true, out.Message
 		t := now.Add(backoff(ns, f.attempt))
 		next.NextRetry = &t
-		c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, f.msg())
+		c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonInfrastructure, f.msg())
 	case "succeeded":
-		next.Phase, next.ExitCode = PhaseSucceeded, ptr.To(0)
+		next.Phase, next.ExitCode = v1alpha1.PhaseSucceeded, ptr.To(0)
 		next.Awaiting = afterRunArmed(ns) // spec.hooks.afterRun (annotations.go)
 		// The boot the fix was made in (spec.reapply.onReboot): the
 		// run's own start boot, which a success cannot outlive.
-		next.BootID = cmpOr(startBootID(f.pod, s), n.Status.NodeInfo.BootID)
+		next.BootID = nodescript.CmpOr(nodescript.StartBootID(f.pod, s), n.Status.NodeInfo.BootID)
 		if ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
 			output = c.logTail(ctx, f.pod)
 		}
 		ok.add(n.Name) // one Event on the NodeScript for the reconcile's successes
 		if f.reboot {
 			// Succeeded once the node is back with a new boot ID (reboot.go).
-			next.Phase, next.Maintenance, next.Reason = PhaseRunning, MaintenanceRebooting, ""
-			c.events.Eventf(n, corev1.EventTypeNormal, ReasonRebooting, "nodescript %s: the script succeeded (exit %d); rebooting the node (spec.reboot: %s)", ns.Name, out.ExitCode, ns.Spec.Reboot)
+			next.Phase, next.Maintenance, next.Reason = v1alpha1.PhaseRunning, v1alpha1.MaintenanceRebooting, ""
+			c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonRebooting, "nodescript %s: the script succeeded (exit %d); rebooting the node (spec.reboot: %s)", ns.Name, out.ExitCode, ns.Spec.Reboot)
 		}
 	default:
-		next.Phase, next.ExitCode = PhaseFailed, ptr.To(out.ExitCode)
-		c.events.Event(n, corev1.EventTypeWarning, ReasonFailed, f.msg())
+		next.Phase, next.ExitCode = v1alpha1.PhaseFailed, ptr.To(out.ExitCode)
+		c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonFailed, f.msg())
 	}
 	c.recordOutput(ctx, ns, n, f.hash, f.action, output, now)
 	return c.writeFinished(ctx, ns, n, f, next)
@@ -290,23 +254,23 @@ func (c *controller) recordRun(ctx context.Context, ns *v1alpha1.NodeScript, n *
 
 // recordCheck records a check's outcome (checked): NotNeeded, Pending
 // (the script runs next), or Failed.
-func (c *controller) recordCheck(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, now time.Time) error {
-	next := checked(s, f.hash, f.attempt, f.pod.Name, cmpOr(startBootID(f.pod, s), n.Status.NodeInfo.BootID), f.out, now)
+func (c *controller) recordCheck(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, f *finishedPod, now time.Time) error {
+	next := checked(s, f.hash, f.attempt, f.pod.Name, nodescript.CmpOr(nodescript.StartBootID(f.pod, s), n.Status.NodeInfo.BootID), f.out, now)
 	output := f.out.Tail
-	if next.Phase == PhaseNotNeeded && ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
+	if next.Phase == v1alpha1.PhaseNotNeeded && ns.Spec.RecordOutput && c.w.o.SuccessLogLines > 0 {
 		output = c.logTail(ctx, f.pod) // exit 0 leaves no termination message
 	}
 	switch {
 	case next.Infrastructure:
 		t := now.Add(backoff(ns, f.attempt))
 		next.NextRetry = &t
-		c.events.Event(n, corev1.EventTypeWarning, ReasonInfrastructure, f.msg())
-	case next.Phase == PhaseNotNeeded:
-		c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNotNeeded, f.msg()+": the node does not need the script")
-	case next.Phase == PhasePending:
-		c.events.Event(n, corev1.EventTypeNormal, ReasonCheckNeeded, f.msg()+": the script runs next")
+		c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonInfrastructure, f.msg())
+	case next.Phase == v1alpha1.PhaseNotNeeded:
+		c.events.Event(n, corev1.EventTypeNormal, v1alpha1.ReasonCheckNotNeeded, f.msg()+": the node does not need the script")
+	case next.Phase == v1alpha1.PhasePending:
+		c.events.Event(n, corev1.EventTypeNormal, v1alpha1.ReasonCheckNeeded, f.msg()+": the script runs next")
 	default:
-		c.events.Event(n, corev1.EventTypeWarning, ReasonCheckFailed, f.msg()+": "+next.Message)
+		c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonCheckFailed, f.msg()+": "+next.Message)
 	}
 	c.recordOutput(ctx, ns, n, f.hash, f.action, output, now)
 	return c.writeFinished(ctx, ns, n, f, next)
@@ -314,29 +278,29 @@ func (c *controller) recordCheck(ctx context.Context, ns *v1alpha1.NodeScript, n
 
 // recordVerify records a verify's outcome: Verified, or Failed
 // (VerifyFailed).
-func (c *controller) recordVerify(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, now time.Time) error {
+func (c *controller) recordVerify(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, f *finishedPod, now time.Time) error {
 	if f.result == "succeeded" {
 		s.Verified = true
-		c.events.Event(n, corev1.EventTypeNormal, ReasonVerified, f.msg())
+		c.events.Event(n, corev1.EventTypeNormal, v1alpha1.ReasonVerified, f.msg())
 	} else {
-		s.Phase, s.Reason, s.ExitCode, s.Since = PhaseFailed, "VerifyFailed", ptr.To(f.out.ExitCode), now
+		s.Phase, s.Reason, s.ExitCode, s.Since = v1alpha1.PhaseFailed, "VerifyFailed", ptr.To(f.out.ExitCode), now
 		c.recordOutput(ctx, ns, n, f.hash, f.action, f.out.Tail, now)
-		c.events.Event(n, corev1.EventTypeWarning, ReasonVerifyFailed, f.msg())
+		c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonVerifyFailed, f.msg())
 	}
 	return c.writeFinished(ctx, ns, n, f, s)
 }
 
 // recordRollback records a rollback's outcome: RolledBack, or the
 // rollback Failed (the node stays Failed).
-func (c *controller) recordRollback(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, f *finishedPod, now time.Time) error {
+func (c *controller) recordRollback(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, f *finishedPod, now time.Time) error {
 	s.RollbackExitCode = ptr.To(f.out.ExitCode)
 	c.recordOutput(ctx, ns, n, f.hash, f.action, f.out.Tail, now)
 	if f.result == "succeeded" {
-		s.Rollback, s.Phase, s.Since = PhaseSucceeded, PhaseRolledBack, now
-		c.events.Event(n, corev1.EventTypeNormal, ReasonRolledBack, f.msg())
+		s.Rollback, s.Phase, s.Since = v1alpha1.PhaseSucceeded, v1alpha1.PhaseRolledBack, now
+		c.events.Event(n, corev1.EventTypeNormal, v1alpha1.ReasonRolledBack, f.msg())
 	} else {
-		s.Rollback = PhaseFailed
-		c.events.Event(n, corev1.EventTypeWarning, ReasonRollbackFailed, f.msg())
+		s.Rollback = v1alpha1.PhaseFailed
+		c.events.Event(n, corev1.EventTypeWarning, v1alpha1.ReasonRollbackFailed, f.msg())
 	}
 	return c.writeFinished(ctx, ns, n, f, s)
 }
@@ -352,7 +316,7 @@ func (c *controller) recordOutput(ctx context.Context, ns *v1alpha1.NodeScript, 
 	}
 	if err := writeOutputRecord(ctx, c.w.o.Client, ns, n.Name, hash, action, output, now); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "output not recorded", "node", n.Name, "action", action)
-		c.events.Event(ns, corev1.EventTypeWarning, ReasonOutputNotRecorded, fmt.Sprintf("node %s, %s: %v", n.Name, action, err))
+		c.events.Event(ns, corev1.EventTypeWarning, v1alpha1.ReasonOutputNotRecorded, fmt.Sprintf("node %s, %s: %v", n.Name, action, err))
 	}
 }
 
@@ -386,7 +350,7 @@ func (c *controller) logTail(ctx context.Context, pod *corev1.Pod) string {
 // load): it is expected for another minute, and its events reconcile
 // again.
 func (c *controller) gone(ctx context.Context, ns *v1alpha1.NodeScript, pod string, now time.Time) (bool, error) {
-	namespace := RunNamespace(&ns.Spec)
+	namespace := nodescript.RunNamespace(&ns.Spec)
 	if _, ok, err := c.pods.GetByKey(namespace + "/" + pod); ok || err != nil {
 		return false, err
 	}
@@ -406,15 +370,15 @@ func (c *controller) gone(ctx context.Context, ns *v1alpha1.NodeScript, pod stri
 // lost records a run whose pod disappeared before its outcome was recorded
 // (deleted by someone else, or with its node; see gone): an infrastructure
 // failure.
-func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+func (c *controller) lost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, now time.Time) error {
 	if gone, err := c.gone(ctx, ns, s.Pod, now); !gone || err != nil {
 		return err
 	}
-	s.Phase, s.Infrastructure, s.Reason, s.Since = PhaseFailed, true, "PodDisappeared", now
+	s.Phase, s.Infrastructure, s.Reason, s.Since = v1alpha1.PhaseFailed, true, "PodDisappeared", now
 	t := now.Add(backoff(ns, s.Attempts))
 	s.NextRetry = &t
-	c.events.Eventf(n, corev1.EventTypeWarning, ReasonInfrastructure, "nodescript %s: run pod %s disappeared before its outcome was recorded", ns.Name, s.Pod)
-	c.w.metrics.runs.WithLabelValues(ns.Name, ActionRun, "infrastructure").Inc()
+	c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonInfrastructure, "nodescript %s: run pod %s disappeared before its outcome was recorded", ns.Name, s.Pod)
+	c.w.metrics.runs.WithLabelValues(ns.Name, v1alpha1.ActionRun, "infrastructure").Inc()
 	return c.w.writeState(ctx, ns, n, s)
 }
 
@@ -437,7 +401,9 @@ func backoff(ns *v1alpha1.NodeScript, attempt int) time.Duration {
 
 // runsScript reports whether action's pod is a node's run (recorded as
 // its state while it goes): the run itself, or the check before it.
-func runsScript(action string) bool { return action == ActionRun || action == ActionCheck }
+func runsScript(action string) bool {
+	return action == v1alpha1.ActionRun || action == v1alpha1.ActionCheck
+}
 
 // checked is the state a finished check pod (spec.checkScript) leaves
 // node state s in, for spec hash, attempt and pod, which ran in boot
@@ -454,22 +420,22 @@ func runsScript(action string) bool { return action == ActionRun || action == Ac
 //     found", are named in the message).
 //
 // It is a pure function.
-func checked(s NodeState, hash string, attempt int, pod, bootID string, out Outcome, now time.Time) NodeState {
-	next := NodeState{Hash: hash, Attempts: attempt, AttemptsBefore: attemptsBefore(s, hash), Since: now, Pod: pod,
+func checked(s nodeState, hash string, attempt int, pod, bootID string, out runOutcome, now time.Time) nodeState {
+	next := nodeState{Hash: hash, Attempts: attempt, AttemptsBefore: nodescript.AttemptsBefore(s, hash), Since: now, Pod: pod,
 		CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs, Silences: s.Silences}
 	switch {
 	case out.Infrastructure:
-		next.Phase, next.Infrastructure, next.Reason, next.Message = PhaseFailed, true, out.Reason, out.Message
+		next.Phase, next.Infrastructure, next.Reason, next.Message = v1alpha1.PhaseFailed, true, out.Reason, out.Message
 	case out.Reason == "Timeout":
-		next.Phase, next.Reason, next.Message = PhaseFailed, ReasonCheckFailed, "checkScript timed out (spec.timeout)"
+		next.Phase, next.Reason, next.Message = v1alpha1.PhaseFailed, v1alpha1.ReasonCheckFailed, "checkScript timed out (spec.timeout)"
 	case out.ExitCode == 0:
-		next.Phase, next.ExitCode = PhaseNotNeeded, ptr.To(0)
+		next.Phase, next.ExitCode = v1alpha1.PhaseNotNeeded, ptr.To(0)
 		next.BootID = bootID
 	case out.ExitCode == 1:
-		next.Phase, next.ExitCode, next.Checked, next.Reason = PhasePending, ptr.To(1), true, ReasonCheckNeeded
+		next.Phase, next.ExitCode, next.Checked, next.Reason = v1alpha1.PhasePending, ptr.To(1), true, v1alpha1.ReasonCheckNeeded
 		next.AttemptsBefore++
 	default:
-		next.Phase, next.ExitCode, next.Reason = PhaseFailed, ptr.To(out.ExitCode), ReasonCheckFailed
+		next.Phase, next.ExitCode, next.Reason = v1alpha1.PhaseFailed, ptr.To(out.ExitCode), v1alpha1.ReasonCheckFailed
 		next.Message = fmt.Sprintf("checkScript exited %d: 0 means the node does not need the script, 1 that it does; anything else is a failure", out.ExitCode)
 		switch out.ExitCode {
 		case 126:

@@ -6,15 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
-
-// ReasonScriptFromFailed: spec.scriptFrom could not be read (on the
-// NodeScript); nothing starts until it can.
-const ReasonScriptFromFailed = "ScriptFromFailed"
 
 // resolveScript reads the script of ns's spec.scriptFrom from its
 // ConfigMap or Secret in the run namespace and returns a copy of ns as the
@@ -29,7 +27,7 @@ func (c *controller) resolveScript(ctx context.Context, ns *v1alpha1.NodeScript)
 	if f == nil {
 		return ns, nil
 	}
-	namespace := RunNamespace(&ns.Spec)
+	namespace := nodescript.RunNamespace(&ns.Spec)
 	var (
 		content string
 		err     error
@@ -52,7 +50,7 @@ func (c *controller) resolveScript(ctx context.Context, ns *v1alpha1.NodeScript)
 	}
 	if err != nil {
 		err = fmt.Errorf("%s: %w", what, err)
-		c.events.Eventf(ns, corev1.EventTypeWarning, ReasonScriptFromFailed, "%v: nothing starts until it can be read", err)
+		c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonScriptFromFailed, "%v: nothing starts until it can be read", err)
 		return nil, err
 	}
 	out := ns.DeepCopy()
@@ -86,15 +84,4 @@ func secretKey(ctx context.Context, c *controller, namespace string, ref *v1alph
 		return "", fmt.Errorf("no such key")
 	}
 	return string(v), nil
-}
-
-// CurrentHash is the spec hash of stored NodeScript ns as the watcher
-// computes it: v1alpha1.SpecHash of its spec, except with spec.scriptFrom,
-// whose hash follows content only the watcher reads: then the hash it
-// last wrote in the status (empty before it wrote one).
-func CurrentHash(ns *v1alpha1.NodeScript) string {
-	if ns.Spec.ScriptFrom != nil {
-		return ns.Status.SpecHash
-	}
-	return v1alpha1.SpecHash(&ns.Spec)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -14,7 +16,7 @@ import (
 // podJSON is the stored pod name in the run namespace, as JSON.
 func (e *env) podJSON(name string) string {
 	e.t.Helper()
-	p, err := e.cs.CoreV1().Pods(DefaultNamespace).Get(e.ctx, name, metav1.GetOptions{})
+	p, err := e.cs.CoreV1().Pods(v1alpha1.DefaultNamespace).Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -29,26 +31,26 @@ func TestScriptFromConfigMap(t *testing.T) {
 		s.Script = ""
 		s.ScriptFrom = &v1alpha1.ScriptSource{ConfigMapKeyRef: &v1alpha1.KeyRef{Name: "fix", Key: "run.sh"}}
 	})
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fix", Namespace: DefaultNamespace}, Data: map[string]string{"run.sh": "echo v1"}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fix", Namespace: v1alpha1.DefaultNamespace}, Data: map[string]string{"run.sh": "echo v1"}}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), cm)
 	e.reconcile()
 	s := e.state("n1")
-	if s.Phase != PhaseRunning || !strings.Contains(e.podJSON(s.Pod), "echo v1") {
+	if s.Phase != v1alpha1.PhaseRunning || !strings.Contains(e.podJSON(s.Pod), "echo v1") {
 		t.Fatalf("first run: %+v", s)
 	}
 	e.setPod(s.Pod, exited(0))
 	e.reconcile()
 	h1 := e.nodeScript().Status.SpecHash
-	if st := e.nodeScript().Status; st.Stage != StageComplete || h1 == "" || h1 != CurrentHash(e.nodeScript()) {
+	if st := e.nodeScript().Status; st.Stage != v1alpha1.StageComplete || h1 == "" || h1 != nodescript.CurrentHash(e.nodeScript()) {
 		t.Fatalf("status %+v", st)
 	}
 	cm.Data["run.sh"] = "echo v2"
-	if _, err := e.cs.CoreV1().ConfigMaps(DefaultNamespace).Update(e.ctx, cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.CoreV1().ConfigMaps(v1alpha1.DefaultNamespace).Update(e.ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.reconcile()
 	s = e.state("n1")
-	if s.Phase != PhaseRunning || s.Hash == h1 || !strings.Contains(e.podJSON(s.Pod), "echo v2") {
+	if s.Phase != v1alpha1.PhaseRunning || s.Hash == h1 || !strings.Contains(e.podJSON(s.Pod), "echo v2") {
 		t.Errorf("after the edit: %+v (hash was %s)", s, h1)
 	}
 }
@@ -63,7 +65,7 @@ func TestScriptFromSecret(t *testing.T) {
 		s.Script = ""
 		s.ScriptFrom = &v1alpha1.ScriptSource{SecretKeyRef: &v1alpha1.KeyRef{Name: "fix", Key: "run.sh"}}
 	})
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fix", Namespace: DefaultNamespace}, Data: map[string][]byte{"run.sh": []byte(value)}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fix", Namespace: v1alpha1.DefaultNamespace}, Data: map[string][]byte{"run.sh": []byte(value)}}
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"), sec)
 	e.reconcile()
 	s := e.state("n1")
@@ -83,7 +85,7 @@ func TestScriptFromSecret(t *testing.T) {
 	}
 	h1 := e.nodeScript().Status.SpecHash
 	sec.Data["run.sh"] = []byte("echo other")
-	if _, err := e.cs.CoreV1().Secrets(DefaultNamespace).Update(e.ctx, sec, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.CoreV1().Secrets(v1alpha1.DefaultNamespace).Update(e.ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.reconcile()
@@ -108,5 +110,5 @@ func TestScriptFromMissing(t *testing.T) {
 	if got := e.pods(); len(got) != 0 {
 		t.Errorf("pods %v", got)
 	}
-	e.checkEvents("missing", ReasonScriptFromFailed)
+	e.checkEvents("missing", v1alpha1.ReasonScriptFromFailed)
 }

@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 
 	"github.com/go-logr/logr"
 	amlabels "github.com/prometheus/alertmanager/pkg/labels"
@@ -21,55 +22,43 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Event reasons (on the Node) of spec.maintenance.silences; ReasonSilenceFailed
-// is also the reason of the node's failure when a required silence could not
-// be created.
-const (
-	ReasonSilenceCreated = "SilenceCreated"
-	ReasonSilenceExpired = "SilenceExpired"
-	ReasonSilenceFailed  = "SilenceFailed"
-)
-
-// SilenceCreatedBy is the createdBy of every silence the watcher creates.
-const SilenceCreatedBy = "nodeexec"
-
-// SilenceSlack is added to the timeouts of a node's maintenance to make the
+// silenceSlack is added to the timeouts of a node's maintenance to make the
 // default duration of its silences (see DefaultSilenceDuration).
-const SilenceSlack = 10 * time.Minute
+const silenceSlack = 10 * time.Minute
 
-// SilenceRequestTimeout bounds one call to an Alertmanager.
-const SilenceRequestTimeout = 10 * time.Second
+// silenceRequestTimeout bounds one call to an Alertmanager.
+const silenceRequestTimeout = 10 * time.Second
 
-// SilenceRecheck is how soon a reconcile looks again at a silence whose
+// silenceRecheck is how soon a reconcile looks again at a silence whose
 // expiry failed (the Alertmanager was unreachable).
-const SilenceRecheck = 10 * time.Second
+const silenceRecheck = 10 * time.Second
 
-// HeldSilence is a silence the watcher created for a node and has not
+// heldSilence is a silence the watcher created for a node and has not
 // expired yet (nodescript.HeldSilence).
-type HeldSilence = nodescript.HeldSilence
+type heldSilence = nodescript.HeldSilence
 
-// DefaultSilenceDuration is the duration of a silence of ns without
+// defaultSilenceDuration is the duration of a silence of ns without
 // spec.maintenance.silences[].duration: the node's whole maintenance, that
 // is the drain timeout (when draining; DefaultDrainTimeout by default), the
 // run timeout (spec.timeout, DefaultTimeout) and the reboot timeout (when
 // spec.reboot is IfRequired or Always; DefaultRebootTimeout), plus
 // SilenceSlack.
-func DefaultSilenceDuration(spec *v1alpha1.NodeScriptSpec) time.Duration {
-	d := SilenceSlack
+func defaultSilenceDuration(spec *v1alpha1.NodeScriptSpec) time.Duration {
+	d := silenceSlack
 	if m := spec.Maintenance; m != nil && m.Drain != nil {
-		t := DefaultDrainTimeout
+		t := defaultDrainTimeout
 		if m.Drain.Timeout != nil {
 			t = m.Drain.Timeout.Duration
 		}
 		d += t
 	}
-	t := DefaultTimeout
+	t := defaultTimeout
 	if spec.Timeout != nil {
 		t = spec.Timeout.Duration
 	}
 	d += t
 	if spec.Reboot == v1alpha1.RebootIfRequired || spec.Reboot == v1alpha1.RebootAlways {
-		t := DefaultRebootTimeout
+		t := defaultRebootTimeout
 		if spec.RebootTimeout != nil {
 			t = spec.RebootTimeout.Duration
 		}
@@ -112,7 +101,7 @@ func silencePayload(ns *v1alpha1.NodeScript, sp v1alpha1.Silence, node, hash str
 	if err != nil {
 		return postableSilence{}, err
 	}
-	d := DefaultSilenceDuration(&ns.Spec)
+	d := defaultSilenceDuration(&ns.Spec)
 	if sp.Duration != nil {
 		d = sp.Duration.Duration
 	}
@@ -120,7 +109,7 @@ func silencePayload(ns *v1alpha1.NodeScript, sp v1alpha1.Silence, node, hash str
 	if c := strings.TrimSpace(sp.Comment); c != "" {
 		comment = c + " | " + comment
 	}
-	p := postableSilence{StartsAt: now.UTC(), EndsAt: now.Add(d).UTC(), CreatedBy: SilenceCreatedBy, Comment: comment}
+	p := postableSilence{StartsAt: now.UTC(), EndsAt: now.Add(d).UTC(), CreatedBy: v1alpha1.SilenceCreatedBy, Comment: comment}
 	for _, m := range ms {
 		p.Matchers = append(p.Matchers, silenceMatcher{
 			Name: m.Name, Value: m.Value,
@@ -173,7 +162,7 @@ func deleteSilence(ctx context.Context, base, id string) error {
 // SilenceRequestTimeout, and returns the status and (the first 512 bytes
 // of) the answer.
 func amCall(ctx context.Context, method, base, path string, body []byte) (int, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, SilenceRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, silenceRequestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
 	if err != nil {
@@ -199,11 +188,11 @@ func amCall(ctx context.Context, method, base, path string, body []byte) (int, s
 // (the default), those created are expired again and the error is returned
 // (the node does not start); otherwise a Warning Event SilenceFailed and
 // the node goes on without it.
-func (c *controller) silencesBefore(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, now time.Time) ([]HeldSilence, error) {
+func (c *controller) silencesBefore(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, now time.Time) ([]heldSilence, error) {
 	if len(s.Silences) > 0 {
 		left := c.expireSilences(ctx, ns, n, s.Silences, now)
 		for _, h := range left {
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonSilenceFailed, "nodescript %s: silence %s on %s of an earlier attempt not expired; it ends at %s", ns.Name, h.ID, h.URL, h.EndsAt.UTC().Format(time.RFC3339))
+			c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonSilenceFailed, "nodescript %s: silence %s on %s of an earlier attempt not expired; it ends at %s", ns.Name, h.ID, h.URL, h.EndsAt.UTC().Format(time.RFC3339))
 		}
 	}
 	m := ns.Spec.Maintenance
@@ -214,7 +203,7 @@ func (c *controller) silencesBefore(ctx context.Context, ns *v1alpha1.NodeScript
 	if s.Hash == hash {
 		attempt = s.Attempts + 1
 	}
-	var held []HeldSilence
+	var held []heldSilence
 	for i, sp := range m.Silences {
 		p, err := silencePayload(ns, sp, n.Name, hash, attempt, now)
 		var id string
@@ -228,12 +217,12 @@ func (c *controller) silencesBefore(ctx context.Context, ns *v1alpha1.NodeScript
 				c.expireSilences(ctx, ns, n, held, now)
 				return nil, err
 			}
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonSilenceFailed, "nodescript %s: %v; going on without it (spec.maintenance.silencesRequired is false)", ns.Name, err)
+			c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonSilenceFailed, "nodescript %s: %v; going on without it (spec.maintenance.silencesRequired is false)", ns.Name, err)
 			continue
 		}
-		held = append(held, HeldSilence{URL: sp.URL, ID: id, EndsAt: p.EndsAt.Truncate(time.Second)})
+		held = append(held, heldSilence{URL: sp.URL, ID: id, EndsAt: p.EndsAt.Truncate(time.Second)})
 		c.w.metrics.silences.WithLabelValues(ns.Name, "created").Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonSilenceCreated, "nodescript %s: silence %s created on %s (%s) until %s", ns.Name, id, sp.URL, matchersText(p.Matchers), p.EndsAt.Format(time.RFC3339))
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonSilenceCreated, "nodescript %s: silence %s created on %s (%s) until %s", ns.Name, id, sp.URL, matchersText(p.Matchers), p.EndsAt.Format(time.RFC3339))
 	}
 	return held, nil
 }
@@ -253,10 +242,10 @@ func matchersText(ms []silenceMatcher) string {
 // infrastructure failure with reason SilenceFailed, counted as an attempt
 // (so spec.retry.limit bounds it) and retried under spec.retry after its
 // backoff. The node was not cordoned for it.
-func (c *controller) silenceFailed(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s NodeState, err error, now time.Time) error {
+func (c *controller) silenceFailed(ctx context.Context, ns *v1alpha1.NodeScript, hash string, n *corev1.Node, s nodeState, err error, now time.Time) error {
 	msg := tail("creating the silences before cordoning: "+err.Error(), 512)
-	f := NodeState{
-		Hash: hash, Phase: PhaseFailed, Since: now, Infrastructure: true, Reason: ReasonSilenceFailed, Message: msg,
+	f := nodeState{
+		Hash: hash, Phase: v1alpha1.PhaseFailed, Since: now, Infrastructure: true, Reason: v1alpha1.ReasonSilenceFailed, Message: msg,
 		BootID: n.Status.NodeInfo.BootID, CordonedByUs: s.CordonedByUs, Cordoned: s.Cordoned && s.CordonedByUs,
 	}
 	if s.Hash == hash {
@@ -265,8 +254,8 @@ func (c *controller) silenceFailed(ctx context.Context, ns *v1alpha1.NodeScript,
 	f.Attempts++
 	t := now.Add(backoff(ns, f.Attempts))
 	f.NextRetry = &t
-	c.events.Eventf(n, corev1.EventTypeWarning, ReasonSilenceFailed, "nodescript %s: the node does not start (spec.maintenance.silencesRequired): %s", ns.Name, msg)
-	c.w.metrics.runs.WithLabelValues(ns.Name, ActionRun, "infrastructure").Inc()
+	c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonSilenceFailed, "nodescript %s: the node does not start (spec.maintenance.silencesRequired): %s", ns.Name, msg)
+	c.w.metrics.runs.WithLabelValues(ns.Name, v1alpha1.ActionRun, "infrastructure").Inc()
 	return c.w.writeState(ctx, ns, n, f)
 }
 
@@ -274,8 +263,8 @@ func (c *controller) silenceFailed(ctx context.Context, ns *v1alpha1.NodeScript,
 // each) and returns those that could not be (a Warning Event SilenceFailed
 // for each); a silence past its endsAt has ended and is dropped without a
 // call.
-func (c *controller) expireSilences(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, held []HeldSilence, now time.Time) []HeldSilence {
-	var left []HeldSilence
+func (c *controller) expireSilences(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, held []heldSilence, now time.Time) []heldSilence {
+	var left []heldSilence
 	for _, h := range held {
 		if !now.Before(h.EndsAt) {
 			continue
@@ -286,12 +275,12 @@ func (c *controller) expireSilences(ctx context.Context, ns *v1alpha1.NodeScript
 				continue
 			}
 			c.w.metrics.silences.WithLabelValues(ns.Name, "failed").Inc()
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonSilenceFailed, "nodescript %s: expiring silence %s: %v; retried (it ends at %s anyway)", ns.Name, h.ID, err, h.EndsAt.UTC().Format(time.RFC3339))
+			c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonSilenceFailed, "nodescript %s: expiring silence %s: %v; retried (it ends at %s anyway)", ns.Name, h.ID, err, h.EndsAt.UTC().Format(time.RFC3339))
 			left = append(left, h)
 			continue
 		}
 		c.w.metrics.silences.WithLabelValues(ns.Name, "expired").Inc()
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonSilenceExpired, "nodescript %s: silence %s on %s expired: the node is back in service", ns.Name, h.ID, h.URL)
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonSilenceExpired, "nodescript %s: silence %s on %s expired: the node is back in service", ns.Name, h.ID, h.URL)
 	}
 	return left
 }
@@ -301,8 +290,8 @@ func (c *controller) expireSilences(ctx context.Context, ns *v1alpha1.NodeScript
 // run goes (Running: draining, drained, running, rebooting), while it is
 // cordoned by the watcher (not uncordoned yet), and while a failure left it
 // cordoned (spec.onFailure.cordon).
-func inMaintenance(s NodeState, n *corev1.Node) bool {
-	return s.Phase == PhaseRunning || (n.Spec.Unschedulable && (s.CordonedByUs || (s.Phase == PhaseFailed && s.Cordoned)))
+func inMaintenance(s nodeState, n *corev1.Node) bool {
+	return s.Phase == v1alpha1.PhaseRunning || (n.Spec.Unschedulable && (s.CordonedByUs || (s.Phase == v1alpha1.PhaseFailed && s.Cordoned)))
 }
 
 // silenceUpkeep is the end of phase 2: every node holding silences of ns
@@ -340,7 +329,7 @@ func (c *controller) silenceUpkeep(ctx context.Context, ns *v1alpha1.NodeScript,
 	}
 	err = c.parallel(work)
 	if failed.Load() {
-		retry = now.Add(SilenceRecheck)
+		retry = now.Add(silenceRecheck)
 	}
 	return retry, err
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,19 +117,19 @@ func TestSilencesHeldThroughMaintenance(t *testing.T) {
 		return err != nil || n.Spec.Unschedulable
 	}
 	e.reconcile()
-	run := podName(ns, "n1", ActionRun, 1)
+	run := podName(ns, "n1", v1alpha1.ActionRun, 1)
 	s := e.state("n1")
 	if !e.node("n1").Spec.Unschedulable || s.Pod != run {
 		t.Fatalf("not cordoned and running: %+v", s)
 	}
-	want := []HeldSilence{{URL: am.URL, ID: "id-1", EndsAt: t0.Add(DefaultSilenceDuration(&ns.Spec))}}
+	want := []heldSilence{{URL: am.URL, ID: "id-1", EndsAt: t0.Add(defaultSilenceDuration(&ns.Spec))}}
 	if diff := cmp.Diff(want, s.Silences); diff != "" {
 		t.Errorf("silences held while running (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]bool{false}, am.atPost); diff != "" {
 		t.Errorf("cordoned at the silence's creation (-want +got):\n%s", diff)
 	}
-	e.checkEvents("started", ReasonSilenceCreated, ReasonCordoned)
+	e.checkEvents("started", v1alpha1.ReasonSilenceCreated, v1alpha1.ReasonCordoned)
 	e.reconcile() // nothing to expire while the run goes
 	if _, deleted, _ := am.snapshot(); len(deleted) != 0 {
 		t.Fatalf("expired %v during the run", deleted)
@@ -138,13 +140,13 @@ func TestSilencesHeldThroughMaintenance(t *testing.T) {
 	if e.node("n1").Spec.Unschedulable {
 		t.Error("still cordoned after the success")
 	}
-	if s := e.state("n1"); s.Phase != PhaseSucceeded || len(s.Silences) != 0 {
+	if s := e.state("n1"); s.Phase != v1alpha1.PhaseSucceeded || len(s.Silences) != 0 {
 		t.Errorf("after the success: %+v", s)
 	}
 	if posted, deleted, active := am.snapshot(); posted != 1 || !cmp.Equal(deleted, []string{"id-1"}) || len(active) != 0 {
 		t.Errorf("posted %d, deleted %v, active %v; want 1, [id-1], none", posted, deleted, active)
 	}
-	e.checkEvents("done", ReasonSucceeded, ReasonUncordoned, ReasonSilenceExpired, ReasonComplete)
+	e.checkEvents("done", v1alpha1.ReasonSucceeded, v1alpha1.ReasonUncordoned, v1alpha1.ReasonSilenceExpired, v1alpha1.ReasonComplete)
 	e.reconcile()
 	if _, deleted, _ := am.snapshot(); len(deleted) != 1 {
 		t.Errorf("expired again: %v", deleted)
@@ -164,11 +166,11 @@ func TestSilencesRequired(t *testing.T) {
 	if e.node("n1").Spec.Unschedulable || len(e.pods()) != 0 {
 		t.Fatalf("cordoned or started (%v) without its silence", e.pods())
 	}
-	if s.Phase != PhaseFailed || !s.Infrastructure || s.Reason != ReasonSilenceFailed || s.Attempts != 1 || s.NextRetry == nil ||
+	if s.Phase != v1alpha1.PhaseFailed || !s.Infrastructure || s.Reason != v1alpha1.ReasonSilenceFailed || s.Attempts != 1 || s.NextRetry == nil ||
 		!strings.Contains(s.Message, "spec.maintenance.silences[0]") || !strings.Contains(s.Message, "500") {
 		t.Fatalf("state %+v, want an infrastructure failure SilenceFailed naming the silence", s)
 	}
-	e.checkEvents("failed", ReasonSilenceFailed)
+	e.checkEvents("failed", v1alpha1.ReasonSilenceFailed)
 	// The node's change reconciles again: before the backoff, nothing.
 	if after := e.reconcile(); after <= 0 || after > 12*time.Second {
 		t.Errorf("requeued after %s, want the backoff (about 10s)", after)
@@ -180,10 +182,10 @@ func TestSilencesRequired(t *testing.T) {
 	e.clock.Step(12 * time.Second)
 	e.reconcile()
 	s = e.state("n1")
-	if !e.node("n1").Spec.Unschedulable || s.Pod != podName(ns, "n1", ActionRun, 2) || len(s.Silences) != 1 {
+	if !e.node("n1").Spec.Unschedulable || s.Pod != podName(ns, "n1", v1alpha1.ActionRun, 2) || len(s.Silences) != 1 {
 		t.Fatalf("after the Alertmanager is back: %+v", s)
 	}
-	e.checkEvents("retried", ReasonSilenceCreated, ReasonCordoned)
+	e.checkEvents("retried", v1alpha1.ReasonSilenceCreated, v1alpha1.ReasonCordoned)
 }
 
 // Of two required silences the second fails: the first is expired again
@@ -197,7 +199,7 @@ func TestSilencesRequiredPartial(t *testing.T) {
 	})
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 	e.reconcile()
-	if s := e.state("n1"); s.Reason != ReasonSilenceFailed || !strings.Contains(s.Message, "silences[1]") || len(s.Silences) != 0 || e.node("n1").Spec.Unschedulable {
+	if s := e.state("n1"); s.Reason != v1alpha1.ReasonSilenceFailed || !strings.Contains(s.Message, "silences[1]") || len(s.Silences) != 0 || e.node("n1").Spec.Unschedulable {
 		t.Fatalf("state %+v", s)
 	}
 	if posted, deleted, active := am.snapshot(); posted != 1 || !cmp.Equal(deleted, []string{"id-1"}) || len(active) != 0 {
@@ -212,10 +214,10 @@ func TestSilencesNotRequired(t *testing.T) {
 	ns := silenced(am, func(s *v1alpha1.NodeScriptSpec) { s.Maintenance.SilencesRequired = ptr.To(false) })
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1"))
 	e.reconcile()
-	if s := e.state("n1"); !e.node("n1").Spec.Unschedulable || s.Pod != podName(ns, "n1", ActionRun, 1) || len(s.Silences) != 0 {
+	if s := e.state("n1"); !e.node("n1").Spec.Unschedulable || s.Pod != podName(ns, "n1", v1alpha1.ActionRun, 1) || len(s.Silences) != 0 {
 		t.Fatalf("state %+v, want cordoned and running without a silence", s)
 	}
-	e.checkEvents("not required", ReasonSilenceFailed, ReasonCordoned)
+	e.checkEvents("not required", v1alpha1.ReasonSilenceFailed, v1alpha1.ReasonCordoned)
 }
 
 // A restarted watcher (a new one, over the API's state alone) expires the
@@ -232,10 +234,10 @@ func TestSilencesExpiredAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	held := []HeldSilence{{URL: am.URL, ID: "id-1", EndsAt: t0.Add(time.Hour)}, {URL: am.URL, ID: "id-2", EndsAt: t0.Add(-time.Minute)}}
-	done := NodeState{Hash: hash, Phase: PhaseSucceeded, ExitCode: ptr.To(0), Since: t0, Attempts: 1, Silences: held}
-	running := NodeState{Hash: hash, Phase: PhaseRunning, Maintenance: MaintenanceRebooting, RebootIssued: true, BootID: "boot-1", Since: t0, Attempts: 1, CordonedByUs: true,
-		Silences: []HeldSilence{{URL: am.URL, ID: "id-3", EndsAt: t0.Add(time.Hour)}}}
+	held := []heldSilence{{URL: am.URL, ID: "id-1", EndsAt: t0.Add(time.Hour)}, {URL: am.URL, ID: "id-2", EndsAt: t0.Add(-time.Minute)}}
+	done := nodeState{Hash: hash, Phase: v1alpha1.PhaseSucceeded, ExitCode: ptr.To(0), Since: t0, Attempts: 1, Silences: held}
+	running := nodeState{Hash: hash, Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceRebooting, RebootIssued: true, BootID: "boot-1", Since: t0, Attempts: 1, CordonedByUs: true,
+		Silences: []heldSilence{{URL: am.URL, ID: "id-3", EndsAt: t0.Add(time.Hour)}}}
 	am.setDown(true)
 	e := newEnv(t, []*v1alpha1.NodeScript{ns}, testNode("n1", withState(done)),
 		testNode("n2", withState(running), func(n *corev1.Node) { n.Spec.Unschedulable = true }))
@@ -243,12 +245,12 @@ func TestSilencesExpiredAfterRestart(t *testing.T) {
 	if s := e.state("n1"); !cmp.Equal(s.Silences, held[:1]) {
 		t.Errorf("Alertmanager down: n1 records %+v, want id-1 kept (id-2 ended)", s.Silences)
 	}
-	if after <= 0 || after > SilenceRecheck {
-		t.Errorf("requeued after %s, want at most %s", after, SilenceRecheck)
+	if after <= 0 || after > silenceRecheck {
+		t.Errorf("requeued after %s, want at most %s", after, silenceRecheck)
 	}
-	e.checkEvents("down", ReasonSilenceFailed)
+	e.checkEvents("down", v1alpha1.ReasonSilenceFailed)
 	am.setDown(false)
-	e.clock.Step(SilenceRecheck)
+	e.clock.Step(silenceRecheck)
 	e.reconcile()
 	if s := e.state("n1"); len(s.Silences) != 0 {
 		t.Errorf("n1 still records %+v", s.Silences)
@@ -259,7 +261,7 @@ func TestSilencesExpiredAfterRestart(t *testing.T) {
 	if _, deleted, active := am.snapshot(); !cmp.Equal(deleted, []string{"id-1"}) || !slices.Contains(active, "id-3") {
 		t.Errorf("deleted %v (want id-1 only: id-2 ended by itself), active %v (want id-3 among them)", deleted, active)
 	}
-	e.checkEvents("back", ReasonSilenceExpired)
+	e.checkEvents("back", v1alpha1.ReasonSilenceExpired)
 }
 
 // The body of POST /api/v2/silences, pinned: Alertmanager's documented JSON
@@ -290,17 +292,17 @@ func TestSilencePayloadGolden(t *testing.T) {
 // The node's state holds MaxSilences silences on URLs of
 // MaxSilenceURLBytes within MaxStateBytes, whatever else it carries.
 func TestSilencesStateFits(t *testing.T) {
-	s := NodeState{Hash: strings.Repeat("h", 16), Phase: PhaseFailed, ExitCode: ptr.To(1), Attempts: 99, AttemptsBefore: 98, Infrastructure: true,
-		NextRetry: ptr.To(t0), Since: t0, Maintenance: MaintenanceRebooting, RebootIssued: true, Checked: true, Verified: true, CordonedByUs: true,
+	s := nodeState{Hash: strings.Repeat("h", 16), Phase: v1alpha1.PhaseFailed, ExitCode: ptr.To(1), Attempts: 99, AttemptsBefore: 98, Infrastructure: true,
+		NextRetry: ptr.To(t0), Since: t0, Maintenance: v1alpha1.MaintenanceRebooting, RebootIssued: true, Checked: true, Verified: true, CordonedByUs: true,
 		BootID: strings.Repeat("b", 36), Pod: strings.Repeat("p", 63), Reason: strings.Repeat("\"", 200), Message: strings.Repeat("\"", 2000),
-		Rollback: PhaseFailed, RollbackExitCode: ptr.To(1), Cordoned: true, Drain: strings.Repeat("\"", 500)}
+		Rollback: v1alpha1.PhaseFailed, RollbackExitCode: ptr.To(1), Cordoned: true, Drain: strings.Repeat("\"", 500)}
 	for i := 0; i < v1alpha1.MaxSilences; i++ {
-		s.Silences = append(s.Silences, HeldSilence{URL: "http://" + strings.Repeat("u", v1alpha1.MaxSilenceURLBytes-7), ID: strings.Repeat("i", 36), EndsAt: t0})
+		s.Silences = append(s.Silences, heldSilence{URL: "http://" + strings.Repeat("u", v1alpha1.MaxSilenceURLBytes-7), ID: strings.Repeat("i", 36), EndsAt: t0})
 	}
-	if n := len(s.Encode()); n > MaxStateBytes {
-		t.Errorf("encoded state %d bytes, more than %d", n, MaxStateBytes)
+	if n := len(s.Encode()); n > nodescript.MaxStateBytes {
+		t.Errorf("encoded state %d bytes, more than %d", n, nodescript.MaxStateBytes)
 	}
-	back, err := DecodeState(map[string]string{StateAnnotation("fix"): s.Encode()}, "fix")
+	back, err := decodeState(map[string]string{stateAnnotation("fix"): s.Encode()}, "fix")
 	if err != nil || !cmp.Equal(back.Silences, s.Silences) {
 		t.Errorf("silences not kept: %v %+v", err, back.Silences)
 	}

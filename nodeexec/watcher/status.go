@@ -20,7 +20,7 @@ import (
 // errors, as the Progressing condition (PodCreateFailed); it sets the
 // per-phase node metrics and records an Event on ns when the rollout
 // becomes Halted or Complete.
-func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Decision, hash string, startErr error, now time.Time) error {
+func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d decision, hash string, startErr error, now time.Time) error {
 	st := ns.Status.DeepCopy()
 	st.ObservedGeneration, st.SpecHash, st.Stage = ns.Generation, hash, d.Stage
 	st.Nodes, st.Pending, st.Running = int32(d.Counts.Nodes), int32(d.Counts.Pending), int32(d.Counts.Running)
@@ -31,19 +31,19 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.Calendars = d.Calendars
 	gen := ns.Generation
 	switch d.Stage {
-	case StageHalted:
+	case v1alpha1.StageHalted:
 		reason := "ErrorBudgetExceeded"
 		if strings.HasPrefix(d.HaltReason, "canary") {
 			reason = "CanaryFailed"
-		} else if strings.HasPrefix(d.HaltReason, HaltDrainBlocked) {
-			reason = ReasonDrainBlocked
-		} else if strings.HasPrefix(d.HaltReason, ReasonAnalysisFailed) {
-			reason = ReasonAnalysisFailed
+		} else if strings.HasPrefix(d.HaltReason, v1alpha1.HaltDrainBlocked) {
+			reason = v1alpha1.ReasonDrainBlocked
+		} else if strings.HasPrefix(d.HaltReason, v1alpha1.ReasonAnalysisFailed) {
+			reason = v1alpha1.ReasonAnalysisFailed
 		}
 		setCondition(st, v1alpha1.ConditionHalted, true, reason, d.HaltReason, gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, reason, "halted: "+d.HaltReason, gen, now)
 		setCondition(st, v1alpha1.ConditionComplete, false, reason, "halted", gen, now)
-	case StageComplete:
+	case v1alpha1.StageComplete:
 		setCondition(st, v1alpha1.ConditionHalted, false, "Complete", "", gen, now)
 		setCondition(st, v1alpha1.ConditionProgressing, false, "Complete", "every selected node ran the script", gen, now)
 		msg := fmt.Sprintf("%d nodes succeeded", d.Counts.Succeeded)
@@ -56,9 +56,9 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 		setCondition(st, v1alpha1.ConditionComplete, true, "Complete", msg, gen, now)
 	default:
 		setCondition(st, v1alpha1.ConditionHalted, false, d.Stage, "", gen, now)
-		progressing := d.Stage != StageAwaitingPromotion || d.Counts.Running > 0
+		progressing := d.Stage != v1alpha1.StageAwaitingPromotion || d.Counts.Running > 0
 		msg := fmt.Sprintf("%d of %d nodes succeeded, %d running", d.Counts.Succeeded, d.Counts.Nodes, d.Counts.Running)
-		if d.Stage == StageAwaitingPromotion {
+		if d.Stage == v1alpha1.StageAwaitingPromotion {
 			msg += "; promote with: nodeexec promote " + ns.Name + " --to all"
 		}
 		msg += analysisNote(d)
@@ -71,36 +71,36 @@ func (c *controller) status(ctx context.Context, ns *v1alpha1.NodeScript, d Deci
 	st.NextWindow, st.NextStart = nil, nil
 	c.w.metrics.postComplete.nextStart.WithLabelValues(ns.Name).Set(0)
 	switch d.Hold {
-	case HoldPostCompleteDelay:
+	case v1alpha1.HoldPostCompleteDelay:
 		st.NextStart = &metav1.Time{Time: d.NextStart}
 		c.w.metrics.postComplete.nextStart.WithLabelValues(ns.Name).Set(float64(d.NextStart.Unix()))
-		setCondition(st, v1alpha1.ConditionProgressing, true, HoldPostCompleteDelay,
+		setCondition(st, v1alpha1.ConditionProgressing, true, v1alpha1.HoldPostCompleteDelay,
 			fmt.Sprintf("spec.rollout.postCompleteDelay: the next node starts at %s (%d running)", d.NextStart.UTC().Format(time.RFC3339), d.Counts.Running), gen, now)
-	case HoldPaused:
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldPaused,
+	case v1alpha1.HoldPaused:
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.HoldPaused,
 			fmt.Sprintf("paused: nothing new starts (%d running); resume with: nodeexec resume %s", d.Counts.Running, ns.Name), gen, now)
-	case HoldOutsideWindow:
+	case v1alpha1.HoldOutsideWindow:
 		if !d.NextWindow.IsZero() {
 			st.NextWindow = &metav1.Time{Time: d.NextWindow}
 		}
-		setCondition(st, v1alpha1.ConditionProgressing, false, HoldOutsideWindow, windowHoldMessage(d), gen, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.HoldOutsideWindow, windowHoldMessage(d), gen, now)
 	}
 	c.budgetStatus(ns, st, d, now)
 	gateStatus(st, ns, d, now)
 	c.forecastStatus(st, ns, d, now)
 	hookStatus(st, ns, d, now)
 	if startErr != nil {
-		setCondition(st, v1alpha1.ConditionProgressing, false, ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
+		setCondition(st, v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodCreate, tail(startErr.Error(), 512), gen, now)
 	}
-	for phase, v := range map[string]int{PhasePending: d.Counts.Pending, PhaseRunning: d.Counts.Running, PhaseSucceeded: d.Counts.Succeeded, PhaseFailed: d.Counts.Failed, PhaseRolledBack: d.Counts.RolledBack, PhaseNotNeeded: d.Counts.NotNeeded} {
+	for phase, v := range map[string]int{v1alpha1.PhasePending: d.Counts.Pending, v1alpha1.PhaseRunning: d.Counts.Running, v1alpha1.PhaseSucceeded: d.Counts.Succeeded, v1alpha1.PhaseFailed: d.Counts.Failed, v1alpha1.PhaseRolledBack: d.Counts.RolledBack, v1alpha1.PhaseNotNeeded: d.Counts.NotNeeded} {
 		c.w.metrics.nodes.WithLabelValues(ns.Name, phase).Set(float64(v))
 	}
 	if ns.Status.Stage != st.Stage {
 		switch st.Stage {
-		case StageHalted:
-			c.events.Event(ns, corev1.EventTypeWarning, ReasonHalted, d.HaltReason)
-		case StageComplete:
-			c.events.Eventf(ns, corev1.EventTypeNormal, ReasonComplete, "%d nodes succeeded", d.Counts.Succeeded)
+		case v1alpha1.StageHalted:
+			c.events.Event(ns, corev1.EventTypeWarning, v1alpha1.ReasonHalted, d.HaltReason)
+		case v1alpha1.StageComplete:
+			c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonComplete, "%d nodes succeeded", d.Counts.Succeeded)
 		}
 	}
 	notes := c.notifyStatus(ns, st, d, hash, now)

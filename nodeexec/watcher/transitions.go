@@ -1,5 +1,9 @@
 package watcher
 
+import (
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+)
+
 // The per-node lifecycle as one transition table: a node's recorded phase
 // for the current spec hash (NodeState.Phase) and what the watcher sees of
 // it (an event) give what the watcher does (an action). Phase 2 of a
@@ -94,7 +98,7 @@ var lifecycleActionNames = [numLifecycleActions]string{
 func (a lifecycleAction) String() string { return lifecycleActionNames[a] }
 
 // lifecyclePhases are the phases of the table's rows, in order.
-var lifecyclePhases = []string{PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseRolledBack, PhaseNotNeeded}
+var lifecyclePhases = []string{v1alpha1.PhasePending, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRolledBack, v1alpha1.PhaseNotNeeded}
 
 // podOutcomeActions are the events of a finished pod: recorded in any phase
 // (finishedPod.current tells a current outcome from a stale one).
@@ -114,15 +118,15 @@ var lifecycle = func() map[string][numLifecycleEvents]lifecycleAction {
 			row[ev] = act
 		}
 		switch p {
-		case PhaseRunning:
+		case v1alpha1.PhaseRunning:
 			row[evRebooting], row[evDrained], row[evDraining] = actRebooting, actRunDrained, actResumeDrain
 			row[evPulling], row[evPreNodeHook], row[evPodGone] = actPulling, actPreNodeWait, actLost
-		case PhaseFailed:
+		case v1alpha1.PhaseFailed:
 			row[evRetryWaits], row[evScriptFailed] = actAwaitRetry, actFailurePolicy
-		case PhaseSucceeded:
+		case v1alpha1.PhaseSucceeded:
 			row[evSettled] = actAfterSuccess
 			row[evVerifySucceeded], row[evVerifyFailed] = actRecordVerify, actRecordVerify
-		case PhaseNotNeeded:
+		case v1alpha1.PhaseNotNeeded:
 			row[evSettled] = actAfterSuccess
 		}
 		rows[p] = row
@@ -144,11 +148,11 @@ func transition(phase string, ev lifecycleEvent) lifecycleAction {
 // hash): busy when a pod of it is going, expected (asked only when
 // needed) when its recorded pod was created and the cache does not show it
 // yet.
-func nodeEvent(s NodeState, busy bool, expected func() bool) lifecycleEvent {
+func nodeEvent(s nodeState, busy bool, expected func() bool) lifecycleEvent {
 	switch s.Phase {
-	case PhaseRunning:
+	case v1alpha1.PhaseRunning:
 		return runningEvent(s, busy, expected)
-	case PhaseFailed:
+	case v1alpha1.PhaseFailed:
 		return failedEvent(s)
 	}
 	return evSettled
@@ -156,17 +160,17 @@ func nodeEvent(s NodeState, busy bool, expected func() bool) lifecycleEvent {
 
 // runningEvent: the maintenance step a Running node is in, or whether its
 // pod is gone.
-func runningEvent(s NodeState, busy bool, expected func() bool) lifecycleEvent {
+func runningEvent(s nodeState, busy bool, expected func() bool) lifecycleEvent {
 	switch {
-	case s.Maintenance == MaintenanceRebooting:
+	case s.Maintenance == v1alpha1.MaintenanceRebooting:
 		return evRebooting
-	case s.Maintenance == MaintenanceDrained && !busy:
+	case s.Maintenance == v1alpha1.MaintenanceDrained && !busy:
 		return evDrained
-	case s.Maintenance == MaintenanceDraining:
+	case s.Maintenance == v1alpha1.MaintenanceDraining:
 		return evDraining
-	case s.Maintenance == MaintenancePulling:
+	case s.Maintenance == v1alpha1.MaintenancePulling:
 		return evPulling
-	case s.Hook == hookState(HookPreNode, HookRunning) && s.Maintenance == "" && !busy:
+	case s.Hook == hookState(v1alpha1.HookPreNode, v1alpha1.HookRunning) && s.Maintenance == "" && !busy:
 		return evPreNodeHook
 	case !busy && !expected():
 		return evPodGone
@@ -176,7 +180,7 @@ func runningEvent(s NodeState, busy bool, expected func() bool) lifecycleEvent {
 
 // failedEvent: a failure that waits for its retry, one that gets the
 // failure policy, or one for good.
-func failedEvent(s NodeState) lifecycleEvent {
+func failedEvent(s nodeState) lifecycleEvent {
 	switch {
 	case s.Infrastructure && s.NextRetry != nil:
 		return evRetryWaits
@@ -184,7 +188,7 @@ func failedEvent(s NodeState) lifecycleEvent {
 		return evFailedForGood
 	}
 	switch s.Reason {
-	case ReasonCheckFailed, ReasonRebootTimeout, ReasonAfterRunTimeout:
+	case v1alpha1.ReasonCheckFailed, v1alpha1.ReasonRebootTimeout, v1alpha1.ReasonAfterRunTimeout:
 		return evFailedForGood
 	}
 	return evScriptFailed
@@ -195,13 +199,13 @@ func failedEvent(s NodeState) lifecycleEvent {
 // run asked for a reboot. ok is false for an unknown action.
 func podEvent(action, result string, reboot bool) (ev lifecycleEvent, ok bool) {
 	switch action {
-	case ActionRun:
+	case v1alpha1.ActionRun:
 		return runEvent(result, reboot), true
-	case ActionCheck:
+	case v1alpha1.ActionCheck:
 		return evCheckFinished, true
-	case ActionVerify:
+	case v1alpha1.ActionVerify:
 		return pick(result == "succeeded", evVerifySucceeded, evVerifyFailed), true
-	case ActionRollback:
+	case v1alpha1.ActionRollback:
 		return pick(result == "succeeded", evRollbackSucceeded, evRollbackFailed), true
 	}
 	return 0, false

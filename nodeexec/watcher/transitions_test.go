@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -50,7 +52,7 @@ func TestLifecycleTableDocumented(t *testing.T) {
 			want[p+" × "+ev.String()] = a.String()
 		}
 	}
-	running, failed := []string{PhaseRunning}, []string{PhaseFailed}
+	running, failed := []string{v1alpha1.PhaseRunning}, []string{v1alpha1.PhaseFailed}
 	add(running, evRebooting, actRebooting)
 	add(running, evDrained, actRunDrained)
 	add(running, evDraining, actResumeDrain)
@@ -59,13 +61,13 @@ func TestLifecycleTableDocumented(t *testing.T) {
 	add(running, evPodGone, actLost)
 	add(failed, evRetryWaits, actAwaitRetry)
 	add(failed, evScriptFailed, actFailurePolicy)
-	add([]string{PhaseSucceeded, PhaseNotNeeded}, evSettled, actAfterSuccess)
+	add([]string{v1alpha1.PhaseSucceeded, v1alpha1.PhaseNotNeeded}, evSettled, actAfterSuccess)
 	for _, ev := range []lifecycleEvent{evRunSucceeded, evRunRebootAsked, evRunFailed, evRunInfrastructure} {
 		add(all, ev, actRecordRun)
 	}
 	add(all, evCheckFinished, actRecordCheck)
-	add([]string{PhaseSucceeded}, evVerifySucceeded, actRecordVerify)
-	add([]string{PhaseSucceeded}, evVerifyFailed, actRecordVerify)
+	add([]string{v1alpha1.PhaseSucceeded}, evVerifySucceeded, actRecordVerify)
+	add([]string{v1alpha1.PhaseSucceeded}, evVerifyFailed, actRecordVerify)
 	add(all, evRollbackSucceeded, actRecordRollback)
 	add(all, evRollbackFailed, actRecordRollback)
 
@@ -89,29 +91,29 @@ func TestNodeEvent(t *testing.T) {
 	no := func() bool { return false }
 	for _, c := range []struct {
 		name     string
-		s        NodeState
+		s        nodeState
 		busy     bool
 		expected func() bool
 		want     lifecycleEvent
 	}{
-		{"rebooting", NodeState{Phase: PhaseRunning, Maintenance: MaintenanceRebooting}, true, yes, evRebooting},
-		{"drained, idle", NodeState{Phase: PhaseRunning, Maintenance: MaintenanceDrained}, false, no, evDrained},
-		{"drained, a pod going", NodeState{Phase: PhaseRunning, Maintenance: MaintenanceDrained}, true, no, evPodGoing},
-		{"draining", NodeState{Phase: PhaseRunning, Maintenance: MaintenanceDraining}, false, no, evDraining},
-		{"pulling", NodeState{Phase: PhaseRunning, Maintenance: MaintenancePulling}, false, no, evPulling},
-		{"preNode hook", NodeState{Phase: PhaseRunning, Hook: hookState(HookPreNode, HookRunning)}, false, no, evPreNodeHook},
-		{"preNode hook, busy", NodeState{Phase: PhaseRunning, Hook: hookState(HookPreNode, HookRunning)}, true, no, evPodGoing},
-		{"pod gone", NodeState{Phase: PhaseRunning, Pod: "p"}, false, no, evPodGone},
-		{"pod expected", NodeState{Phase: PhaseRunning, Pod: "p"}, false, yes, evPodGoing},
-		{"pod going", NodeState{Phase: PhaseRunning, Pod: "p"}, true, nil, evPodGoing},
-		{"retry waits", NodeState{Phase: PhaseFailed, Infrastructure: true, NextRetry: &retry}, false, no, evRetryWaits},
-		{"infrastructure, no retry", NodeState{Phase: PhaseFailed, Infrastructure: true}, false, no, evFailedForGood},
-		{"script failed", NodeState{Phase: PhaseFailed, Reason: "Error"}, false, no, evScriptFailed},
-		{"check failed", NodeState{Phase: PhaseFailed, Reason: ReasonCheckFailed}, false, no, evFailedForGood},
-		{"reboot timeout", NodeState{Phase: PhaseFailed, Reason: ReasonRebootTimeout}, false, no, evFailedForGood},
-		{"afterRun timeout", NodeState{Phase: PhaseFailed, Reason: ReasonAfterRunTimeout}, false, no, evFailedForGood},
-		{"succeeded", NodeState{Phase: PhaseSucceeded}, false, no, evSettled},
-		{"pending", NodeState{Phase: PhasePending}, true, no, evSettled},
+		{"rebooting", nodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceRebooting}, true, yes, evRebooting},
+		{"drained, idle", nodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceDrained}, false, no, evDrained},
+		{"drained, a pod going", nodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceDrained}, true, no, evPodGoing},
+		{"draining", nodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenanceDraining}, false, no, evDraining},
+		{"pulling", nodeState{Phase: v1alpha1.PhaseRunning, Maintenance: v1alpha1.MaintenancePulling}, false, no, evPulling},
+		{"preNode hook", nodeState{Phase: v1alpha1.PhaseRunning, Hook: hookState(v1alpha1.HookPreNode, v1alpha1.HookRunning)}, false, no, evPreNodeHook},
+		{"preNode hook, busy", nodeState{Phase: v1alpha1.PhaseRunning, Hook: hookState(v1alpha1.HookPreNode, v1alpha1.HookRunning)}, true, no, evPodGoing},
+		{"pod gone", nodeState{Phase: v1alpha1.PhaseRunning, Pod: "p"}, false, no, evPodGone},
+		{"pod expected", nodeState{Phase: v1alpha1.PhaseRunning, Pod: "p"}, false, yes, evPodGoing},
+		{"pod going", nodeState{Phase: v1alpha1.PhaseRunning, Pod: "p"}, true, nil, evPodGoing},
+		{"retry waits", nodeState{Phase: v1alpha1.PhaseFailed, Infrastructure: true, NextRetry: &retry}, false, no, evRetryWaits},
+		{"infrastructure, no retry", nodeState{Phase: v1alpha1.PhaseFailed, Infrastructure: true}, false, no, evFailedForGood},
+		{"script failed", nodeState{Phase: v1alpha1.PhaseFailed, Reason: "Error"}, false, no, evScriptFailed},
+		{"check failed", nodeState{Phase: v1alpha1.PhaseFailed, Reason: v1alpha1.ReasonCheckFailed}, false, no, evFailedForGood},
+		{"reboot timeout", nodeState{Phase: v1alpha1.PhaseFailed, Reason: v1alpha1.ReasonRebootTimeout}, false, no, evFailedForGood},
+		{"afterRun timeout", nodeState{Phase: v1alpha1.PhaseFailed, Reason: v1alpha1.ReasonAfterRunTimeout}, false, no, evFailedForGood},
+		{"succeeded", nodeState{Phase: v1alpha1.PhaseSucceeded}, false, no, evSettled},
+		{"pending", nodeState{Phase: v1alpha1.PhasePending}, true, no, evSettled},
 	} {
 		if got := nodeEvent(c.s, c.busy, c.expected); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
@@ -126,17 +128,17 @@ func TestPodEvent(t *testing.T) {
 		want           lifecycleEvent
 		ok             bool
 	}{
-		{ActionRun, "succeeded", false, evRunSucceeded, true},
-		{ActionRun, "succeeded", true, evRunRebootAsked, true},
-		{ActionRun, "infrastructure", false, evRunInfrastructure, true},
-		{ActionRun, "timeout", false, evRunFailed, true},
-		{ActionRun, "failed", false, evRunFailed, true},
-		{ActionCheck, "failed", false, evCheckFinished, true},
-		{ActionVerify, "succeeded", false, evVerifySucceeded, true},
-		{ActionVerify, "failed", false, evVerifyFailed, true},
-		{ActionRollback, "succeeded", false, evRollbackSucceeded, true},
-		{ActionRollback, "timeout", false, evRollbackFailed, true},
-		{ActionReboot, "succeeded", false, 0, false},
+		{v1alpha1.ActionRun, "succeeded", false, evRunSucceeded, true},
+		{v1alpha1.ActionRun, "succeeded", true, evRunRebootAsked, true},
+		{v1alpha1.ActionRun, "infrastructure", false, evRunInfrastructure, true},
+		{v1alpha1.ActionRun, "timeout", false, evRunFailed, true},
+		{v1alpha1.ActionRun, "failed", false, evRunFailed, true},
+		{v1alpha1.ActionCheck, "failed", false, evCheckFinished, true},
+		{v1alpha1.ActionVerify, "succeeded", false, evVerifySucceeded, true},
+		{v1alpha1.ActionVerify, "failed", false, evVerifyFailed, true},
+		{v1alpha1.ActionRollback, "succeeded", false, evRollbackSucceeded, true},
+		{v1alpha1.ActionRollback, "timeout", false, evRollbackFailed, true},
+		{v1alpha1.ActionReboot, "succeeded", false, 0, false},
 	} {
 		got, ok := podEvent(c.action, c.result, c.reboot)
 		if ok != c.ok || (ok && got != c.want) {

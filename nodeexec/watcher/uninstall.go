@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,56 +20,33 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// Event reasons of spec.uninstallScript, on the node and on the NodeScript.
-const (
-	// ReasonUninstallStarted: the uninstall script's pod was created on
-	// the node (on the node); the uninstall began (on the NodeScript).
-	ReasonUninstallStarted = "UninstallStarted"
-	// ReasonUninstallSucceeded: it exited 0 on the node (on the node);
-	// on every node it was to run on (on the NodeScript).
-	ReasonUninstallSucceeded = "UninstallSucceeded"
-	// ReasonUninstallFailed: it failed on the node, or the node was not
-	// Ready within UninstallNodeWait (a Warning, on the node); on some
-	// nodes, named (a Warning, on the NodeScript, when the finalizer is
-	// released).
-	ReasonUninstallFailed = "UninstallFailed"
-)
-
 // Bounds of the uninstall.
 const (
-	// UninstallNodeWait is how long a node that is to be uninstalled may
+	// uninstallNodeWait is how long a node that is to be uninstalled may
 	// stay not Ready before the uninstall counts as failed there (reason
 	// NodeNotReady), counted from when the watcher first found it not
 	// Ready (recorded in its state). A node that is gone (deleted) has
 	// nothing left to uninstall and no record to keep.
-	UninstallNodeWait = 5 * time.Minute
-	// UninstallRecheck is how often a NodeScript whose uninstall goes is
+	uninstallNodeWait = 5 * time.Minute
+	// uninstallRecheck is how often a NodeScript whose uninstall goes is
 	// reconciled again, besides its pods' and nodes' events.
-	UninstallRecheck = 5 * time.Second
+	uninstallRecheck = 5 * time.Second
 )
 
-// Phases of UninstallRecord.
-const (
-	UninstallPending   = "Pending"
-	UninstallRunning   = "Running"
-	UninstallSucceeded = "Succeeded"
-	UninstallFailed    = "Failed"
-)
-
-// UninstallRecord is a node's progress of spec.uninstallScript (nodescript.UninstallRecord).
-type UninstallRecord = nodescript.UninstallRecord
+// uninstallRecord is a node's progress of spec.uninstallScript (nodescript.UninstallRecord).
+type uninstallRecord = nodescript.UninstallRecord
 
 // uninstallHash is the spec hash whose successes spec.uninstallScript
 // undoes: the current one (CurrentHash: the spec's, or under
 // spec.scriptFrom the one last written in the status).
-func uninstallHash(ns *v1alpha1.NodeScript) string { return CurrentHash(ns) }
+func uninstallHash(ns *v1alpha1.NodeScript) string { return nodescript.CurrentHash(ns) }
 
 // uninstallTarget reports whether a node with state s (not ignored) is
 // one spec.uninstallScript runs on: one whose uninstall began, or that
 // is Succeeded for hash. NotNeeded nodes are not: their check found the
 // fix in place, maybe not made by this NodeScript.
-func uninstallTarget(s NodeState, hash string) bool {
-	return s.Uninstall != nil || (s.Hash == hash && s.Phase == PhaseSucceeded)
+func uninstallTarget(s nodeState, hash string) bool {
+	return s.Uninstall != nil || (s.Hash == hash && s.Phase == v1alpha1.PhaseSucceeded)
 }
 
 // uninstallSlots is how many uninstall pods may go at once among targets
@@ -85,7 +63,7 @@ func uninstallSlots(ns *v1alpha1.NodeScript, targets int) int {
 // uninstallStep is what uninstall decided for one node.
 type uninstallStep struct {
 	node  *corev1.Node
-	state NodeState
+	state nodeState
 }
 
 // uninstall is finalize's first step for a NodeScript with
@@ -115,7 +93,7 @@ func (c *controller) uninstall(ctx context.Context, ns *v1alpha1.NodeScript, nod
 	targets := c.uninstallTargets(ctx, ns, nodes, hash)
 	work, result := c.uninstallWork(ctx, ns, targets, pods, now)
 	if ns.Status.Uninstall == nil && len(targets) > 0 {
-		c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallStarted,
+		c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonUninstallStarted,
 			"nodescript deleted: running spec.uninstallScript on %d node(s) where spec %s succeeded, %d at once", len(targets), hash, uninstallSlots(ns, len(targets)))
 	}
 	err = c.parallel(work)
@@ -137,7 +115,7 @@ func (c *controller) uninstall(ctx context.Context, ns *v1alpha1.NodeScript, nod
 		c.uninstallDoneEvent(ns, t, len(targets))
 	}
 	if !done && c.queue != nil {
-		c.queue.AddAfter(ns.Name, UninstallRecheck)
+		c.queue.AddAfter(ns.Name, uninstallRecheck)
 	}
 	return done, t.failed, err
 }
@@ -150,7 +128,7 @@ func (c *controller) uninstallPods(ns *v1alpha1.NodeScript) (map[string]*corev1.
 		return nil, err
 	}
 	for _, o := range objs {
-		if p := o.(*corev1.Pod); p.Labels[LabelAction] == ActionUninstall {
+		if p := o.(*corev1.Pod); p.Labels[v1alpha1.LabelAction] == v1alpha1.ActionUninstall {
 			pods[p.Spec.NodeName] = p
 		}
 	}
@@ -162,7 +140,7 @@ func (c *controller) uninstallPods(ns *v1alpha1.NodeScript) (map[string]*corev1.
 func (c *controller) uninstallTargets(ctx context.Context, ns *v1alpha1.NodeScript, nodes []*corev1.Node, hash string) []uninstallStep {
 	var targets []uninstallStep
 	for _, n := range nodes {
-		if ignored(n, ns.Name) {
+		if nodescript.Ignored(n, ns.Name) {
 			continue
 		}
 		if s, ok := c.w.state(ctx, ns.Name, n); ok && uninstallTarget(s, hash) {
@@ -176,15 +154,15 @@ func (c *controller) uninstallTargets(ctx context.Context, ns *v1alpha1.NodeScri
 // uninstallWork is the work on each target (a pod to record, to start,
 // a node not Ready to wait for or give up on) and each target's
 // uninstall record as it will be.
-func (c *controller) uninstallWork(ctx context.Context, ns *v1alpha1.NodeScript, targets []uninstallStep, pods map[string]*corev1.Pod, now time.Time) ([]func() error, []*UninstallRecord) {
+func (c *controller) uninstallWork(ctx context.Context, ns *v1alpha1.NodeScript, targets []uninstallStep, pods map[string]*corev1.Pod, now time.Time) ([]func() error, []*uninstallRecord) {
 	slots := uninstallSlots(ns, len(targets))
 	for _, t := range targets {
-		if u := t.state.Uninstall; u != nil && u.Phase == UninstallRunning {
+		if u := t.state.Uninstall; u != nil && u.Phase == v1alpha1.UninstallRunning {
 			slots--
 		}
 	}
 	var work []func() error
-	result := make([]*UninstallRecord, len(targets))
+	result := make([]*uninstallRecord, len(targets))
 	for i, t := range targets {
 		var w func() error
 		result[i], w = c.uninstallNode(ctx, ns, t, pods[t.node.Name], &slots, now)
@@ -198,18 +176,18 @@ func (c *controller) uninstallWork(ctx context.Context, ns *v1alpha1.NodeScript,
 // uninstallNode is one target's uninstall record as it will be, and the
 // work it needs (nil for none): pod the node's uninstall pod, if any;
 // slots the pods that may still start (one taken when this one starts).
-func (c *controller) uninstallNode(ctx context.Context, ns *v1alpha1.NodeScript, t uninstallStep, pod *corev1.Pod, slots *int, now time.Time) (*UninstallRecord, func() error) {
+func (c *controller) uninstallNode(ctx context.Context, ns *v1alpha1.NodeScript, t uninstallStep, pod *corev1.Pod, slots *int, now time.Time) (*uninstallRecord, func() error) {
 	n, s := t.node, t.state
 	u := s.Uninstall
 	ready, notReadySince := nodeReady(n)
 	switch {
-	case u != nil && (u.Phase == UninstallSucceeded || u.Phase == UninstallFailed):
+	case u != nil && (u.Phase == v1alpha1.UninstallSucceeded || u.Phase == v1alpha1.UninstallFailed):
 		return u, nil
-	case u != nil && u.Phase == UninstallRunning:
+	case u != nil && u.Phase == v1alpha1.UninstallRunning:
 		if pod == nil || pod.Name != u.Pod {
 			return u, func() error { return c.uninstallLost(ctx, ns, n, s, now) }
 		}
-		if out := PodOutcome(pod, ready, notReadySince, now, c.w.o.NotReadyGrace); out.Done {
+		if out := podOutcome(pod, ready, notReadySince, now, c.w.o.NotReadyGrace); out.Done {
 			return u, func() error { return c.uninstallFinished(ctx, ns, n, s, pod, out, now) }
 		}
 		return u, nil
@@ -217,23 +195,23 @@ func (c *controller) uninstallNode(ctx context.Context, ns *v1alpha1.NodeScript,
 		return c.uninstallNotReady(ctx, ns, n, s, now)
 	case *slots > 0:
 		*slots--
-		return &UninstallRecord{Phase: UninstallRunning, Since: now}, func() error { return c.uninstallStart(ctx, ns, n, s, now) }
+		return &uninstallRecord{Phase: v1alpha1.UninstallRunning, Since: now}, func() error { return c.uninstallStart(ctx, ns, n, s, now) }
 	}
-	return &UninstallRecord{Phase: UninstallPending, Since: now}, nil
+	return &uninstallRecord{Phase: v1alpha1.UninstallPending, Since: now}, nil
 }
 
 // uninstallNotReady: a node not Ready waits (Pending) at most
 // UninstallNodeWait, then its uninstall fails.
-func (c *controller) uninstallNotReady(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) (*UninstallRecord, func() error) {
+func (c *controller) uninstallNotReady(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, now time.Time) (*uninstallRecord, func() error) {
 	u := s.Uninstall
-	next := &UninstallRecord{Phase: UninstallPending, Since: now}
+	next := &uninstallRecord{Phase: v1alpha1.UninstallPending, Since: now}
 	if u != nil {
 		next = u
 	}
-	if now.Sub(next.Since) >= UninstallNodeWait {
-		failed := &UninstallRecord{Phase: UninstallFailed, Reason: fmt.Sprintf("NodeNotReady: the node was not Ready for %s", UninstallNodeWait), Since: now}
+	if now.Sub(next.Since) >= uninstallNodeWait {
+		failed := &uninstallRecord{Phase: v1alpha1.UninstallFailed, Reason: fmt.Sprintf("NodeNotReady: the node was not Ready for %s", uninstallNodeWait), Since: now}
 		return failed, func() error {
-			c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall script not run: %s", ns.Name, failed.Reason)
+			c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonUninstallFailed, "nodescript %s: uninstall script not run: %s", ns.Name, failed.Reason)
 			return c.writeUninstall(ctx, ns, n, s, failed)
 		}
 	}
@@ -259,7 +237,7 @@ func (t *uninstallCount) status() *v1alpha1.UninstallStatus {
 
 // uninstallTally counts the targets by phase: what the work wrote (this
 // process's overlay), else result.
-func (c *controller) uninstallTally(ctx context.Context, ns *v1alpha1.NodeScript, targets []uninstallStep, result []*UninstallRecord) *uninstallCount {
+func (c *controller) uninstallTally(ctx context.Context, ns *v1alpha1.NodeScript, targets []uninstallStep, result []*uninstallRecord) *uninstallCount {
 	t := &uninstallCount{failed: map[string]bool{}}
 	for i, tg := range targets {
 		u := result[i]
@@ -267,9 +245,9 @@ func (c *controller) uninstallTally(ctx context.Context, ns *v1alpha1.NodeScript
 			u = s.Uninstall
 		}
 		switch u.Phase {
-		case UninstallSucceeded:
+		case v1alpha1.UninstallSucceeded:
 			t.succeeded = append(t.succeeded, tg.node.Name)
-		case UninstallFailed:
+		case v1alpha1.UninstallFailed:
 			t.failed[tg.node.Name] = true
 			t.failedNames = append(t.failedNames, tg.node.Name+": "+uninstallWhy(u))
 		default:
@@ -283,12 +261,12 @@ func (c *controller) uninstallTally(ctx context.Context, ns *v1alpha1.NodeScript
 // its targets.
 func (c *controller) uninstallDoneEvent(ns *v1alpha1.NodeScript, t *uninstallCount, targets int) {
 	if len(t.failedNames) > 0 {
-		c.events.Eventf(ns, corev1.EventTypeWarning, ReasonUninstallFailed,
+		c.events.Eventf(ns, corev1.EventTypeWarning, v1alpha1.ReasonUninstallFailed,
 			"spec.uninstallScript failed on %d of %d node(s): %s; their state annotations (%s) stay on them: kubectl annotate node NODE %s-",
-			len(t.failedNames), targets, strings.Join(t.status().Failed, "; "), StateAnnotation(ns.Name), StateAnnotation(ns.Name))
+			len(t.failedNames), targets, strings.Join(t.status().Failed, "; "), stateAnnotation(ns.Name), stateAnnotation(ns.Name))
 		return
 	}
-	c.events.Eventf(ns, corev1.EventTypeNormal, ReasonUninstallSucceeded, "spec.uninstallScript succeeded on %d node(s)", len(t.succeeded))
+	c.events.Eventf(ns, corev1.EventTypeNormal, v1alpha1.ReasonUninstallSucceeded, "spec.uninstallScript succeeded on %d node(s)", len(t.succeeded))
 }
 
 // firstNames is names sorted, cut to v1alpha1.MaxUninstallNames, and
@@ -299,7 +277,7 @@ func firstNames(names []string) ([]string, int32) {
 }
 
 // uninstallWhy is a failed uninstall's cause, for status and Events.
-func uninstallWhy(u *UninstallRecord) string {
+func uninstallWhy(u *uninstallRecord) string {
 	switch {
 	case u.Reason != "":
 		return u.Reason
@@ -310,10 +288,10 @@ func uninstallWhy(u *UninstallRecord) string {
 }
 
 // writeUninstall records u as node n's uninstall progress (state s).
-func (c *controller) writeUninstall(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, u *UninstallRecord) error {
+func (c *controller) writeUninstall(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, u *uninstallRecord) error {
 	u.Since = u.Since.UTC().Truncate(time.Second)
 	if len(u.Reason) > 256 {
-		u.Reason = truncate(u.Reason, 256)
+		u.Reason = nodescript.Truncate(u.Reason, 256)
 	}
 	s.Uninstall = u
 	return c.w.writeState(ctx, ns, n, s)
@@ -322,13 +300,13 @@ func (c *controller) writeUninstall(ctx context.Context, ns *v1alpha1.NodeScript
 // uninstallStart creates node n's uninstall pod and records it Running;
 // a pod the API refuses (forbidden, invalid) fails the node's uninstall
 // (reason PodCreateFailed), any other error is returned (retried).
-func (c *controller) uninstallStart(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+func (c *controller) uninstallStart(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, now time.Time) error {
 	fail := func(why string) error {
-		u := &UninstallRecord{Phase: UninstallFailed, Reason: "PodCreateFailed: " + why, Since: now}
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall pod not created: %s", ns.Name, why)
+		u := &uninstallRecord{Phase: v1alpha1.UninstallFailed, Reason: "PodCreateFailed: " + why, Since: now}
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonUninstallFailed, "nodescript %s: uninstall pod not created: %s", ns.Name, why)
 		return c.writeUninstall(ctx, ns, n, s, u)
 	}
-	pod, err := c.w.runPod(RunPodSpec{NodeScript: ns, Node: n.Name, Action: ActionUninstall, Attempt: 1, BootID: n.Status.NodeInfo.BootID, Now: now})
+	pod, err := c.w.runPod(runPodSpec{NodeScript: ns, Node: n.Name, Action: v1alpha1.ActionUninstall, Attempt: 1, BootID: n.Status.NodeInfo.BootID, Now: now})
 	if err != nil {
 		return fail(err.Error())
 	}
@@ -343,45 +321,45 @@ func (c *controller) uninstallStart(ctx context.Context, ns *v1alpha1.NodeScript
 		c.w.unexpect(pod.Name)
 		return fmt.Errorf("node %s: creating uninstall pod: %w", n.Name, err)
 	}
-	c.events.Eventf(n, corev1.EventTypeNormal, ReasonUninstallStarted, "nodescript %s was deleted: running its uninstall script (pod %s/%s)", ns.Name, pod.Namespace, pod.Name)
-	return c.writeUninstall(ctx, ns, n, s, &UninstallRecord{Phase: UninstallRunning, Pod: pod.Name, Since: now})
+	c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonUninstallStarted, "nodescript %s was deleted: running its uninstall script (pod %s/%s)", ns.Name, pod.Namespace, pod.Name)
+	return c.writeUninstall(ctx, ns, n, s, &uninstallRecord{Phase: v1alpha1.UninstallRunning, Pod: pod.Name, Since: now})
 }
 
 // uninstallFinished records node n's finished uninstall pod (outcome out):
 // Succeeded on exit 0, Failed otherwise (no retry), with an Event, the
 // runs metric (action uninstall), and the pod deleted.
-func (c *controller) uninstallFinished(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, pod *corev1.Pod, out Outcome, now time.Time) error {
-	u := &UninstallRecord{Phase: UninstallSucceeded, Pod: pod.Name, Since: now}
+func (c *controller) uninstallFinished(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, pod *corev1.Pod, out runOutcome, now time.Time) error {
+	u := &uninstallRecord{Phase: v1alpha1.UninstallSucceeded, Pod: pod.Name, Since: now}
 	result := "succeeded"
 	switch {
 	case out.Infrastructure || out.Reason != "":
-		u.Phase, u.Reason, result = UninstallFailed, strings.TrimSpace(out.Reason+": "+out.Message), "infrastructure"
+		u.Phase, u.Reason, result = v1alpha1.UninstallFailed, strings.TrimSpace(out.Reason+": "+out.Message), "infrastructure"
 		if out.Reason == "Timeout" {
 			result = "timeout"
 		}
 	case out.ExitCode != 0:
-		u.Phase, u.ExitCode, result = UninstallFailed, ptr.To(out.ExitCode), "failed"
+		u.Phase, u.ExitCode, result = v1alpha1.UninstallFailed, ptr.To(out.ExitCode), "failed"
 	default:
 		u.ExitCode = ptr.To(0)
 	}
-	if u.Phase == UninstallSucceeded {
-		c.events.Eventf(n, corev1.EventTypeNormal, ReasonUninstallSucceeded, "nodescript %s: uninstall script succeeded (pod %s/%s, exit code 0)", ns.Name, pod.Namespace, pod.Name)
+	if u.Phase == v1alpha1.UninstallSucceeded {
+		c.events.Eventf(n, corev1.EventTypeNormal, v1alpha1.ReasonUninstallSucceeded, "nodescript %s: uninstall script succeeded (pod %s/%s, exit code 0)", ns.Name, pod.Namespace, pod.Name)
 	} else {
-		c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: uninstall script failed (pod %s/%s): %s; the node keeps annotation %s",
-			ns.Name, pod.Namespace, pod.Name, uninstallWhy(u), StateAnnotation(ns.Name))
+		c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonUninstallFailed, "nodescript %s: uninstall script failed (pod %s/%s): %s; the node keeps annotation %s",
+			ns.Name, pod.Namespace, pod.Name, uninstallWhy(u), stateAnnotation(ns.Name))
 	}
 	if err := c.writeUninstall(ctx, ns, n, s, u); err != nil {
 		return err
 	}
-	c.w.metrics.runs.WithLabelValues(ns.Name, ActionUninstall, result).Inc()
-	c.w.metrics.duration.WithLabelValues(ActionUninstall).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
+	c.w.metrics.runs.WithLabelValues(ns.Name, v1alpha1.ActionUninstall, result).Inc()
+	c.w.metrics.duration.WithLabelValues(v1alpha1.ActionUninstall).Observe(now.Sub(pod.CreationTimestamp.Time).Seconds())
 	return c.deleteUninstallPod(ctx, pod)
 }
 
 // uninstallLost handles a node recorded Running whose uninstall pod the
 // cache does not show: one created moments ago is waited for; one gone
 // fails the node's uninstall (reason PodDisappeared).
-func (c *controller) uninstallLost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, now time.Time) error {
+func (c *controller) uninstallLost(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, now time.Time) error {
 	if c.w.expected(s.Uninstall.Pod) {
 		return nil
 	}
@@ -389,8 +367,8 @@ func (c *controller) uninstallLost(ctx context.Context, ns *v1alpha1.NodeScript,
 	if !gone || err != nil {
 		return err
 	}
-	u := &UninstallRecord{Phase: UninstallFailed, Pod: s.Uninstall.Pod, Reason: "PodDisappeared: the uninstall pod disappeared before its outcome was recorded", Since: now}
-	c.events.Eventf(n, corev1.EventTypeWarning, ReasonUninstallFailed, "nodescript %s: %s", ns.Name, u.Reason)
+	u := &uninstallRecord{Phase: v1alpha1.UninstallFailed, Pod: s.Uninstall.Pod, Reason: "PodDisappeared: the uninstall pod disappeared before its outcome was recorded", Since: now}
+	c.events.Eventf(n, corev1.EventTypeWarning, v1alpha1.ReasonUninstallFailed, "nodescript %s: %s", ns.Name, u.Reason)
 	return c.writeUninstall(ctx, ns, n, s, u)
 }
 

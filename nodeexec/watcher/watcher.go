@@ -12,13 +12,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/internal/nodescript"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -68,12 +69,12 @@ type LeaderElection struct {
 // controller-runtime's CacheSyncTimeout.
 const DefaultSyncTimeout = 2 * time.Minute
 
-// StopGrace bounds how long Start waits, once its context ends, for the
+// stopGrace bounds how long Start waits, once its context ends, for the
 // informers to stop: client-go's reflector sleeps out a backoff of up to
 // 30s after a refused connection without looking at its context (watch-list
 // path, client-go 1.35 to 1.37), and a stopped watcher must not wait for
 // that. Informers still stopping after it finish on their own.
-const StopGrace = 2 * time.Second
+const stopGrace = 2 * time.Second
 
 // DefaultPodBatchPeriod is the default of Options.PodBatchPeriod. At
 // 5,000 SIMULATED nodes (make bench-watcher), reconciling on every pod
@@ -208,7 +209,7 @@ type Watcher struct {
 	// overlay holds per NodeScript the node states this process wrote that
 	// the node informer may not show yet, so that a reconcile never acts on
 	// a stale state (and never starts a node twice or overshoots concurrency).
-	overlay map[string]map[string]NodeState
+	overlay map[string]map[string]nodeState
 	// created holds run pods created and not yet seen by the pod informer.
 	created map[string]time.Time
 	// deleted holds, by UID, finished pods this process recorded and
@@ -248,7 +249,7 @@ type decodedState struct {
 	raw    string
 	absent bool   // the node has no state annotation: s is Pending
 	rv     string // the resourceVersion of the node raw was read from
-	s      NodeState
+	s      nodeState
 }
 
 // New validates o and returns a Watcher. Errors name the bad field.
@@ -294,7 +295,7 @@ func New(o Options) (*Watcher, error) {
 	}
 	return &Watcher{
 		o: o, metrics: m,
-		overlay:  map[string]map[string]NodeState{},
+		overlay:  map[string]map[string]nodeState{},
 		created:  map[string]time.Time{},
 		deleted:  map[types.UID]time.Time{},
 		draining: map[string]bool{}, rebooting: map[string]bool{},
@@ -394,7 +395,7 @@ func podIndexers() cache.Indexers {
 		if !ok {
 			return nil, nil
 		}
-		return []string{p.Labels[LabelNodeScript]}, nil
+		return []string{p.Labels[v1alpha1.LabelNodeScript]}, nil
 	}}
 }
 
@@ -435,7 +436,7 @@ func (w *Watcher) run(ctx context.Context) error {
 		return err
 	}
 	inf.start(ctx)
-	defer shutdownWithin(log, StopGrace, inf.shutdown...)
+	defer shutdownWithin(log, stopGrace, inf.shutdown...)
 	t0 := w.o.Clock.Now()
 	if err := w.waitSynced(ctx, syncBy, synced, lastErr); err != nil || ctx.Err() != nil {
 		return err
@@ -467,13 +468,13 @@ func (w *Watcher) newInformers(ctx context.Context) (*watcherInformers, error) {
 	inf.nodeFactory = informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0, informers.WithTransform(trimNode))
 	inf.podFactory = informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript
+			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + v1alpha1.LabelNodeScript
 		}),
 		informers.WithTransform(trimPod))
 	inf.nsFactory = dynamicinformer.NewDynamicSharedInformerFactory(w.o.Dynamic, 0)
 	inf.jobFactory = informers.NewSharedInformerFactoryWithOptions(w.o.Client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + LabelNodeScript + "," + LabelHook
+			lo.LabelSelector = nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + "," + v1alpha1.LabelNodeScript + "," + v1alpha1.LabelHook
 		}),
 		informers.WithTransform(trimJob))
 	inf.jobs = inf.jobFactory.Batch().V1().Jobs() // spec.hooks (hooks.go)
@@ -601,9 +602,9 @@ func (w *Watcher) podChanged(queue workqueue.TypedRateLimitingInterface[string],
 		return
 	}
 	if w.o.PodBatchPeriod > 0 {
-		queue.AddAfter(p.Labels[LabelNodeScript], w.o.PodBatchPeriod)
+		queue.AddAfter(p.Labels[v1alpha1.LabelNodeScript], w.o.PodBatchPeriod)
 	} else {
-		queue.Add(p.Labels[LabelNodeScript])
+		queue.Add(p.Labels[v1alpha1.LabelNodeScript])
 	}
 }
 
@@ -718,7 +719,7 @@ func (w *Watcher) firstList(ctx context.Context, by time.Time) error {
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return nil
-		case crdMissing(err):
+		case nodescript.CRDMissing(err):
 			return fmt.Errorf("watcher: %w", ErrCRDNotInstalled)
 		case !time.Now().Add(delay).Before(by):
 			return fmt.Errorf("watcher: listing NodeScripts did not succeed within %s (Options.SyncTimeout): %w", w.o.SyncTimeout, err)
@@ -830,24 +831,11 @@ func leaderElectionOptions(l LeaderElection) (LeaderElection, error) {
 	return l, nil
 }
 
-// toNodeScript converts an informer's object to a typed NodeScript.
-func toNodeScript(obj any) (*v1alpha1.NodeScript, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("unexpected object %T", obj)
-	}
-	ns := &v1alpha1.NodeScript{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, ns); err != nil {
-		return nil, fmt.Errorf("nodescript %s: %w", u.GetName(), err)
-	}
-	return ns, nil
-}
-
 // state is node n's state for NodeScript name: what this process last
 // wrote when the informer does not show it yet, else the node's annotation.
 // ok is false when the annotation cannot be read (the node is then left
 // alone, and the error logged).
-func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeState, bool) {
+func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (nodeState, bool) {
 	// Fast path, taken for most nodes on most reconciles: no state of this
 	// process's own overlays it, and the cached node is the one (same
 	// resourceVersion, so the same annotations) its state was decoded from.
@@ -858,7 +846,7 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 	if !overlaid && ok && d.rv != "" && d.rv == n.ResourceVersion {
 		return d.s, true
 	}
-	raw, has := n.Annotations[StateAnnotation(name)]
+	raw, has := n.Annotations[stateAnnotation(name)]
 	w.mu.Lock()
 	if o, ok := w.overlay[name][n.Name]; ok {
 		if !has || raw != o.Encode() {
@@ -869,12 +857,12 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 	}
 	w.mu.Unlock()
 	if !has {
-		d = decodedState{absent: true, s: NodeState{Phase: PhasePending}}
+		d = decodedState{absent: true, s: nodeState{Phase: v1alpha1.PhasePending}}
 	} else if !ok || d.absent || d.raw != raw {
-		s, err := DecodeState(n.Annotations, name)
+		s, err := decodeState(n.Annotations, name)
 		if err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "node state unreadable; node skipped", "node", n.Name)
-			return NodeState{}, false
+			return nodeState{}, false
 		}
 		d = decodedState{raw: raw, s: s}
 	}
@@ -895,7 +883,7 @@ func (w *Watcher) state(ctx context.Context, name string, n *corev1.Node) (NodeS
 // otherwise than the node (a node ns does not select is left to phase 4).
 // So a run's outcome and its condition are one write. RBAC: patch on
 // nodes/status.
-func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s NodeState, drop ...string) error {
+func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *corev1.Node, s nodeState, drop ...string) error {
 	name := ns.Name
 	s = s.Bounded()
 	s.Since = s.Since.UTC().Truncate(time.Second)
@@ -903,14 +891,14 @@ func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *co
 		t := s.NextRetry.UTC().Truncate(time.Second)
 		s.NextRetry = &t
 	}
-	ann := map[string]any{StateAnnotation(name): s.Encode()}
+	ann := map[string]any{stateAnnotation(name): s.Encode()}
 	for _, k := range drop {
 		ann[k] = nil
 	}
 	body := map[string]any{"metadata": map[string]any{"annotations": ann}}
 	var cond *corev1.NodeCondition
-	if sel, err := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector); err == nil && selectsNode(ns, sel, n) {
-		have, want := w.condition(name, n), NodeCondition(name, v1alpha1.SpecHash(&ns.Spec), s)
+	if sel, err := metav1.LabelSelectorAsSelector(&ns.Spec.NodeSelector); err == nil && nodescript.SelectsNode(ns, sel, n) {
+		have, want := w.condition(name, n), nodeCondition(name, v1alpha1.SpecHash(&ns.Spec), s)
 		if want != nil && !sameCondition(have, want) {
 			c := stamp(*want, have, w.o.Clock.Now())
 			cond = &c
@@ -936,11 +924,11 @@ func (w *Watcher) writeState(ctx context.Context, ns *v1alpha1.NodeScript, n *co
 // never written, the state of a run whose pod is the record while it goes
 // (runningState), the annotation keeping the state before the run until the
 // outcome is written.
-func (w *Watcher) note(name, node string, s NodeState) {
+func (w *Watcher) note(name, node string, s nodeState) {
 	s.Since = s.Since.UTC().Truncate(time.Second)
 	w.mu.Lock()
 	if w.overlay[name] == nil {
-		w.overlay[name] = map[string]NodeState{}
+		w.overlay[name] = map[string]nodeState{}
 	}
 	w.overlay[name][node] = s
 	w.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
-// InWindow reports whether the maintenance window w is open at now and
+// inWindow reports whether the maintenance window w is open at now and
 // when that changes: the time it closes when open, the next time it opens
 // when closed. A nil window is always open (zero time). Times are
 // wall-clock times in w.TimeZone, so daylight saving time moves them with
@@ -19,7 +19,7 @@ import (
 // next day. It is a pure
 // function; errors come from an invalid window (v1alpha1.Validate refuses
 // them first).
-func InWindow(w *v1alpha1.MaintenanceWindow, now time.Time) (open bool, change time.Time, err error) {
+func inWindow(w *v1alpha1.MaintenanceWindow, now time.Time) (open bool, change time.Time, err error) {
 	if w == nil {
 		return true, time.Time{}, nil
 	}

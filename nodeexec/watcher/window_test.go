@@ -48,7 +48,7 @@ func TestInWindow(t *testing.T) {
 		{"fall back", dstSpring, time.Date(2026, 10, 25, 1, 45, 0, 0, time.UTC), true, at("2026-10-25 03:30")}, // the second 02:45 (CET)
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			open, change, err := InWindow(c.w, c.now)
+			open, change, err := inWindow(c.w, c.now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,10 +57,10 @@ func TestInWindow(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := InWindow(&v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00", TimeZone: "Mars/Olympus"}, time.Now()); err == nil {
+	if _, _, err := inWindow(&v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00", TimeZone: "Mars/Olympus"}, time.Now()); err == nil {
 		t.Error("an unknown time zone: no error")
 	}
-	if _, _, err := InWindow(&v1alpha1.MaintenanceWindow{Start: "24:00", End: "04:00"}, time.Now()); err == nil {
+	if _, _, err := inWindow(&v1alpha1.MaintenanceWindow{Start: "24:00", End: "04:00"}, time.Now()); err == nil {
 		t.Error("24:00: no error")
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/debugpod"
-	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
 func main() {
@@ -36,7 +35,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	backend, err := debugpod.New(debugpod.Options{PodOptions: podexec.PodOptions{Client: client, Config: cfg, Namespace: ns}})
+	backend, err := debugpod.New(debugpod.Options{PodOptions: debugpod.PodOptions{Client: client, Config: cfg, Namespace: ns}})
 	if err != nil {
 		return err
 	}

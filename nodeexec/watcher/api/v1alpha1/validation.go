@@ -187,6 +187,18 @@ func validateOnFailure(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	return errs
 }
 
+// profileBackends are the backends a NodeScript may name that read a
+// kubectl debug profile (backends.FlagUsers("profile") the watcher runs).
+func profileBackends() []string {
+	var out []string
+	for _, n := range backends.FlagUsers("profile") {
+		if slices.Contains(Backends(), n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // validateBackend checks spec.backend (bp): its name, namespace, profile,
 // image, namespaces and image pull secrets.
 func validateBackend(s *NodeScriptSpec, bp *field.Path) field.ErrorList {
@@ -196,8 +208,8 @@ func validateBackend(s *NodeScriptSpec, bp *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(bp.Child("namespace"), ns, strings.Join(msgs, "; ")))
 		}
 	}
-	if p := s.Backend.Profile; p != "" && s.Backend.Name != "" && s.Backend.Name != "debugpod" {
-		errs = append(errs, field.Invalid(bp.Child("profile"), p, "a profile applies to the debugpod backend only"))
+	if p := s.Backend.Profile; p != "" && s.Backend.Name != "" && !slices.Contains(profileBackends(), s.Backend.Name) {
+		errs = append(errs, field.Invalid(bp.Child("profile"), p, "a profile applies to the "+strings.Join(profileBackends(), " or ")+" backend only"))
 	} else if p != "" && !slices.Contains(Profiles(), p) {
 		errs = append(errs, field.NotSupported(bp.Child("profile"), p, Profiles()))
 	}

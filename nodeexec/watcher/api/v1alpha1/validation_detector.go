@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 )
 
 // checkReservedMountPaths are the container's own filesystems a host path
@@ -34,7 +36,7 @@ func validateCheck(s *NodeScriptSpec, spec *field.Path) field.ErrorList {
 	if len(c.HostPaths) > MaxCheckHostPaths {
 		errs = append(errs, field.TooMany(hp, len(c.HostPaths), MaxCheckHostPaths))
 	}
-	if !s.CheckPrivileged() && s.Backend.Name == "nsenter" && s.Backend.Image == "" {
+	if !s.CheckPrivileged() && runsAgentImage(s.Backend.Name) && s.Backend.Image == "" {
 		errs = append(errs, field.Required(spec.Child("backend", "image"), "the unprivileged check (spec.check.privileged: false) runs checkScript with /bin/sh in the run's image, and the nsenter backend's default image (the agent) has no shell: name an image with one (allowed by the cluster's admission policy), or use the debugpod backend"))
 	}
 	var mounts []string
@@ -99,4 +101,11 @@ func hasDotDot(p string) bool {
 // within reports whether clean absolute path p is dir or inside it.
 func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// runsAgentImage is whether backend name runs nodeexec's own image by
+// default (the agent: a static binary, no shell), as the nsenter backend does.
+func runsAgentImage(name string) bool {
+	e, ok := backends.Lookup(name)
+	return ok && e.RunsAgentImage()
 }

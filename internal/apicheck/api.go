@@ -18,6 +18,7 @@ import (
 type goPackage struct {
 	ImportPath string
 	Name       string
+	GoFiles    []string
 	Export     string
 	Standard   bool
 	DepOnly    bool
@@ -31,7 +32,7 @@ var recordEnv = []string{"GOOS=linux", "GOARCH=amd64"}
 
 // goList runs `go list -json` with args in dir and decodes its stream.
 func goList(dir string, args ...string) ([]goPackage, error) {
-	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Name,Export,Standard,DepOnly,Module,Error"}, args...)...)
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Name,GoFiles,Export,Standard,DepOnly,Module,Error"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), recordEnv...)
 	var stderr bytes.Buffer
@@ -58,9 +59,10 @@ func goList(dir string, args ...string) ([]goPackage, error) {
 }
 
 // isPublic reports whether a package of module mod is part of its public
-// API: importable (not main), not internal (no path element "internal").
+// API: importable (not main, not only tests), not internal (no path element
+// "internal").
 func isPublic(p goPackage, mod string) bool {
-	if p.Module == nil || p.Module.Path != mod || p.Name == "main" || p.Standard {
+	if p.Module == nil || p.Module.Path != mod || p.Name == "main" || p.Standard || len(p.GoFiles) == 0 {
 		return false
 	}
 	return !slices.Contains(strings.Split(p.ImportPath, "/"), "internal")

@@ -46,55 +46,13 @@ func watchCommand(streams Streams) *ucli.Command {
 			&ucli.IntFlag{Name: "success-log-lines", Value: 20, Usage: "lines of a successful run's log kept in its output record, for NodeScripts with spec.recordOutput (-1: none)"},
 		},
 		Action: func(c *ucli.Context) error {
-			if c.NArg() > 0 {
-				return fmt.Errorf("watch takes no arguments (got %q)", c.Args().Slice())
-			}
-			for _, f := range []string{"workers", "create-parallelism"} {
-				if c.Int(f) < 1 {
-					return fmt.Errorf("--%s %d: give 1 or more", f, c.Int(f))
-				}
-			}
-			if n := c.Int("success-log-lines"); n < -1 {
-				return fmt.Errorf("--success-log-lines %d: give -1 (none), 0 or more", n)
-			}
-			if msgs := validation.IsDNS1123Subdomain(c.String("leader-election-id")); len(msgs) > 0 {
-				return fmt.Errorf("--leader-election-id %q: not a Lease name (%s)", c.String("leader-election-id"), strings.Join(msgs, "; "))
-			}
-			if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
-				return errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + v1alpha1.DefaultNamespace + ")")
-			}
-			if d := c.Duration("pod-batch-period"); d < 0 {
-				return fmt.Errorf("--pod-batch-period %s: give a duration such as 1s, or 0 to reconcile on every pod event at once", d)
-			}
-			if d := c.Duration("collect-interval"); d < 0 {
-				return fmt.Errorf("--collect-interval %s: give a positive duration such as 15s, or 0 to disable the collector", d)
-			}
-			metricsAddr, probeAddr := c.String("metrics-bind-address"), c.String("health-probe-bind-address")
-			for _, f := range []string{"metrics-bind-address", "health-probe-bind-address"} {
-				if err := checkBindAddress(f, c.String(f)); err != nil {
-					return err
-				}
-			}
-			if bindEnabled(metricsAddr) && metricsAddr == probeAddr {
-				return fmt.Errorf("--metrics-bind-address and --health-probe-bind-address are both %q: give each its own port", metricsAddr)
-			}
-			cs, dyn, err := watcherClients(c)
+			o, metricsAddr, probeAddr, err := watchOptions(c)
 			if err != nil {
 				return err
 			}
-			o := watcher.Options{
-				Client: cs, Dynamic: dyn,
-				Workers: c.Int("workers"), CreateParallelism: c.Int("create-parallelism"),
-				SuccessLogLines: c.Int("success-log-lines"), CollectInterval: c.Duration("collect-interval"),
-			}
-			if o.CollectInterval == 0 {
-				o.CollectInterval = -1 // Options: negative disables, zero is the default
-			}
-			if o.PodBatchPeriod = c.Duration("pod-batch-period"); o.PodBatchPeriod == 0 {
-				o.PodBatchPeriod = -1 // Options: negative is at once, zero is the default
-			}
-			if c.Bool("leader-elect") {
-				o.LeaderElection = &watcher.LeaderElection{Namespace: c.String("leader-election-namespace"), Name: c.String("leader-election-id")}
+			o.Client, o.Dynamic, err = watcherClients(c)
+			if err != nil {
+				return err
 			}
 			log := funcr.NewJSON(func(obj string) { fmt.Fprintln(streams.ErrOut, obj) }, funcr.Options{Verbosity: c.Int("v"), LogTimestamp: true})
 			ctx := logr.NewContext(c.Context, log)
@@ -130,6 +88,57 @@ func watchCommand(streams Streams) *ucli.Command {
 			return w.Start(ctx)
 		},
 	}
+}
+
+// watchOptions maps watch's flags onto watcher.Options (without its clients)
+// and the addresses to serve metrics and probes on, checking each.
+func watchOptions(c *ucli.Context) (o watcher.Options, metricsAddr, probeAddr string, err error) {
+	if c.NArg() > 0 {
+		return watcher.Options{}, "", "", fmt.Errorf("watch takes no arguments (got %q)", c.Args().Slice())
+	}
+	for _, f := range []string{"workers", "create-parallelism"} {
+		if c.Int(f) < 1 {
+			return watcher.Options{}, "", "", fmt.Errorf("--%s %d: give 1 or more", f, c.Int(f))
+		}
+	}
+	if n := c.Int("success-log-lines"); n < -1 {
+		return watcher.Options{}, "", "", fmt.Errorf("--success-log-lines %d: give -1 (none), 0 or more", n)
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.String("leader-election-id")); len(msgs) > 0 {
+		return watcher.Options{}, "", "", fmt.Errorf("--leader-election-id %q: not a Lease name (%s)", c.String("leader-election-id"), strings.Join(msgs, "; "))
+	}
+	if c.Bool("leader-elect") && c.String("leader-election-namespace") == "" {
+		return watcher.Options{}, "", "", errors.New("--leader-election-namespace is empty: name the namespace of the Lease (default " + v1alpha1.DefaultNamespace + ")")
+	}
+	if d := c.Duration("pod-batch-period"); d < 0 {
+		return watcher.Options{}, "", "", fmt.Errorf("--pod-batch-period %s: give a duration such as 1s, or 0 to reconcile on every pod event at once", d)
+	}
+	if d := c.Duration("collect-interval"); d < 0 {
+		return watcher.Options{}, "", "", fmt.Errorf("--collect-interval %s: give a positive duration such as 15s, or 0 to disable the collector", d)
+	}
+	metricsAddr, probeAddr = c.String("metrics-bind-address"), c.String("health-probe-bind-address")
+	for _, f := range []string{"metrics-bind-address", "health-probe-bind-address"} {
+		if err := checkBindAddress(f, c.String(f)); err != nil {
+			return watcher.Options{}, "", "", err
+		}
+	}
+	if bindEnabled(metricsAddr) && metricsAddr == probeAddr {
+		return watcher.Options{}, "", "", fmt.Errorf("--metrics-bind-address and --health-probe-bind-address are both %q: give each its own port", metricsAddr)
+	}
+	o = watcher.Options{
+		Workers: c.Int("workers"), CreateParallelism: c.Int("create-parallelism"),
+		SuccessLogLines: c.Int("success-log-lines"), CollectInterval: c.Duration("collect-interval"),
+	}
+	if o.CollectInterval == 0 {
+		o.CollectInterval = -1 // Options: negative disables, zero is the default
+	}
+	if o.PodBatchPeriod = c.Duration("pod-batch-period"); o.PodBatchPeriod == 0 {
+		o.PodBatchPeriod = -1 // Options: negative is at once, zero is the default
+	}
+	if c.Bool("leader-elect") {
+		o.LeaderElection = &watcher.LeaderElection{Namespace: c.String("leader-election-namespace"), Name: c.String("leader-election-id")}
+	}
+	return o, metricsAddr, probeAddr, nil
 }
 
 // bindEnabled reports whether a --*-bind-address value asks for a listener

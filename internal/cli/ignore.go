@@ -25,15 +25,8 @@ func ignoreCommand(streams Streams, ignore bool) *ucli.Command {
 			&ucli.StringSliceFlag{Name: "node", Usage: "node `NAME` (repeatable, or comma-separated)"},
 		},
 		Action: func(c *ucli.Context) error {
-			nsName, err := nodeScriptArg(c, name)
+			nsName, nodes, err := ignoreOptions(c, name)
 			if err != nil {
-				return err
-			}
-			nodes := splitCSV(c.StringSlice("node"))
-			if !c.IsSet("node") {
-				return fmt.Errorf("%s needs --node NODE: name the nodes (repeat --node, or separate them with commas)", name)
-			}
-			if err := checkNodeNames(c, nodes); err != nil {
 				return err
 			}
 			cs, dyn, err := watcherClients(c)
@@ -53,4 +46,21 @@ func ignoreCommand(streams Streams, ignore bool) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// ignoreOptions maps the NAME and --node of command name (ignore or
+// unignore) onto the NodeScript and the nodes, checked.
+func ignoreOptions(c *ucli.Context, name string) (string, []string, error) {
+	nsName, err := nodeScriptArg(c, name)
+	if err != nil {
+		return "", nil, err
+	}
+	nodes := splitCSV(c.StringSlice("node"))
+	if !c.IsSet("node") {
+		return "", nil, fmt.Errorf("%s needs --node NODE: name the nodes (repeat --node, or separate them with commas)", name)
+	}
+	if err := checkNodeNames(c, nodes); err != nil {
+		return "", nil, err
+	}
+	return nsName, nodes, nil
 }

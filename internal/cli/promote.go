@@ -21,24 +21,15 @@ func promoteCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "to", Required: true, Usage: "\"all\", or a label `SELECTOR` of the nodes to promote to"},
 		},
 		Action: func(c *ucli.Context) error {
-			nsName, err := nodeScriptArg(c, "promote")
+			nsName, to, err := promoteOptions(c)
 			if err != nil {
 				return err
-			}
-			if to := c.String("to"); to != "all" {
-				_, err := labels.Parse(to)
-				if err == nil && strings.TrimSpace(to) == "" {
-					err = errors.New("empty")
-				}
-				if err != nil {
-					return fmt.Errorf("--to %q: want \"all\" or a label selector such as pool=gpu (%v)", to, err)
-				}
 			}
 			_, dyn, err := watcherClients(c)
 			if err != nil {
 				return err
 			}
-			ns, err := nodescripts.Promote(c.Context, dyn, nsName, c.String("to"))
+			ns, err := nodescripts.Promote(c.Context, dyn, nsName, to)
 			if err != nil {
 				return err
 			}
@@ -46,4 +37,23 @@ func promoteCommand(streams Streams) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// promoteOptions maps promote's NAME and --to onto the NodeScript and the
+// nodes to promote to ("all" or a label selector), checked.
+func promoteOptions(c *ucli.Context) (string, string, error) {
+	nsName, err := nodeScriptArg(c, "promote")
+	if err != nil {
+		return "", "", err
+	}
+	if to := c.String("to"); to != "all" {
+		_, err := labels.Parse(to)
+		if err == nil && strings.TrimSpace(to) == "" {
+			err = errors.New("empty")
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("--to %q: want \"all\" or a label selector such as pool=gpu (%v)", to, err)
+		}
+	}
+	return nsName, c.String("to"), nil
 }

@@ -26,18 +26,8 @@ func rerunCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "all", Usage: "every node that ran the current spec"},
 		},
 		Action: func(c *ucli.Context) error {
-			nsName, err := nodeScriptArg(c, "rerun")
+			nsName, targets, err := rerunOptions(c)
 			if err != nil {
-				return err
-			}
-			targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
-			if err := checkNodeNames(c, targets.Nodes); err != nil {
-				return err
-			}
-			if err := checkSelectorFlag(c); err != nil {
-				return err
-			}
-			if err := targets.Validate(); err != nil {
 				return err
 			}
 			cs, dyn, err := watcherClients(c)
@@ -54,4 +44,23 @@ func rerunCommand(streams Streams) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// rerunOptions maps rerun's NAME and flags onto the nodeexec.Targets to run again, checked.
+func rerunOptions(c *ucli.Context) (string, nodeexec.Targets, error) {
+	nsName, err := nodeScriptArg(c, "rerun")
+	if err != nil {
+		return "", nodeexec.Targets{}, err
+	}
+	targets := nodeexec.Targets{Nodes: splitCSV(c.StringSlice("node")), Selector: c.String("selector"), All: c.Bool("all")}
+	if err := checkNodeNames(c, targets.Nodes); err != nil {
+		return "", targets, err
+	}
+	if err := checkSelectorFlag(c); err != nil {
+		return "", targets, err
+	}
+	if err := targets.Validate(); err != nil {
+		return "", targets, err
+	}
+	return nsName, targets, nil
 }

@@ -26,20 +26,9 @@ func runNowCommand(streams Streams) *ucli.Command {
 		},
 		OnUsageError: durationLimits(map[string]time.Duration{"for": nodescripts.MaxRunNowFor}),
 		Action: func(c *ucli.Context) error {
-			nsName, err := nodeScriptArg(c, "run-now")
+			nsName, o, err := runNowOptions(c)
 			if err != nil {
 				return err
-			}
-			o := nodescripts.RunNowOptions{For: c.Duration("for"), Cancel: c.Bool("cancel")}
-			switch {
-			case o.Cancel && c.IsSet("for"):
-				return errors.New("--cancel removes the override: give --for only to set one")
-			case o.Cancel:
-				o.For = 0
-			case o.For <= 0:
-				return fmt.Errorf("--for %s: give a positive duration such as 1h", o.For)
-			case o.For > nodescripts.MaxRunNowFor:
-				return fmt.Errorf("--for %s: too long: at most %s (a week); to run outside the window for longer, change the NodeScript's spec.window", o.For, nodescripts.MaxRunNowFor)
 			}
 			cs, dyn, err := watcherClients(c)
 			if err != nil {
@@ -61,4 +50,24 @@ func runNowCommand(streams Streams) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// runNowOptions maps run-now's NAME and flags onto nodescripts.RunNowOptions, checked.
+func runNowOptions(c *ucli.Context) (string, nodescripts.RunNowOptions, error) {
+	nsName, err := nodeScriptArg(c, "run-now")
+	if err != nil {
+		return "", nodescripts.RunNowOptions{}, err
+	}
+	o := nodescripts.RunNowOptions{For: c.Duration("for"), Cancel: c.Bool("cancel")}
+	switch {
+	case o.Cancel && c.IsSet("for"):
+		return "", o, errors.New("--cancel removes the override: give --for only to set one")
+	case o.Cancel:
+		o.For = 0
+	case o.For <= 0:
+		return "", o, fmt.Errorf("--for %s: give a positive duration such as 1h", o.For)
+	case o.For > nodescripts.MaxRunNowFor:
+		return "", o, fmt.Errorf("--for %s: too long: at most %s (a week); to run outside the window for longer, change the NodeScript's spec.window", o.For, nodescripts.MaxRunNowFor)
+	}
+	return nsName, o, nil
 }

@@ -26,12 +26,9 @@ func statusCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
 		},
 		Action: func(c *ucli.Context) error {
-			nsName, err := nodeScriptArg(c, "status")
+			nsName, output, err := statusOptions(c)
 			if err != nil {
 				return err
-			}
-			if o := c.String("output"); o != "text" && o != "json" {
-				return fmt.Errorf("--output %q: want text or json", o)
 			}
 			cs, dyn, err := watcherClients(c)
 			if err != nil {
@@ -41,7 +38,7 @@ func statusCommand(streams Streams) *ucli.Command {
 			if err != nil {
 				return printLeftStates(c.Context, streams.Out, cs, nsName, err)
 			}
-			if c.String("output") == "json" {
+			if output == "json" {
 				enc := json.NewEncoder(streams.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
@@ -50,6 +47,19 @@ func statusCommand(streams Streams) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// statusOptions maps status's NAME and --output onto the NodeScript and the
+// output format (text or json), checked.
+func statusOptions(c *ucli.Context) (string, string, error) {
+	nsName, err := nodeScriptArg(c, "status")
+	if err != nil {
+		return "", "", err
+	}
+	if o := c.String("output"); o != "text" && o != "json" {
+		return "", "", fmt.Errorf("--output %q: want text or json", o)
+	}
+	return nsName, c.String("output"), nil
 }
 
 // printReport prints nodeexec status's text: the NodeScript's rollout, the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -18,7 +19,7 @@ func printCheck(w io.Writer, ns *v1alpha1.NodeScript) {
 		return
 	}
 	if ns.Spec.CheckPrivileged() {
-		fmt.Fprintf(w, "check: privileged, in the %s backend's pod (spec.check.privileged)\n", cmp.Or(ns.Spec.Backend.Name, "debugpod"))
+		fmt.Fprintf(w, "check: privileged, in the %s backend's pod (spec.check.privileged)\n", cmp.Or(ns.Spec.Backend.Name, backends.DefaultName))
 		return
 	}
 	var mounts []string

@@ -55,7 +55,8 @@ FUZZMINIMIZETIME ?= 10s
 FUZZ_TARGETS = \
 	./nodeexec:FuzzParseCountOrPercent ./nodeexec:FuzzTargetsValidate \
 	./internal/cli:FuzzParseEnv ./internal/cli:FuzzParseNamespaces ./internal/cli:FuzzParseQuantity ./internal/cli:FuzzCheckImage \
-	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts ./nodeexec/watcher:FuzzCRDImageRule ./nodeexec/watcher:FuzzRedact ./nodeexec/watcher:FuzzKuredHolders ./nodeexec/watcher:FuzzSilenceMatchers ./nodeexec/watcher:FuzzGateCondition ./nodeexec/watcher:FuzzParseAnalysis ./nodeexec/watcher:FuzzCalendarWindow ./nodeexec/watcher:FuzzUnprivilegedCheck ./nodeexec/watcher:FuzzWebhookURL ./nodeexec/watcher:FuzzReapplySchedule \
+	./nodeexec/watcher:FuzzValidate ./nodeexec/watcher:FuzzParseNodeScripts ./nodeexec/watcher:FuzzCRDImageRule ./nodeexec/watcher:FuzzKuredHolders ./nodeexec/watcher:FuzzSilenceMatchers ./nodeexec/watcher:FuzzGateCondition ./nodeexec/watcher:FuzzParseAnalysis ./nodeexec/watcher:FuzzUnprivilegedCheck ./nodeexec/watcher:FuzzWebhookURL ./nodeexec/watcher:FuzzReapplySchedule \
+	./nodeexec/watcher/internal/nodescript:FuzzRedact ./nodeexec/watcher/internal/nodescript:FuzzCalendarWindow \
 	./nodeexec/agent:FuzzDecodeRequest ./internal/agentcmd:FuzzAgentArgv
 fuzz: ## run each fuzz test for $(FUZZTIME) executions
 	@set -eo pipefail; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; cache=$$($(GO) env GOCACHE)/fuzz; \
@@ -64,8 +65,10 @@ fuzz: ## run each fuzz test for $(FUZZTIME) executions
 	  path=$$($(GO) list "$$pkg"); \
 	  for t in $(FUZZ_TARGETS); do [ "$${t%%:*}" = "$$pkg" ] || continue; fn=$${t##*:}; \
 	    echo "fuzz $$pkg $$fn"; start=$$SECONDS; \
-	    (cd "$$pkg" && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $(FUZZTIME) \
-	      -test.fuzzminimizetime $(FUZZMINIMIZETIME) -test.fuzzcachedir "$$cache/$$path" 2>&1) | grep -v '^fuzz: elapsed'; \
+	    out=$$(cd "$$pkg" && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $(FUZZTIME) \
+	      -test.fuzzminimizetime $(FUZZMINIMIZETIME) -test.fuzzcachedir "$$cache/$$path" 2>&1) || { echo "$$out"; exit 1; }; \
+	    { echo "$$out" | grep -v '^fuzz: elapsed' || true; }; \
+	    if echo "$$out" | grep -q 'no fuzz tests to fuzz'; then echo "fuzz: $$pkg has no $$fn (moved? fix FUZZ_TARGETS)"; exit 1; fi; \
 	    echo "ok  $$path $$fn $$((SECONDS - start))s"; \
 	  done; \
 	done

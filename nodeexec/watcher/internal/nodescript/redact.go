@@ -116,8 +116,28 @@ var (
 // The rule catches common shapes only: the watcher never reads Secrets and
 // cannot know their values (spec.secretEnv), so a script that prints a
 // secret in another shape must not set spec.recordOutput. Redact is
-// idempotent and a pure function.
+// idempotent and a pure function: a replacement can put a word boundary
+// where there was none (AKIA...EXAMPLEeyJ... becomes [REDACTED]eyJ..., and
+// the JWT now starts a word), so the rules are applied again until the text
+// stops changing (at most redactPasses times; text without secrets takes
+// one pass).
 func Redact(s string) string {
+	for i := 0; i < redactPasses; i++ {
+		r := redactOnce(s)
+		if r == s {
+			return r
+		}
+		s = r
+	}
+	return s
+}
+
+// redactPasses bounds Redact's passes. Each pass that changes the text
+// turns some of it into Redacted; in practice the second pass is the last.
+const redactPasses = 8
+
+// redactOnce applies every rule of Redact once.
+func redactOnce(s string) string {
 	// Literal guards skip the patterns that cannot match (most output).
 	lower := strings.ToLower(s)
 	if strings.Contains(s, "-----") {

@@ -64,6 +64,7 @@ func TestRedactShapes(t *testing.T) {
 		{"DSN", "DATABASE_URL=postgres://app:s3cr3t@db:5432/app", "DATABASE_URL=postgres://app:[REDACTED]@db:5432/app"},
 		{"escaped quote in JSON", `{"password":"a\"b","user":"bob"}`, `{"password":"[REDACTED]","user":"bob"}`},
 		{"AWS access key", "found AKIAIOSFODNN7EXAMPLE in env", "found [REDACTED] in env"},
+		{"token glued to a token", "AKIAIOSFODNN7EXAMPLEeyI6IkpXVCJ9.eyG4gRG9lIn0.53kyghp_x", "[REDACTED][REDACTED]"},
 		{"AWS credentials file", "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 			"aws_access_key_id = [REDACTED]\naws_secret_access_key = [REDACTED]"},
 		{"GitHub token", "cloning with " + githubPAT + " now", "cloning with [REDACTED] now"},

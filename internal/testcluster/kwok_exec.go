@@ -200,18 +200,17 @@ func kwokExecDocs() []map[string]any {
 }
 
 // heldPodExprs keep a stage off nodeexec's pods that wait for an exec or a
-// port-forward rather than run to completion: the nsenter and runtime agents'
-// holders (`nodeexec agent hold`), the debug pod's (`sleep N`) and the resident
-// agents (`nodeexec agent serve`). Without exec only the resident agents are
-// kept Running (a DaemonSet's pod that ends is recreated, over and over).
+// port-forward rather than run to completion: the resident agents (label
+// app.kubernetes.io/component=agent, `nodeexec agent serve`: a DaemonSet's pod
+// that ended would be recreated, over and over) always; with exec also the
+// nsenter and runtime agents' holders (`nodeexec agent hold`) and the debug
+// pod's (`sleep N`).
 func heldPodExprs(exec bool) []any {
-	held := []any{"serve"}
+	exprs := []any{map[string]any{"key": `.metadata.labels["app.kubernetes.io/component"]`, "operator": "NotIn", "values": []any{"agent"}}}
 	if exec {
-		held = append(held, "hold")
-	}
-	exprs := []any{map[string]any{"key": ".spec.containers[0].command[2]", "operator": "NotIn", "values": held}}
-	if exec {
-		exprs = append(exprs, map[string]any{"key": ".spec.containers[0].command[0]", "operator": "NotIn", "values": []any{"sleep"}})
+		exprs = append(exprs,
+			map[string]any{"key": ".spec.containers[0].command[2]", "operator": "NotIn", "values": []any{"hold"}},
+			map[string]any{"key": ".spec.containers[0].command[0]", "operator": "NotIn", "values": []any{"sleep"}})
 	}
 	return exprs
 }

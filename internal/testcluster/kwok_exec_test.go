@@ -81,10 +81,10 @@ func TestKwokExecConfig(t *testing.T) {
 	}
 	// pods that wait for an exec (agent hold, the debug pod's sleep) or a
 	// port-forward (agent serve) are never ended by our stages
-	held := []string{".spec.containers[0].command[2] NotIn serve,hold", ".spec.containers[0].command[0] NotIn sleep"}
+	held := []string{`.metadata.labels["app.kubernetes.io/component"] NotIn agent`, ".spec.containers[0].command[2] NotIn hold", ".spec.containers[0].command[0] NotIn sleep"}
 	for _, name := range []string{"nodeexec-pod-complete", "nodeexec-pod-fail"} {
 		got := exprString(stageByName(stages, name))
-		if diff := cmp.Diff(held, got[2:4]); diff != "" {
+		if diff := cmp.Diff(held, got[2:5]); diff != "" {
 			t.Errorf("%s selector (-want +got):\n%s", name, diff)
 		}
 	}

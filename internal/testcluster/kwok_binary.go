@@ -280,14 +280,20 @@ func readKwokStages(modDir string, heartbeat bool) ([]kwokStage, error) {
 // ended pods), and our stages that end nodeexec pods.
 func kwokConfig(stock []kwokStage, o KwokOptions) ([]byte, error) {
 	var docs [][]byte
+	options := map[string]any{
+		"podPlayStageParallelism":  kwokParallelism,
+		"nodePlayStageParallelism": kwokParallelism,
+		"nodeLeaseParallelism":     kwokParallelism,
+	}
+	if o.Exec {
+		// exec, attach, logs and port-forward: kwok's default (true) applies only
+		// when the configuration file has no KwokConfiguration
+		options["enableDebuggingHandlers"] = true
+	}
 	conf, err := yaml.Marshal(map[string]any{
 		"apiVersion": "config.kwok.x-k8s.io/v1alpha1",
 		"kind":       "KwokConfiguration",
-		"options": map[string]any{
-			"podPlayStageParallelism":  kwokParallelism,
-			"nodePlayStageParallelism": kwokParallelism,
-			"nodeLeaseParallelism":     kwokParallelism,
-		},
+		"options":    options,
 	})
 	if err != nil {
 		return nil, err

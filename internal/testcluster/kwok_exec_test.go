@@ -79,6 +79,9 @@ func TestKwokExecConfig(t *testing.T) {
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("documents (-want +got):\n%s", diff)
 	}
+	if !strings.Contains(string(b), "enableDebuggingHandlers: true") {
+		t.Errorf("KwokConfiguration without enableDebuggingHandlers: true:\n%s", b)
+	}
 	// pods that wait for an exec (agent hold, the debug pod's sleep) or a
 	// port-forward (agent serve) are never ended by our stages
 	held := []string{`.metadata.labels["app.kubernetes.io/component"] NotIn agent`, ".spec.containers[0].command[2] NotIn hold", ".spec.containers[0].command[0] NotIn sleep"}

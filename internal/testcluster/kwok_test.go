@@ -158,7 +158,7 @@ type testStage struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string
 	Metadata   struct{ Name string }
-	Options    map[string]int
+	Options    map[string]any
 	Spec       struct {
 		ResourceRef struct{ APIGroup, Kind string } `json:"resourceRef"`
 		Selector    struct {
@@ -228,7 +228,7 @@ func TestKwokConfig(t *testing.T) {
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("documents (-want +got):\n%s", diff)
 	}
-	if stages[0].APIVersion != "config.kwok.x-k8s.io/v1alpha1" || stages[0].Options["podPlayStageParallelism"] != kwokParallelism {
+	if stages[0].APIVersion != "config.kwok.x-k8s.io/v1alpha1" || stages[0].Options["podPlayStageParallelism"] != float64(kwokParallelism) {
 		t.Errorf("KwokConfiguration %+v", stages[0])
 	}
 	// the stock pod-complete stage leaves nodeexec pods alone

@@ -71,8 +71,15 @@ const (
 //   - a command's stdin is closed when the client's ends (stock kwok never
 //     closes it: `cat` would wait forever);
 //   - the command gets the pod's container's literal env values and
-//     KwokEnvNodeName, KwokEnvPodName and KwokEnvPodNamespace.
+//     KwokEnvNodeName, KwokEnvPodName and KwokEnvPodNamespace: they come from
+//     kwok's pod cache, which stock kwok keeps only when it serves metrics
+//     (EnablePodCache: enableMetrics), so it is always on.
 var kwokExecPatches = []kwokPatch{
+	{
+		file: "pkg/kwok/cmd/root.go",
+		old:  "\t\tEnablePodCache:                        enableMetrics,\n",
+		new:  "\t\tEnablePodCache:                        true,\n",
+	},
 	{
 		file: "pkg/kwok/server/debugging_exec.go",
 		old:  "\t// Set the environment variables.\n\tif len(execTarget.Local.Envs) != 0 {\n",
@@ -105,6 +112,9 @@ import (
 	"errors"
 	"os/exec"
 	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // nodeexecExitError is a command's exit status as cri-streaming's ServeExec
@@ -145,9 +155,17 @@ func (s *Server) nodeexecPodEnv(podName, podNamespace, container string) []strin
 	if s.podCacheGetter == nil {
 		return env
 	}
-	pod, ok := s.podCacheGetter.GetWithNamespace(podName, podNamespace)
-	if !ok || pod == nil {
-		return env
+	// The cache is lazy: the first lookup starts its informer, and a pod
+	// is found once that informer has listed the pods.
+	var pod *corev1.Pod
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if p, ok := s.podCacheGetter.GetWithNamespace(podName, podNamespace); ok && p != nil {
+			pod = p
+			break
+		}
+		if time.Now().After(deadline) {
+			return env
+		}
 	}
 	env = append(env, "` + KwokEnvNodeName + `="+pod.Spec.NodeName)
 	for _, c := range pod.Spec.Containers {

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-watcher-jobs bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -137,6 +137,15 @@ bench-watcher-safety: build ## one always-open Prometheus gate and a shared Main
 	@mkdir -p bench
 	NODEEXEC_BENCH_NODES=$(SAFETY_NODES) NODEEXEC_BENCH_SAFETY_ROUNDS=$(BENCH_SAFETY_ROUNDS) NODEEXEC_BENCH_WATCHER_SAFETY_OUT=$(CURDIR)/bench/watcher-safety.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkWatcherSafety$$' -benchtime 1x -timeout 60m -v ./e2e/ 2>&1 | grep -v 'watcher: '
 	@cat bench/watcher-safety.json
+
+# BENCH_NODES defaults to 1,000 here too; BENCH_JOBS_CONCURRENCY is C on both sides.
+JOBS_NODES = $(if $(filter file,$(origin BENCH_NODES)),1000,$(BENCH_NODES))
+BENCH_JOBS_CONCURRENCY ?= 50
+bench-watcher-jobs: build ## a NodeScript rollout vs system-upgrade-controller's model (one Job per node, at most $(BENCH_JOBS_CONCURRENCY) at once) at $(JOBS_NODES) SIMULATED (kwok) nodes, in one run: throughput and API writes per node of every writer; JSON in bench/watcher-jobs.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_NODES=$(JOBS_NODES) NODEEXEC_BENCH_JOBS_CONCURRENCY=$(BENCH_JOBS_CONCURRENCY) NODEEXEC_BENCH_WATCHER_JOBS_OUT=$(CURDIR)/bench/watcher-jobs.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkWatcherJobs$$' -benchtime 1x -timeout 60m -v ./e2e/ 2>&1 | grep -v 'watcher: '
+	@cat bench/watcher-jobs.json
 
 bench-kwok: ## kwok itself at 1,000 and 5,000 SIMULATED nodes: time to Ready, control-plane RSS/CPU, raw pod rate
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

@@ -36,8 +36,9 @@ import (
 // brackets): NODEEXEC_BENCH_NODES [1000] SIMULATED nodes;
 // NODEEXEC_BENCH_JOBS_CONCURRENCY [50] nodes at once on both sides;
 // NODEEXEC_BENCH_POD_START [100ms] kwok's PodStartDelay (0: kwok's own 1-5 s
-// per pod start stage); NODEEXEC_BENCH_JOBS_KCM_QPS=1 adds a third side, the
-// watcher with kube-controller-manager's client limits (QPS 20, burst 30);
+// per pod start stage); NODEEXEC_BENCH_JOBS_SIDES [watcher,jobs] the sides
+// run, in order, of watcher, jobs and watcher_kcm_qps (the watcher with
+// kube-controller-manager's client limits, QPS 20, burst 30);
 // NODEEXEC_BENCH_WATCHER_JOBS_OUT the JSON file.
 const (
 	jobsBenchNodes       = 1000
@@ -87,8 +88,8 @@ const (
 // PUT, PATCH, APPLY, DELETE and DELETECOLLECTION, from just before a side
 // starts until its last object is gone (run pods deleted; Jobs and their
 // pods deleted by their controllers), minus the background: the same
-// counters' rate in an idle window before the sides, times the side's
-// window. Leases (kwok's node heartbeats, the real kubelets') and the
+// counters' rate in an idle window of 20 s after the sides, times the
+// side's window. Leases (kwok's node heartbeats, the real kubelets') and the
 // authentication and authorization reviews (no object written) are left
 // out of both. kwok runs with node heartbeats (Heartbeat): without them
 // kube-controller-manager's node lifecycle controller marks the simulated
@@ -160,62 +161,72 @@ func BenchmarkWatcherJobs(b *testing.B) {
 			"a side's first create until its last object is gone, minus the same counters' idle rate times that window",
 	}
 
-	// Background: what the cluster writes when neither side runs, after
-	// the new nodes' first status updates have settled.
-	const settle, idle = 10 * time.Second, 20 * time.Second
-	time.Sleep(settle)
+	runs := map[string]func(context.Context, testing.TB) sideResult{
+		"watcher": func(ctx context.Context, t testing.TB) sideResult { return watcherSide(ctx, t, dyn, n, c, 500, 1000) },
+		"jobs":    func(ctx context.Context, t testing.TB) sideResult { return jobsSide(ctx, t, names, c) },
+		"watcher_kcm_qps": func(ctx context.Context, t testing.TB) sideResult {
+			return watcherSide(ctx, t, dyn, n, c, kcmQPS, kcmBurst)
+		},
+	}
+	sides := strings.Split(os.Getenv("NODEEXEC_BENCH_JOBS_SIDES"), ",")
+	if sides[0] == "" {
+		sides = []string{"watcher", "jobs"}
+	}
+	for _, s := range sides {
+		if runs[s] == nil {
+			b.Fatalf("NODEEXEC_BENCH_JOBS_SIDES: unknown side %q; want a list of watcher, jobs, watcher_kcm_qps", s)
+		}
+	}
+	res["sides"] = sides
+	out := map[string]*sideResult{}
+	for _, s := range sides {
+		cpu0 := cpuSeconds()
+		m0 := writeMetrics(ctx, b)
+		r := runs[s](ctx, b)
+		d := writeMetrics(ctx, b).sub(m0)
+		r.CPUSeconds = cpuSince(cpu0)
+		r.WritesRaw, r.WritesBy = d.total(), d
+		r.NodesPerMinute = round(float64(n) / r.RolloutSeconds * 60)
+		out[s] = &r
+		b.Logf("SIMULATED %s: %d nodes in %.1f s (%.0f nodes/min), at most %d pods running at once; %d API writes counted (%.2f per node before the background); objects gone %.1f s after the last node; CPU s %v; writes by verb and resource: %v",
+			s, n, r.RolloutSeconds, r.NodesPerMinute, r.MaxRunning, r.WritesRaw, float64(r.WritesRaw)/float64(n), r.CleanupSeconds, r.CPUSeconds, r.WritesBy)
+	}
+
+	// Background: what the cluster writes when neither side runs (measured
+	// after them: right after the nodes are created, their first status
+	// updates and Events are still coming in).
+	const idle = 20 * time.Second
 	m0 := writeMetrics(ctx, b)
 	time.Sleep(idle)
 	bg := writeMetrics(ctx, b).sub(m0)
 	bgRate := float64(bg.total()) / idle.Seconds()
-	res["background_writes_per_s"], res["background_writes"] = round(bgRate), bg
+	res["background_writes_per_s"], res["background_writes"], res["background_window_s"] = round(bgRate), bg, idle.Seconds()
 	b.Logf("background: %.1f API writes/s in %s idle (leases and reviews left out): %v", bgRate, idle, bg)
-
-	sides := []struct {
-		name string
-		run  func(context.Context, testing.TB) sideResult
-	}{
-		{"watcher", func(ctx context.Context, t testing.TB) sideResult { return watcherSide(ctx, t, dyn, n, c, 500, 1000) }},
-		{"jobs", func(ctx context.Context, t testing.TB) sideResult { return jobsSide(ctx, t, names, c) }},
-	}
-	if os.Getenv("NODEEXEC_BENCH_JOBS_KCM_QPS") == "1" {
-		sides = append(sides, struct {
-			name string
-			run  func(context.Context, testing.TB) sideResult
-		}{"watcher_kcm_qps", func(ctx context.Context, t testing.TB) sideResult {
-			return watcherSide(ctx, t, dyn, n, c, kcmQPS, kcmBurst)
-		}})
-	}
-	out := map[string]sideResult{}
 	for _, s := range sides {
-		cpu0 := cpuSeconds()
-		m0 := writeMetrics(ctx, b)
-		r := s.run(ctx, b)
-		d := writeMetrics(ctx, b).sub(m0)
-		r.CPUSeconds = cpuSince(cpu0)
-		r.WritesRaw = d.total()
+		r := out[s]
 		r.WritesBackground = int(bgRate*r.WindowSeconds + 0.5)
 		r.Writes = r.WritesRaw - r.WritesBackground
 		r.WritesPerNode = round(float64(r.Writes) / float64(n))
-		r.WritesBy = d
-		r.NodesPerMinute = round(float64(n) / r.RolloutSeconds * 60)
-		out[s.name] = r
-		b.Logf("SIMULATED %s: %d nodes in %.1f s (%.0f nodes/min), at most %d pods running at once; %d API writes (%d counted, %d background) = %.2f per node; objects gone %.1f s after the last node; CPU s %v; writes by verb and resource: %v",
-			s.name, n, r.RolloutSeconds, r.NodesPerMinute, r.MaxRunning, r.Writes, r.WritesRaw, r.WritesBackground, r.WritesPerNode, r.CleanupSeconds, r.CPUSeconds, r.WritesBy)
+		res[s] = r
+		b.Logf("SIMULATED %s: %d API writes (%d counted, %d background) = %.2f per node", s, r.Writes, r.WritesRaw, r.WritesBackground, r.WritesPerNode)
 	}
-	for name, r := range out {
-		res[name] = r
+	j := out["jobs"]
+	for _, s := range []string{"watcher", "watcher_kcm_qps"} {
+		w := out[s]
+		if w == nil || j == nil {
+			continue
+		}
+		thr, wr := round(w.NodesPerMinute/j.NodesPerMinute), round(w.WritesPerNode/j.WritesPerNode)
+		suffix := strings.TrimPrefix(s, "watcher")
+		res["throughput_ratio"+suffix], res["writes_per_node_ratio"+suffix] = thr, wr
+		res["throughput_target_met"+suffix], res["writes_target_met"+suffix] = thr >= 1.5, wr <= 0.5
+		b.Logf("SIMULATED %d nodes, concurrency %d: %s %.0f nodes/min, %.2f writes/node; Jobs %.0f nodes/min, %.2f writes/node; throughput ratio %.2f (target >= 1.5), writes ratio %.2f (target <= 0.5)",
+			n, c, s, w.NodesPerMinute, w.WritesPerNode, j.NodesPerMinute, j.WritesPerNode, thr, wr)
 	}
-	w, j := out["watcher"], out["jobs"]
-	thr, wr := round(w.NodesPerMinute/j.NodesPerMinute), round(w.WritesPerNode/j.WritesPerNode)
-	res["throughput_ratio"], res["writes_per_node_ratio"] = thr, wr
 	res["target_throughput_ratio_min"], res["target_writes_per_node_ratio_max"] = 1.5, 0.5
-	res["throughput_target_met"], res["writes_target_met"] = thr >= 1.5, wr <= 0.5
-	b.Logf("SIMULATED %d nodes, concurrency %d: watcher %.0f nodes/min, %.2f writes/node; Jobs %.0f nodes/min, %.2f writes/node; throughput ratio %.2f (target >= 1.5), writes ratio %.2f (target <= 0.5)",
-		n, c, w.NodesPerMinute, w.WritesPerNode, j.NodesPerMinute, j.WritesPerNode, thr, wr)
 	if p := os.Getenv("NODEEXEC_BENCH_WATCHER_JOBS_OUT"); p != "" {
-		j, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(p, append(j, '\n'), 0o644); err != nil {
+		js, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
 			b.Error(err)
 		}
 	}

@@ -139,4 +139,3 @@ func zonesOf(nodes []*corev1.Node, perZone int) []string {
 	}
 	return out
 }
-

@@ -38,7 +38,9 @@ func runCommand(streams Streams) *ucli.Command {
 		Usage:     "run a command or script on nodes",
 		UsageText: "run (--node NAME... | --selector SEL | --all) [options] -- COMMAND [ARGS...]\n   run (--node NAME... | --selector SEL | --all) [options] --script FILE",
 		Description: "Runs the command on every target node, at most --max-concurrency at a time, streaming each node's\n" +
-			"output with a [node] prefix, then prints a summary (node, exit code, duration) on stderr.\n" +
+			"output with a [node] prefix, then prints a summary on stderr: up to 20 nodes, a line per node (exit code, duration);\n" +
+			"more, the failed nodes first, the nodes per exit code and identical outputs grouped (kwok-node-[1-4998]).\n" +
+			"--summary-only prints only the summary; --max-per-zone limits the nodes of one zone (" + nodeexec.ZoneLabel + ") at once.\n" +
 			"Exit status: one node: its exit code (124 on timeout; 125 when the outcome was lost: the connection broke\n" +
 			"after the command started); several nodes: 1 if any failed.",
 		Flags: append(append([]ucli.Flag{

@@ -20,6 +20,14 @@ demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local
 
 test: lint test-unit fuzz test-e2e ## everything CI runs
 
+# TEST_VET: go test's own vet pass (a subset of go vet's analyzers). make
+# test runs lint first, which vets every package with all of go vet's
+# analyzers, with and without the e2e tag; so its go test runs skip their vet
+# pass (-vet=off) instead of repeating it on every package a change reaches.
+# Alone, make test-unit and make test-e2e keep it.
+TEST_VET ?=
+test: TEST_VET = -vet=off
+
 docs: ## the generated docs: CLI reference and man page (from the CLI), NodeScript/MaintenanceBudget/MaintenanceCalendar references (from deploy/crd), docs/layout.md (package docs), docs/library.md's code (examples/library); `go test ./internal/docgen` fails when they are stale
 	$(GO) run ./cmd/docgen
 
@@ -34,7 +42,7 @@ api: ## write api/nodeexec.txt, the record of the exported API that make lint ch
 	$(GO) run ./internal/apicheck -w
 
 test-unit: ## fast, hermetic
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $(TEST_VET) ./...
 
 # Every parser's fuzz test (testing.F), one at a time, $(FUZZTIME) each; their
 # seed corpora also run in test-unit. A failure leaves the input in
@@ -75,7 +83,7 @@ fuzz: ## run each fuzz test for $(FUZZTIME) executions
 
 test-e2e: ## on the real local cluster (started, or reused when running)
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
-	$(GO) test -tags e2e -count=1 -p 1 -timeout 80m -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 80m $(TEST_VET) -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 BENCHTIME ?= 10x
 BENCHTIME_BACKENDS ?= 5x

@@ -88,7 +88,7 @@ func (o ClientOptions) RESTConfig() (*rest.Config, string, error) {
 	cfg.UserAgent = "nodeexec"
 	// A 429 on an exec or port-forward upgrade is retried like client-go
 	// retries its other requests (see UpgradeRetries).
-	wrapUpgradeRetries(cfg)
+	cfg.Wrap(UpgradeRetries)
 	return cfg, ns, nil
 }
 

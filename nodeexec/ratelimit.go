@@ -9,7 +9,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/rest"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/utils/clock"
 )
@@ -137,9 +136,4 @@ func retryAfter(header string, secs int) time.Duration {
 		return DefaultUpgradeRetryAfter
 	}
 	return min(time.Duration(secs)*time.Second, maxUpgradeRetryAfter)
-}
-
-// wrapUpgradeRetries installs UpgradeRetries on cfg.
-func wrapUpgradeRetries(cfg *rest.Config) {
-	cfg.Wrap(UpgradeRetries)
 }

@@ -311,19 +311,7 @@ func watcherSide(ctx context.Context, t testing.TB, dyn dynamic.Interface, n, c 
 	name := uniqueName("bench-jobs-peer-")
 	cleanupNodeScript(t, dyn, name)
 	pods := recordPods(t, name)
-	wc := &writeCounter{by: map[string]int{}}
-	cfg := *env.config
-	cfg.QPS, cfg.Burst = qps, burst
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			wc.note(r)
-			return rt.RoundTrip(r)
-		})
-	})
-	cs, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, wc := countingClient(t, qps, burst)
 	stop := startWatcherWith(t, watcher.Options{Client: cs, Dynamic: dyn, SuccessLogLines: -1, CreateParallelism: 32})
 	defer stop()
 	t0 := time.Now()
@@ -385,19 +373,7 @@ func jobsSide(ctx context.Context, t testing.TB, nodes []string, c int) sideResu
 	run := uniqueName("")
 	label := "nodeexec.io/bench-jobs-" + run
 	ns := jobsNamespace(ctx, t, run)
-	wc := &writeCounter{by: map[string]int{}}
-	cfg := *env.config
-	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			wc.note(r)
-			return rt.RoundTrip(r)
-		})
-	})
-	cs, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, wc := countingClient(t, 500, 1000)
 
 	// The driver's view: Jobs finishing (and the pods, to see the most
 	// running at once) from informers of the run, as SUC watches its Jobs.
@@ -741,4 +717,24 @@ func envInt(t testing.TB, name string, def int) int {
 		t.Fatalf("%s=%q: want an integer", name, v)
 	}
 	return i
+}
+
+// countingClient is a clientset on the test cluster with client-side limits
+// qps and burst, whose write requests wc counts (writeCounter.note).
+func countingClient(t testing.TB, qps float32, burst int) (*kubernetes.Clientset, *writeCounter) {
+	t.Helper()
+	wc := &writeCounter{by: map[string]int{}}
+	cfg := *env.config
+	cfg.QPS, cfg.Burst = qps, burst
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			wc.note(r)
+			return rt.RoundTrip(r)
+		})
+	})
+	cs, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, wc
 }

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-watcher-jobs bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -19,6 +19,14 @@ demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local
 	./bin/nodeexec run --all --profile sysadmin -- sh -c 'hostname; uname -r; head -2 /host/etc/os-release'
 
 test: lint test-unit fuzz test-e2e ## everything CI runs
+
+# TEST_VET: go test's own vet pass (a subset of go vet's analyzers). make
+# test runs lint first, which vets every package with all of go vet's
+# analyzers, with and without the e2e tag; so its go test runs skip their vet
+# pass (-vet=off) instead of repeating it on every package a change reaches.
+# Alone, make test-unit and make test-e2e keep it.
+TEST_VET ?=
+test: TEST_VET = -vet=off
 
 docs: ## the generated docs: CLI reference and man page (from the CLI), NodeScript/MaintenanceBudget/MaintenanceCalendar references (from deploy/crd), docs/layout.md (package docs), docs/library.md's code (examples/library); `go test ./internal/docgen` fails when they are stale
 	$(GO) run ./cmd/docgen
@@ -34,7 +42,7 @@ api: ## write api/nodeexec.txt, the record of the exported API that make lint ch
 	$(GO) run ./internal/apicheck -w
 
 test-unit: ## fast, hermetic
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $(TEST_VET) ./...
 
 # Every parser's fuzz test (testing.F), one at a time, $(FUZZTIME) each; their
 # seed corpora also run in test-unit. A failure leaves the input in
@@ -75,7 +83,7 @@ fuzz: ## run each fuzz test for $(FUZZTIME) executions
 
 test-e2e: ## on the real local cluster (started, or reused when running)
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
-	$(GO) test -tags e2e -count=1 -p 1 -timeout 80m -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 80m $(TEST_VET) -v ./internal/testcluster/ ./e2e/ 2>&1 | tee /tmp/nodeexec-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 BENCHTIME ?= 10x
 BENCHTIME_BACKENDS ?= 5x
@@ -137,6 +145,15 @@ bench-watcher-safety: build ## one always-open Prometheus gate and a shared Main
 	@mkdir -p bench
 	NODEEXEC_BENCH_NODES=$(SAFETY_NODES) NODEEXEC_BENCH_SAFETY_ROUNDS=$(BENCH_SAFETY_ROUNDS) NODEEXEC_BENCH_WATCHER_SAFETY_OUT=$(CURDIR)/bench/watcher-safety.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkWatcherSafety$$' -benchtime 1x -timeout 60m -v ./e2e/ 2>&1 | grep -v 'watcher: '
 	@cat bench/watcher-safety.json
+
+# BENCH_NODES defaults to 1,000 here too; BENCH_JOBS_CONCURRENCY is C on both sides.
+JOBS_NODES = $(if $(filter file,$(origin BENCH_NODES)),1000,$(BENCH_NODES))
+BENCH_JOBS_CONCURRENCY ?= 50
+bench-watcher-jobs: build ## a NodeScript rollout vs system-upgrade-controller's model (one Job per node, at most $(BENCH_JOBS_CONCURRENCY) at once) at $(JOBS_NODES) SIMULATED (kwok) nodes, in one run: throughput and API writes per node of every writer; JSON in bench/watcher-jobs.json
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_NODES=$(JOBS_NODES) NODEEXEC_BENCH_JOBS_CONCURRENCY=$(BENCH_JOBS_CONCURRENCY) NODEEXEC_BENCH_WATCHER_JOBS_OUT=$(CURDIR)/bench/watcher-jobs.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkWatcherJobs$$' -benchtime 1x -timeout 60m -v ./e2e/ 2>&1 | grep -v 'watcher: '
+	@cat bench/watcher-jobs.json
 
 bench-kwok: ## kwok itself at 1,000 and 5,000 SIMULATED nodes: time to Ready, control-plane RSS/CPU, raw pod rate
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

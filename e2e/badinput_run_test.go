@@ -75,6 +75,10 @@ func TestBadInputRun(t *testing.T) {
 		{"env given twice", []string{"run", "--node", node, "-e", "A=x", "-e", "A=y", "--", "true"}, []string{`--env "A=y"`, `already set by -e "A=x"`}},
 		{"retries above the maximum", []string{"run", "--node", node, "--retries", "1000", "--", "true"}, []string{"--retries 1000", "too large, at most 10"}},
 		{"tail-bytes above the maximum", []string{"run", "--node", node, "--tail-bytes", "99999999999", "--", "true"}, []string{"--tail-bytes 99999999999", "too large, at most 1048576"}},
+		// The zone limit and the summary's mode (issue 28).
+		{"max-per-zone zero", []string{"run", "--all", "--max-per-zone", "0", "--", "true"}, []string{"--max-per-zone 0", "give a positive number of nodes per zone"}},
+		{"max-per-zone negative", []string{"run", "--all", "--max-per-zone", "-2", "--", "true"}, []string{"--max-per-zone -2", "leave the flag out for no zone limit"}},
+		{"summary-only with ndjson", []string{"run", "--all", "--summary-only", "-o", "ndjson", "--", "true"}, []string{"--summary-only is for -o text"}},
 		{"no-proc-fallback with nsenter", []string{"run", "--node", node, "--backend", "nsenter", "--no-proc-fallback", "--", "true"}, []string{"--no-proc-fallback is for --backend runtime", "--backend nsenter does not use it"}},
 		{"shell pod with debugpod", []string{"shell", node, "--pod", "default/" + pod.Name}, []string{"--pod is for --backend ephemeral or runtime", "--backend debugpod"}},
 		{"shell use-resident with debugpod", []string{"shell", node, "--use-resident"}, []string{"--use-resident is for --backend nsenter or runtime", "--backend debugpod"}},

@@ -47,6 +47,9 @@ func TestTimeout(t *testing.T) {
 // TestCLIInterrupt: Ctrl-C (SIGINT) on `nodeexec run` deletes the pod and exits.
 func TestCLIInterrupt(t *testing.T) {
 	ctx := t.Context()
+	// The pods of the test before may still be terminating: let them go
+	// first, so that "before" counts only pods that stay.
+	waitFor(30*time.Second, func() bool { return managedPodCount(ctx, t) == 0 })
 	before := managedPodCount(ctx, t)
 	cmd := exec.CommandContext(ctx, env.cli, "--kubeconfig", env.kubeconfig, "run", "--node", env.nodes[0], "--image", env.image, "--", "sh", "-c", "echo started; sleep 600")
 	var out, errOut syncBuffer

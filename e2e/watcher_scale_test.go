@@ -49,10 +49,20 @@ func failNodes(n int) []string {
 // nodeexec.io/e2e-budget=true.
 func simulatedNodes(ctx context.Context, t testing.TB, n int, podStart time.Duration) (*testcluster.Kwok, []string) {
 	t.Helper()
+	return simulatedNodesWith(ctx, t, n, scaleKwok{podStart: podStart})
+}
+
+// scaleKwok is how kwok runs the simulated nodes' pods: PodStartDelay and
+// PodCompleteAfter (0: their defaults, see testcluster.KwokOptions).
+type scaleKwok struct{ podStart, podComplete time.Duration }
+
+// simulatedNodesWith is simulatedNodes with kwok's pod timings in o.
+func simulatedNodesWith(ctx context.Context, t testing.TB, n int, o scaleKwok) (*testcluster.Kwok, []string) {
+	t.Helper()
 	if env.cluster == nil {
 		t.Skip("needs the local test cluster to run kwok")
 	}
-	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{FailNodes: failNodes(n), PodStartDelay: podStart})
+	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{FailNodes: failNodes(n), PodStartDelay: o.podStart, PodCompleteAfter: o.podComplete})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,20 +163,28 @@ func (c *writeCounter) counts() (by map[string]int, total, events int) {
 }
 
 // TestWatcherScale1000 runs with kwok's pod start stages at 100-200 ms each
-// instead of kwok's 1-5 s: each simulated run then lasts 1.2-1.4 s instead
-// of 3-11 s, and the rollout is paced by the watcher and the API server
-// rather than by kwok's sleeps (CI's time budget).
-func TestWatcherScale1000(t *testing.T) { testWatcherScale(t, 1000, scalePodStart) }
+// instead of kwok's 1-5 s, and its pods running scalePodComplete instead of
+// 1 s: each simulated run then lasts 0.5-0.7 s instead of 3-11 s, and the
+// rollout is paced by the watcher and the API server rather than by kwok's
+// sleeps (CI's time budget; the error-budget subtests, at concurrency 10
+// and 1, are paced by the runs' length).
+func TestWatcherScale1000(t *testing.T) {
+	testWatcherScale(t, 1000, scaleKwok{podStart: scalePodStart, podComplete: scalePodComplete})
+}
 
-// scalePodStart is TestWatcherScale1000's kwok PodStartDelay.
-const scalePodStart = 100 * time.Millisecond
+// scalePodStart and scalePodComplete are TestWatcherScale1000's kwok
+// PodStartDelay and PodCompleteAfter.
+const (
+	scalePodStart    = 100 * time.Millisecond
+	scalePodComplete = 300 * time.Millisecond
+)
 
 // BenchmarkWatcherScale5000 is the same rollout at 5,000 SIMULATED nodes
 // (about 11 minutes on two cores). It asserts what TestWatcherScale1000
 // asserts, and runs in `make bench-watcher` rather than in `make test`, to
 // keep CI within its time budget; b.N is not used (run it with -benchtime 1x).
 func BenchmarkWatcherScale5000(b *testing.B) {
-	testWatcherScale(b, 5000, 0)
+	testWatcherScale(b, 5000, scaleKwok{})
 }
 
 // testWatcherScale rolls a NodeScript out to n simulated nodes (1% of which
@@ -176,11 +194,12 @@ func BenchmarkWatcherScale5000(b *testing.B) {
 // exceeded and each node ran once; then a NodeScript with an error budget of
 // 3 and concurrency 10 halts with between 4 and 13 failures and starts
 // nothing more; and on the budget subset, with concurrency 1, it halts at
-// exactly 4 failures. podStart is kwok's PodStartDelay (0: kwok's own).
-func testWatcherScale(t testing.TB, n int, podStart time.Duration) {
+// exactly 4 failures. o is how kwok runs the pods (zero: kwok's own start
+// delays, testcluster's default PodCompleteAfter).
+func testWatcherScale(t testing.TB, n int, o scaleKwok) {
 	ctx := context.Background()
 	dyn := watcherSetup(t)
-	k, names := simulatedNodes(ctx, t, n, podStart)
+	k, names := simulatedNodesWith(ctx, t, n, o)
 	t.Cleanup(func() {
 		if err := k.DeleteNodes(context.Background()); err != nil {
 			t.Errorf("deleting the simulated nodes: %v", err)
@@ -197,7 +216,7 @@ func testWatcherScale(t testing.TB, n int, podStart time.Duration) {
 	writes := startScaleWatcher(t, dyn)
 	// maxConcurrency: 2% at 5,000 nodes (100 at once, the benchmark's
 	// figure); 5% at 1,000 (50 at once), which keeps the rollout of
-	// TestWatcherScale1000 (kwok holds each run 1.2-1.4 s there, 3-11 s with
+	// TestWatcherScale1000 (kwok holds each run 0.5-0.7 s there, 3-11 s with
 	// kwok's own pod start delays) within CI's budget.
 	pct := 2
 	if n <= 1000 {

@@ -44,7 +44,9 @@ func (o ClientOptions) Validate() error {
 	return nil
 }
 
-// RESTConfig loads the client configuration and the namespace to use.
+// RESTConfig loads the client configuration and the namespace to use, with
+// UpgradeRetries installed (a 429 on a streaming upgrade is retried after
+// the server's Retry-After; client-go retries the other requests itself).
 // Errors come from reading or parsing the kubeconfig (clientcmd).
 func (o ClientOptions) RESTConfig() (*rest.Config, string, error) {
 	if err := o.Validate(); err != nil {
@@ -84,6 +86,9 @@ func (o ClientOptions) RESTConfig() (*rest.Config, string, error) {
 		cfg.Burst = DefaultBurst
 	}
 	cfg.UserAgent = "nodeexec"
+	// A 429 on an exec or port-forward upgrade is retried like client-go
+	// retries its other requests (see UpgradeRetries).
+	cfg.Wrap(UpgradeRetries)
 	return cfg, ns, nil
 }
 

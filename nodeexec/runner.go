@@ -74,6 +74,15 @@ type RunnerOptions struct {
 	// MaxConcurrency is how many nodes are worked on at once. Defaults to
 	// DefaultMaxConcurrency.
 	MaxConcurrency int
+	// MaxPerZone, when positive, is how many nodes of one zone (the
+	// topology.kubernetes.io/zone label, ZoneLabel) are worked on at once,
+	// within MaxConcurrency: an incident command never loads all of one
+	// zone's nodes together. While a zone is full, nodes of the other zones
+	// start in its place (target order within each zone). Nodes without the
+	// label form one group of their own (NoZone) that the limit applies to
+	// as to any zone; the run logs how many there are. Defaults to 0: no
+	// zone limit. Negative is refused by NewRunner.
+	MaxPerZone int
 	// NoPrefix turns off the "[node] " prefix on every output line. With one
 	// target node and NoPrefix the output is passed through unbuffered, as kubectl exec does.
 	NoPrefix bool
@@ -150,6 +159,8 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		return nil, errors.New("RunnerOptions.Backend is nil: give a backend, e.g. debugpod.New(...)")
 	case o.MaxConcurrency < 0:
 		return nil, fmt.Errorf("MaxConcurrency %d is negative: give a positive number, or 0 for the default %d", o.MaxConcurrency, DefaultMaxConcurrency)
+	case o.MaxPerZone < 0:
+		return nil, fmt.Errorf("MaxPerZone %d is negative: give a positive number of nodes per zone, or 0 for no zone limit", o.MaxPerZone)
 	}
 	if err := validateRollout(o); err != nil {
 		return nil, err
@@ -179,7 +190,8 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 // The error is non-nil only when nothing was run: bad targets or request,
 // nodes that do not exist (ErrNodeNotFound), an empty match (ErrNoNodes), an
 // unreachable API server, or a failed preflight. Otherwise the outcome of each
-// node, in target order, is in the returned slice; see Failed.
+// node, in target order, is in the returned slice; see Failed. With
+// MaxPerZone, at most that many nodes of one zone run at once.
 func (r *Runner) Run(ctx context.Context, targets Targets, req Request) ([]NodeResult, error) {
 	if err := targets.Validate(); err != nil {
 		return nil, err
@@ -246,33 +258,44 @@ func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request
 			r.o.OnResult(results[i])
 		}
 	}
-	sem := make(chan struct{}, r.o.MaxConcurrency)
+	zoneOf := zonesOf(nodes, r.o.MaxPerZone)
+	if r.o.MaxPerZone > 0 {
+		if n := CountZones(nodes)[NoZone]; n > 0 {
+			logr.FromContextOrDiscard(ctx).Info("nodes without a zone label count as one zone for MaxPerZone", "label", ZoneLabel, "nodes", n, "of", len(nodes))
+		}
+	}
+	sl := newSlots(r.o.MaxConcurrency, r.o.MaxPerZone)
 	stages := plan(len(nodes), r.o.Canary, r.o.Batches)
 	for si, stage := range stages {
 		var wg sync.WaitGroup
-		for _, i := range stage {
-			acquired := false
-			select {
-			case sem <- struct{}{}:
-				acquired = true
-			case <-ctx.Done():
-			}
+		q := newQueue(stage, zoneOf)
+		for q.pending > 0 {
 			mu.Lock()
 			why := halted
 			mu.Unlock()
+			i, acquired := -1, false
+			if why == nil {
+				i, acquired = sl.take(ctx, q)
+				mu.Lock()
+				why = halted
+				mu.Unlock()
+			}
 			if why == nil && ctx.Err() != nil {
 				// Cancelled (Ctrl-C): no node starts any more.
 				why = fmt.Errorf("the run was cancelled before it started: %w", context.Cause(ctx))
 			}
 			if why != nil {
 				if acquired {
-					<-sem
+					sl.release(zoneOf[i])
+					skip(i, why)
 				}
-				skip(i, why)
-				continue
+				for _, j := range q.drain() {
+					skip(j, why)
+				}
+				break
 			}
 			wg.Go(func() {
-				defer func() { <-sem }()
+				defer sl.release(zoneOf[i])
 				if r.o.OnStart != nil {
 					r.o.OnStart(nodes[i].Name)
 				}

@@ -22,10 +22,10 @@ const (
 	formatNDJSON = "ndjson"
 )
 
-// outputRequest: with -o json or ndjson the command's output goes only into
-// the records, not onto stdout.
+// outputRequest: with -o json or ndjson, or --summary-only, the command's
+// output goes only into the records (their tails), not onto stdout.
 func outputRequest(c *ucli.Context, req nodeexec.Request) nodeexec.Request {
-	if c.String("output") != formatText {
+	if c.String("output") != formatText || c.Bool("summary-only") {
 		req.Stdout, req.Stderr = nil, nil
 	}
 	return req
@@ -46,8 +46,7 @@ func printResults(c *ucli.Context, streams Streams, results []nodeexec.NodeResul
 	case formatNDJSON:
 		// Streamed by OnResult.
 	default:
-		printSummary(streams.ErrOut, results)
-		printGroups(streams.ErrOut, results)
+		printRunSummary(streams.ErrOut, results)
 	}
 }
 
@@ -88,8 +87,9 @@ func record(r nodeexec.NodeResult) nodeRecord {
 }
 
 // printGroups lists nodes whose exit code, stdout and stderr are identical,
-// largest group first, so the odd node stands out. Only for several nodes
-// that ran.
+// largest group first, so the odd node stands out, each group's nodes as a
+// compact list (compactNodes); at most summaryGroups groups, the rest
+// counted. Only for several nodes that ran.
 func printGroups(w io.Writer, results []nodeexec.NodeResult) {
 	type key struct {
 		code     int
@@ -117,13 +117,23 @@ func printGroups(w io.Writer, results []nodeexec.NodeResult) {
 	slices.SortStableFunc(order, func(a, b key) int { return len(groups[b]) - len(groups[a]) })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nIDENTICAL OUTPUTS\tEXIT\tSTDOUT\tNODES\n")
-	for _, k := range order {
-		g := groups[k]
-		var names []string
-		for _, r := range g {
-			names = append(names, r.Node)
+	for i, k := range order {
+		if i == summaryGroups-1 && len(order) > summaryGroups {
+			var rest []string
+			for _, k := range order[i:] {
+				for _, r := range groups[k] {
+					rest = append(rest, r.Node)
+				}
+			}
+			fmt.Fprintf(tw, "%d of %d nodes\t\t%d more distinct outputs\t%s\n", len(rest), ran, len(order)-i, compactNodes(rest, summaryNodeItems))
+			break
 		}
-		fmt.Fprintf(tw, "%d of %d nodes\t%d\t%s\t%s\n", len(g), ran, k.code, describe(g[0].Stdout), strings.Join(names, ","))
+		g := groups[k]
+		names := make([]string, len(g))
+		for j, r := range g {
+			names[j] = r.Node
+		}
+		fmt.Fprintf(tw, "%d of %d nodes\t%d\t%s\t%s\n", len(g), ran, k.code, describe(g[0].Stdout), compactNodes(names, summaryNodeItems))
 	}
 	_ = tw.Flush()
 }

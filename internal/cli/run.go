@@ -38,7 +38,9 @@ func runCommand(streams Streams) *ucli.Command {
 		Usage:     "run a command or script on nodes",
 		UsageText: "run (--node NAME... | --selector SEL | --all) [options] -- COMMAND [ARGS...]\n   run (--node NAME... | --selector SEL | --all) [options] --script FILE",
 		Description: "Runs the command on every target node, at most --max-concurrency at a time, streaming each node's\n" +
-			"output with a [node] prefix, then prints a summary (node, exit code, duration) on stderr.\n" +
+			"output with a [node] prefix, then prints a summary on stderr: up to 20 nodes, a line per node (exit code, duration);\n" +
+			"more, the failed nodes first, the nodes per exit code and identical outputs grouped (kwok-node-[1-4998]).\n" +
+			"--summary-only prints only the summary; --max-per-zone limits the nodes of one zone (" + nodeexec.ZoneLabel + ") at once.\n" +
 			"Exit status: one node: its exit code (124 on timeout; 125 when the outcome was lost: the connection broke\n" +
 			"after the command started); several nodes: 1 if any failed.",
 		Flags: append(append([]ucli.Flag{
@@ -47,6 +49,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: "all", Usage: "target every node"},
 			&ucli.DurationFlag{Name: "timeout", Value: nodeexec.DefaultTimeout, Usage: "time limit per node, pod start included"},
 			&ucli.IntFlag{Name: "max-concurrency", Value: nodeexec.DefaultMaxConcurrency, Usage: "nodes worked on at once"},
+			&ucli.IntFlag{Name: "max-per-zone", Usage: "at most `N` nodes of one zone (label " + nodeexec.ZoneLabel + ") at once, within --max-concurrency; nodes without the label count as one zone (default: no zone limit)"},
 			&ucli.StringFlag{Name: "script", Usage: "run this script `FILE` with sh on the node (in chroot /host when the profile mounts it)"},
 			&ucli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass standard input to the command (to every node)"},
 			envflag.Flag("environment variable `KEY=VALUE` for the command; repeat -e for several (the value is kept whole: commas, '=' and spaces included)"),
@@ -62,6 +65,7 @@ func runCommand(streams Streams) *ucli.Command {
 			&ucli.StringFlag{Name: "max-errors", Usage: "error budget `N|P%`: once more nodes failed, start no more (default: no limit)"},
 			&ucli.IntFlag{Name: "retries", Usage: fmt.Sprintf("retry a node `N` times (at most %d) after an infrastructure failure (image pull, kubelet rejection, eviction), with backoff", maxRetries)},
 			&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatText, Usage: "text (streamed, prefixed output and a summary), json (one array at the end) or ndjson (one record per node as it finishes)"},
+			&ucli.BoolFlag{Name: "summary-only", Usage: "with -o text: no streamed output, only the summary (failures first, identical outputs grouped) at the end"},
 			&ucli.IntFlag{Name: "tail-bytes", Value: nodeexec.DefaultTailBytes, Usage: fmt.Sprintf("bytes of each node's stdout and stderr kept for json/ndjson and the summary (at most %d, 1 MiB)", maxTailBytes)},
 		),
 		Action: func(c *ucli.Context) error {
@@ -122,6 +126,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 	if err := checkCluster(c, client, nodes); err != nil {
 		return err
 	}
+	warnNoZone(errOut, opts.MaxPerZone, nodes)
 	platforms, err := plat.check(ctx, c, errOut, client, nodes, c.Bool("explain"))
 	if err != nil {
 		return err
@@ -203,6 +208,9 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 	if c.Int("max-concurrency") <= 0 {
 		return req, targets, fmt.Errorf("--max-concurrency %d: give a positive number", c.Int("max-concurrency"))
 	}
+	if err := checkScaleFlags(c); err != nil {
+		return req, targets, err
+	}
 	// Check the request and targets before touching the cluster.
 	if err := checkNodeNames(c, targets.Nodes); err != nil {
 		return req, targets, err
@@ -227,6 +235,7 @@ func runRequest(c *ucli.Context, streams Streams, prog *progress, errOut io.Writ
 func runnerOptions(c *ucli.Context, streams Streams) (nodeexec.RunnerOptions, error) {
 	o := nodeexec.RunnerOptions{
 		MaxConcurrency:  c.Int("max-concurrency"),
+		MaxPerZone:      c.Int("max-per-zone"),
 		NoPrefix:        c.Bool("no-prefix"),
 		IncludeNotReady: c.Bool("include-not-ready"),
 	}

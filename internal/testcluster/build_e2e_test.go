@@ -14,7 +14,11 @@ import (
 // module into an empty output directory (sharing the cache's GOCACHE, so with a warm
 // cache only module resolution and linking remain: about a minute on 2 cores).
 // It proves the path a new machine takes, which the cached binaries otherwise hide.
+// It touches no cluster, so it runs in parallel (after the sequential tests,
+// next to TestE2E: Go runs a package's parallel tests side by side once the
+// sequential ones are done): its CPU time overlaps TestE2E's waiting for pods.
 func TestBuildKubernetesFresh(t *testing.T) {
+	t.Parallel()
 	o, err := Options{Log: testWriter{t}}.resolve()
 	if err != nil {
 		t.Fatal(err)

@@ -33,10 +33,15 @@ func (w testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// TestE2E runs in parallel with TestBuildKubernetesFresh only (the package's
+// other e2e tests are sequential, so they are done when it starts): that one
+// builds in a temporary directory and touches no cluster; this one waits on
+// pods, and on a node it adds and removes.
 func TestE2E(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 

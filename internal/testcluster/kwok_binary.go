@@ -311,6 +311,10 @@ func kwokConfig(stock []kwokStage, o KwokOptions) ([]byte, error) {
 		name, _, _ := unstructuredString(st, "metadata", "name")
 		var expr map[string]any
 		switch name {
+		case "node-initialize":
+			if err := fixNodeAddresses(st); err != nil {
+				return nil, fmt.Errorf("%s: %w", s.file, err)
+			}
 		case "pod-complete":
 			// its selector (Running, Ready, owned by a Job) could also match a nodeexec
 			// pod; of two matching stages kwok picks one at random by weight
@@ -355,6 +359,37 @@ func kwokConfig(stock []kwokStage, o KwokOptions) ([]byte, error) {
 		docs = append(docs, b)
 	}
 	return append([]byte("---\n"), bytes.Join(docs, []byte("---\n"))...), nil
+}
+
+// kwokHostnameAddress is how kwok's node-initialize stage names a node's
+// Hostname address (its NodeName function: kwok's --node-name flag, empty
+// here), and kwokHostnameAddressFix how fixNodeAddresses names it: the
+// node's name, as a kubelet reports it.
+const (
+	kwokHostnameAddress    = "{{ with NodeName }}"
+	kwokHostnameAddressFix = "{{ with .metadata.name }}"
+)
+
+// fixNodeAddresses makes node-initialize keep a node's addresses. The stage
+// writes `addresses:` whenever the node lacks an InternalIP or a Hostname
+// address, listing only the missing ones, and its Hostname is empty here: on
+// its first run a node gets [InternalIP], on the next (each time the node
+// lifecycle controller marks a node without heartbeats NotReady, about once a
+// minute) `addresses:` with no entry, which clears them, and so on. A node
+// without addresses has no kubelet the API server can reach: exec and
+// port-forward fail with "no preferred addresses found". With the node's name
+// as its Hostname both addresses are written on the first run and never again.
+func fixNodeAddresses(st map[string]any) error {
+	tmpl, ok, err := unstructuredString(st, "spec", "next", "statusTemplate")
+	if err != nil || !ok {
+		return fmt.Errorf("no spec.next.statusTemplate (%v)", err)
+	}
+	if !strings.Contains(tmpl, kwokHostnameAddress) {
+		return fmt.Errorf("its statusTemplate no longer has %q: check how it writes the Hostname address", kwokHostnameAddress)
+	}
+	next := st["spec"].(map[string]any)["next"].(map[string]any)
+	next["statusTemplate"] = strings.ReplaceAll(tmpl, kwokHostnameAddress, kwokHostnameAddressFix)
+	return nil
 }
 
 // setStageDelay sets a stage's delay to between d and jitter (kwok's

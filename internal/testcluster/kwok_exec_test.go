@@ -169,3 +169,49 @@ func TestKwokPatchesApply(t *testing.T) {
 		t.Errorf("changed source: missing %q, %v", missing, err)
 	}
 }
+
+// The stock node-initialize stage names a node's Hostname address after kwok's
+// --node-name (empty), which makes it clear the addresses every other run;
+// kwokConfig names it after the node, in the real stage and in the fixture.
+func TestFixNodeAddresses(t *testing.T) {
+	stages := testStages(t, false)
+	gopath := os.Getenv("GOMODCACHE")
+	if gopath == "" {
+		home, _ := os.UserHomeDir()
+		gopath = filepath.Join(home, "go", "pkg", "mod")
+	}
+	if real, err := readKwokStages(filepath.Join(gopath, "sigs.k8s.io", "kwok@"+DefaultKwokVersion), false); err == nil {
+		stages = real
+	} else {
+		t.Logf("kwok %s source not in the module cache (%v): the fixture's stages", DefaultKwokVersion, err)
+	}
+	cfg, err := kwokConfig(stages, KwokOptions{Exec: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(cfg), "\n---\n") {
+		var st map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &st); err != nil {
+			t.Fatal(err)
+		}
+		if name, _, _ := unstructuredString(st, "metadata", "name"); name != "node-initialize" {
+			continue
+		}
+		tmpl, _, _ := unstructuredString(st, "spec", "next", "statusTemplate")
+		if strings.Contains(tmpl, kwokHostnameAddress) || !strings.Contains(tmpl, kwokHostnameAddressFix) {
+			t.Errorf("node-initialize's statusTemplate still names the Hostname after kwok's --node-name:\n%s", tmpl)
+		}
+		return
+	}
+	t.Fatal("no node-initialize stage in the config")
+}
+
+func TestFixNodeAddressesChangedStage(t *testing.T) {
+	st := map[string]any{"spec": map[string]any{"next": map[string]any{"statusTemplate": "phase: Running"}}}
+	if err := fixNodeAddresses(st); err == nil || !strings.Contains(err.Error(), kwokHostnameAddress) {
+		t.Errorf("a stage without the Hostname template: %v, want an error naming it", err)
+	}
+	if err := fixNodeAddresses(map[string]any{}); err == nil {
+		t.Error("a stage without a statusTemplate: no error")
+	}
+}

@@ -99,7 +99,7 @@ spec:
       operator: 'NotIn'
       values: ['True']
   next:
-    statusTemplate: "phase: Running"
+    statusTemplate: "addresses:\n{{ with NodeName }}\n- address: {{ . | Quote }}\n  type: Hostname\n{{ end }}\nphase: Running"
 `,
 	"node/heartbeat-with-lease/node-heartbeat-with-lease.yaml": `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage

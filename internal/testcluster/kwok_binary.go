@@ -481,7 +481,46 @@ func nodeexecStages(o KwokOptions) []map[string]any {
 		failExprs := append(slices.Clone(base), map[string]any{"key": ".spec.nodeName", "operator": "In", "values": fail})
 		stages = append(stages, stage("nodeexec-pod-fail", failExprs, podEndTemplate(corev1.PodFailed, 1, "Error", "PodFailed")))
 	}
-	return stages
+	return append(stages, podReadyAgainStage())
+}
+
+// podReadyAgainStage makes a running pod Ready again, as its kubelet does once
+// its node is back: kube-controller-manager's node lifecycle controller sets
+// Ready=False on every pod of a node whose status is older than its grace
+// period (50 s), which happens to every simulated node without Heartbeat about
+// once a minute, and kwok's stock pod-ready stage readies only Pending pods.
+// Without it a DaemonSet's pods (the resident agents), or any pod that runs
+// longer than a minute, would lose Ready for good. Every pod of a simulated
+// node (no label selector); ContainersReady=True (kept by the controller) tells
+// a pod whose containers run.
+func podReadyAgainStage() map[string]any {
+	cond := func(typ string) string {
+		return `.status.conditions.[] | select( .type == "` + typ + `" ) | .status`
+	}
+	return map[string]any{
+		"apiVersion": "kwok.x-k8s.io/v1alpha1",
+		"kind":       "Stage",
+		"metadata":   map[string]any{"name": "nodeexec-pod-ready-again"},
+		"spec": map[string]any{
+			"resourceRef": map[string]any{"apiGroup": "v1", "kind": "Pod"},
+			"selector": map[string]any{
+				"matchExpressions": []any{
+					map[string]any{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+					map[string]any{"key": ".status.phase", "operator": "In", "values": []any{"Running"}},
+					map[string]any{"key": cond("Ready"), "operator": "In", "values": []any{"False"}},
+					map[string]any{"key": cond("ContainersReady"), "operator": "In", "values": []any{"True"}},
+				},
+			},
+			"weight": 1,
+			"delay":  map[string]any{"durationMilliseconds": 500},
+			"next": map[string]any{"statusTemplate": `conditions:
+- lastProbeTime: null
+  lastTransitionTime: {{ Now | Quote }}
+  status: "True"
+  type: Ready
+`},
+		},
+	}
 }
 
 // podEndTemplate is a kwok status template (Go text/template over the pod as JSON,

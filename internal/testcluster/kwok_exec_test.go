@@ -74,7 +74,7 @@ func TestKwokExecConfig(t *testing.T) {
 	}
 	want := []string{"KwokConfiguration/", "Stage/node-initialize", "Stage/pod-create", "Stage/pod-init-container-running",
 		"Stage/pod-init-container-completed", "Stage/pod-ready", "Stage/pod-complete", "Stage/pod-delete",
-		"Stage/nodeexec-pod-complete", "Stage/nodeexec-pod-fail",
+		"Stage/nodeexec-pod-complete", "Stage/nodeexec-pod-fail", "Stage/nodeexec-pod-ready-again",
 		"ClusterExec/nodeexec", "ClusterAttach/nodeexec", "ClusterLogs/nodeexec", "ClusterPortForward/nodeexec"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("documents (-want +got):\n%s", diff)

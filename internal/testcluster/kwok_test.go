@@ -224,7 +224,7 @@ func TestKwokConfig(t *testing.T) {
 		names = append(names, s.Kind+"/"+s.Metadata.Name)
 	}
 	want := []string{"KwokConfiguration/", "Stage/node-initialize", "Stage/pod-create", "Stage/pod-init-container-running",
-		"Stage/pod-init-container-completed", "Stage/pod-ready", "Stage/pod-complete", "Stage/pod-delete", "Stage/nodeexec-pod-complete"}
+		"Stage/pod-init-container-completed", "Stage/pod-ready", "Stage/pod-complete", "Stage/pod-delete", "Stage/nodeexec-pod-complete", "Stage/nodeexec-pod-ready-again"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("documents (-want +got):\n%s", diff)
 	}

@@ -350,6 +350,9 @@ func nodeexecStages(o KwokOptions) []map[string]any {
 	base := []any{
 		map[string]any{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
 		map[string]any{"key": ".status.phase", "operator": "In", "values": []any{"Running"}},
+		// resident agents (nodeexec agent install) are nodeexec pods that run
+		// until deleted, as on a real node
+		map[string]any{"key": `.metadata.labels["app.kubernetes.io/component"]`, "operator": "NotIn", "values": []any{"agent"}},
 	}
 	stage := func(name string, exprs []any, template string) map[string]any {
 		return map[string]any{

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-agent-scale bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -137,6 +137,14 @@ bench-watcher-safety: build ## one always-open Prometheus gate and a shared Main
 	@mkdir -p bench
 	NODEEXEC_BENCH_NODES=$(SAFETY_NODES) NODEEXEC_BENCH_SAFETY_ROUNDS=$(BENCH_SAFETY_ROUNDS) NODEEXEC_BENCH_WATCHER_SAFETY_OUT=$(CURDIR)/bench/watcher-safety.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkWatcherSafety$$' -benchtime 1x -timeout 60m -v ./e2e/ 2>&1 | grep -v 'watcher: '
 	@cat bench/watcher-safety.json
+
+# BENCH_NODES defaults to 1,000 here; a list (BENCH_NODES=1000,5000) runs each size in turn.
+AGENT_SCALE_NODES = $(if $(filter file,$(origin BENCH_NODES)),1000,$(BENCH_NODES))
+bench-agent-scale: build ## agent install (the resident DaemonSet's rollout) at $(AGENT_SCALE_NODES) SIMULATED (kwok) nodes vs kwok's raw pod rate, same run; JSON in bench/agent-scale.json (merged by size)
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_NODES=$(AGENT_SCALE_NODES) NODEEXEC_BENCH_AGENT_SCALE_OUT=$(CURDIR)/bench/agent-scale.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkAgentScale$$' -benchtime 1x -timeout 90m -v ./e2e/
+	@cat bench/agent-scale.json
 
 bench-kwok: ## kwok itself at 1,000 and 5,000 SIMULATED nodes: time to Ready, control-plane RSS/CPU, raw pod rate
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

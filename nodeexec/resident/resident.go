@@ -68,10 +68,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -101,7 +103,22 @@ const (
 	// DefaultRollbackTimeout bounds Install's rollback after an agent that
 	// cannot start.
 	DefaultRollbackTimeout = 30 * time.Second
+	// PendingPageSize bounds the Pending agent pods Install's wait reads per
+	// check (see Install).
+	PendingPageSize = 500
+	// ListPageSize is the page size of the agent pod lists of ListAgents
+	// and ReadyNodes: a client holds at most this many decoded pods at once.
+	ListPageSize = 500
 )
+
+// pendingAgentPods lists the agent pods not yet Running, from the API
+// server's watch cache (resourceVersion 0), at most PendingPageSize.
+var pendingAgentPods = metav1.ListOptions{
+	LabelSelector:   Selector(),
+	FieldSelector:   fields.OneTermEqualSelector("status.phase", string(corev1.PodPending)).String(),
+	ResourceVersion: "0",
+	Limit:           PendingPageSize,
+}
 
 // Options configure Install, Uninstall and BuildDaemonSet.
 type Options struct {
@@ -242,6 +259,13 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 // a level other than "privileged". An existing DaemonSet is updated only
 // when it carries the agent labels.
 //
+// Each check of the wait (every PollInterval) gets the DaemonSet, and, until
+// it is rolled out, lists the agent pods still Pending (a field selector,
+// from the API server's cache, at most PendingPageSize of them, by name):
+// its cost follows the pods still starting, not the size of the cluster,
+// and a pod that cannot start is among those listed once fewer than
+// PendingPageSize are left.
+//
 // Errors: API errors wrapped (a Forbidden one also wraps
 // nodeexec.ErrForbidden). An agent container that cannot start (an image
 // that cannot be pulled, a rejected pull secret, a configuration error) ends
@@ -312,7 +336,13 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 		if err != nil {
 			return false, apiError("getting daemonset", err)
 		}
-		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+		s := cur.Status
+		last = fmt.Sprintf("%d of %d agents available, %d updated (generation %d observed %d)", s.NumberAvailable, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, cur.Generation, s.ObservedGeneration)
+		if s.ObservedGeneration >= cur.Generation && s.DesiredNumberScheduled > 0 &&
+			s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled {
+			return true, nil
+		}
+		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, pendingAgentPods)
 		if err != nil {
 			return false, apiError("listing agent pods", err)
 		}
@@ -320,10 +350,7 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 			pe = podexec.WithPullReason(ctx, client, pe)
 			return false, rb.undo(ctx, client, fmt.Errorf("resident: the agent cannot start on node %s: %w", pe.Node, pe))
 		}
-		s := cur.Status
-		last = fmt.Sprintf("%d of %d agents available, %d updated (generation %d observed %d)", s.NumberAvailable, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, cur.Generation, s.ObservedGeneration)
-		return s.ObservedGeneration >= cur.Generation && s.DesiredNumberScheduled > 0 &&
-			s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled, nil
+		return false, nil
 	})
 	var pe *nodeexec.PodError
 	if errors.As(err, &pe) {
@@ -456,12 +483,18 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 		} else if err != nil && !apierrors.IsNotFound(err) {
 			return false, apiError("getting daemonset", err)
 		}
-		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+		// One pod is enough to know some are left, so that the check
+		// costs the same at 5 or 5,000 agents.
+		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector(), Limit: 1})
 		if err != nil {
 			return false, apiError("listing agent pods", err)
 		}
-		if n := len(pods.Items); n > 0 {
-			left = append(left, fmt.Sprintf("%d agent pods", n))
+		switch {
+		case len(pods.Items) == 0:
+		case pods.Continue != "":
+			left = append(left, "agent pods")
+		default:
+			left = append(left, fmt.Sprintf("%d agent pods", len(pods.Items)))
 		}
 		if ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{}); err == nil && isAgentObject(ns.Labels) {
 			left = append(left, "namespace")
@@ -543,13 +576,9 @@ func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node
 	case listErr != nil:
 		return Agent{}, false, apiError("listing agent pods in "+namespace, listErr)
 	}
-	for _, p := range list.Items {
-		if p.Spec.NodeName == node && usable(&p, ds) {
-			port, _ := strconv.Atoi(p.Annotations[agent.AnnotationServe])
-			if port <= 0 || port > 65535 {
-				port = 0
-			}
-			return Agent{Pod: p.Name, ServePort: port}, true, nil
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Spec.NodeName == node && usable(p, ds) {
+			return agentOf(p), true, nil
 		}
 	}
 	return Agent{}, false, nil
@@ -557,32 +586,74 @@ func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node
 
 // ReadyNodes returns the nodes on which a running, ready agent of the
 // DaemonSet in namespace (DefaultNamespace when empty) serves, by the same
-// rules as FindAgent, for a whole run at once: one DaemonSet get and one
-// pod list (RBAC: get daemonsets, list pods). No DaemonSet: an empty set.
+// rules as FindAgent, for a whole run at once (ListAgents: one DaemonSet
+// get and one pod list; RBAC: get daemonsets, list pods). No DaemonSet: an
+// empty set.
 func ReadyNodes(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]bool, error) {
+	agents, err := ListAgents(ctx, client, namespace)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make(map[string]bool, len(agents))
+	for n := range agents {
+		nodes[n] = true
+	}
+	return nodes, nil
+}
+
+// ListAgents returns the running, ready agent of each node (by node name)
+// of the DaemonSet in namespace (DefaultNamespace when empty), by the same
+// rules as FindAgent, for every node at once: one DaemonSet get and one list
+// of the agent pods (label selector; paged by ListPageSize, so at 5,000
+// nodes ten requests, each holding at most ListPageSize decoded pods in the
+// client; RBAC: get daemonsets, list pods). No DaemonSet, or one without
+// the agent labels: an empty map. A node with two usable agent pods (one
+// being replaced) gets the first by name.
+//
+// Errors: API errors wrapped (a Forbidden one also wraps
+// nodeexec.ErrForbidden).
+func ListAgents(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]Agent, error) {
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
 	ds, err := client.AppsV1().DaemonSets(namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return map[string]bool{}, nil
+		return map[string]Agent{}, nil
 	case err != nil:
 		return nil, apiError("getting the agent daemonset in "+namespace, err)
 	case !isAgentObject(ds.Labels):
-		return map[string]bool{}, nil
+		return map[string]Agent{}, nil
 	}
-	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+	agents := map[string]Agent{}
+	pods := client.CoreV1().Pods(namespace)
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return pods.List(ctx, opts)
+	})
+	p.PageSize = ListPageSize
+	err = p.EachListItem(ctx, metav1.ListOptions{LabelSelector: Selector()}, func(obj runtime.Object) error {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !usable(pod, ds) {
+			return nil
+		}
+		if cur, seen := agents[pod.Spec.NodeName]; !seen || pod.Name < cur.Pod {
+			agents[pod.Spec.NodeName] = agentOf(pod)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, apiError("listing agent pods in "+namespace, err)
 	}
-	nodes := map[string]bool{}
-	for i := range list.Items {
-		if p := &list.Items[i]; usable(p, ds) {
-			nodes[p.Spec.NodeName] = true
-		}
+	return agents, nil
+}
+
+// agentOf is the Agent of a usable agent pod.
+func agentOf(p *corev1.Pod) Agent {
+	port, _ := strconv.Atoi(p.Annotations[agent.AnnotationServe])
+	if port <= 0 || port > 65535 {
+		port = 0
 	}
-	return nodes, nil
+	return Agent{Pod: p.Name, ServePort: port}
 }
 
 // usable: p is an agent of ds that takes runs (running, ready, not being

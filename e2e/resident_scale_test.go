@@ -42,7 +42,7 @@ func TestResidentScale(t *testing.T) {
 		t.Skip("needs the local test cluster to run kwok")
 	}
 	ctx := t.Context()
-	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{Heartbeat: true})
+	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

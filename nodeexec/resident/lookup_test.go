@@ -316,3 +316,56 @@ func TestAgentListAgeAndGonePods(t *testing.T) {
 		t.Errorf("a negative AgentListMaxAge: %v", err)
 	}
 }
+
+// ReadyNodes of the run's backend (the CLI's agent image check, before the
+// run) is the run's one lookup: the fan-out that follows, preflight
+// included, reads the same list; a single node's lookup is its run's too.
+func TestReadyNodesIsTheRunsLookup(t *testing.T) {
+	const n = 1200
+	names := make([]string, n)
+	nodes := make([]*corev1.Node, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%04d", i)
+		nodes[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[i]},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	}
+	cs, counts := agentAPI(t, names[:n-1]) // the last node has no agent
+	b, err := Wrap(&fakeInner{name: "nsenter"}, WrapOptions{Client: cs, Streamer: &okStreamer{}, Commander: nodeCommander{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := b.ReadyNodes(t.Context(), append(names, "node-gone"))
+	if err != nil || len(ready) != n-1 || ready[names[n-1]] || ready["node-gone"] {
+		t.Fatalf("ReadyNodes: %d nodes, %v", len(ready), err)
+	}
+	r, err := nodeexec.NewRunner(nodeexec.RunnerOptions{Client: cs, Backend: b, MaxConcurrency: 50,
+		Preflight: func(ctx context.Context, node string) error { b.SkipPreflight(ctx, node); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunNodes(t.Context(), nodes[:n-1], nodeexec.Request{Command: []string{"id"}, Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	pages := (n - 1 + ListPageSize - 1) / ListPageSize
+	if got, want := fmt.Sprint(counts()), fmt.Sprint(map[string]int{"GET daemonset": 1, "GET pods": pages}); got != want {
+		t.Errorf("ReadyNodes and the fan-out: requests %s, want %s (one list in all)", got, want)
+	}
+
+	// One node: its lookup by itself, which its preflight and run reuse.
+	b, err = Wrap(&fakeInner{name: "nsenter"}, WrapOptions{Client: cs, Streamer: &okStreamer{}, Commander: nodeCommander{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ready, err := b.ReadyNodes(t.Context(), []string{"node-0001"}); err != nil || !ready["node-0001"] {
+		t.Fatalf("ReadyNodes of one node: %v %v", ready, err)
+	}
+	if !b.SkipPreflight(t.Context(), "node-0001") {
+		t.Fatal("SkipPreflight: no agent")
+	}
+	if res, err := b.Run(t.Context(), nodeexec.Request{Node: "node-0001", Command: []string{"id"}, Timeout: 10 * time.Second}); err != nil || res.Pod != "agent-node-0001" {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	if got, want := fmt.Sprint(counts()), fmt.Sprint(map[string]int{"GET daemonset": 1, "GET pods (one node)": 1}); got != want {
+		t.Errorf("one node: requests %s, want %s", got, want)
+	}
+}

@@ -215,6 +215,12 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 // node has a ready resident agent (looked up as Wrap says), which the
 // node's next Run then uses without looking it up again.
 func (b *Backend) SkipPreflight(ctx context.Context, node string) bool {
+	b.mu.Lock()
+	_, found := b.found[node]
+	b.mu.Unlock()
+	if found {
+		return true
+	}
 	a, ok, _, err := b.lookup(ctx, node)
 	if err != nil || !ok {
 		return false
@@ -256,27 +262,81 @@ func (b *Backend) lookup(ctx context.Context, node string) (a Agent, ok, listed 
 		return a, ok, false, err
 	}
 	b.mu.Unlock()
+	list, err := b.listAgents(ctx)
+	if err != nil {
+		return Agent{}, false, false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok = list[node]
+	return a, ok, true, nil
+}
 
+// listAgents returns the list of every node's agents, listing them
+// (ListAgents) unless a list younger than AgentListMaxAge is there; one
+// list at a time. The map is shared: read it only under b.mu.
+func (b *Backend) listAgents(ctx context.Context) (map[string]Agent, error) {
 	b.listing.Lock()
 	defer b.listing.Unlock()
 	b.mu.Lock()
 	fresh := b.list != nil && b.o.Clock.Since(b.listed) < b.o.AgentListMaxAge
+	list := b.list
 	b.mu.Unlock()
-	if !fresh { // else another lookup listed while this one waited
-		at := b.o.Clock.Now()
-		list, err := ListAgents(ctx, b.o.Client, b.o.Namespace)
+	if fresh { // another lookup listed while this one waited
+		return list, nil
+	}
+	at := b.o.Clock.Now()
+	list, err := ListAgents(ctx, b.o.Client, b.o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	logr.FromContextOrDiscard(ctx).V(1).Info("listed the resident agents", "namespace", b.o.Namespace, "agents", len(list))
+	b.mu.Lock()
+	b.list, b.listed = list, at
+	b.mu.Unlock()
+	return list, nil
+}
+
+// ReadyNodes returns which of nodes have a ready resident agent, by the
+// lookup Wrap describes, and keeps the answer for the nodes' runs, so that
+// a caller that sorts the nodes first (the CLI's agent image check) costs
+// the run no lookup of its own: one node is looked up by itself
+// (FindAgent: a DaemonSet get and one pod list), and its agent is the one
+// its next Preflight and Run use; several share the list of every node's
+// agents (ListAgents: a DaemonSet get and one paged pod list, at most once
+// per AgentListMaxAge), which answers their runs' lookups too. Errors:
+// those of FindAgent or ListAgents (API errors wrapped; RBAC: get
+// daemonsets, list pods).
+func (b *Backend) ReadyNodes(ctx context.Context, nodes []string) (map[string]bool, error) {
+	ready := make(map[string]bool, len(nodes))
+	switch len(nodes) {
+	case 0:
+		return ready, nil
+	case 1:
+		a, ok, _, err := b.lookup(ctx, nodes[0])
 		if err != nil {
-			return Agent{}, false, false, err
+			return nil, err
 		}
-		logr.FromContextOrDiscard(ctx).V(1).Info("listed the resident agents", "namespace", b.o.Namespace, "agents", len(list))
-		b.mu.Lock()
-		b.list, b.listed = list, at
-		b.mu.Unlock()
+		if ok {
+			b.mu.Lock()
+			b.found[nodes[0]] = a
+			b.mu.Unlock()
+			ready[nodes[0]] = true
+		}
+		return ready, nil
+	}
+	list, err := b.listAgents(ctx)
+	if err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, ok = b.list[node]
-	return a, ok, true, nil
+	for _, n := range nodes {
+		if _, ok := list[n]; ok {
+			ready[n] = true
+		}
+	}
+	return ready, nil
 }
 
 // relookup looks node's agent up by itself (FindAgent) after its listed

@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-watcher-jobs bench-kwok bench-stream generate clean dist krew-manifest
+.PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-watcher-jobs bench-agent-scale bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
 build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
@@ -154,6 +154,14 @@ bench-watcher-jobs: build ## a NodeScript rollout vs system-upgrade-controller's
 	@mkdir -p bench
 	NODEEXEC_BENCH_NODES=$(JOBS_NODES) NODEEXEC_BENCH_JOBS_CONCURRENCY=$(BENCH_JOBS_CONCURRENCY) NODEEXEC_BENCH_WATCHER_JOBS_OUT=$(CURDIR)/bench/watcher-jobs.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkWatcherJobs$$' -benchtime 1x -timeout 60m -v ./e2e/ 2>&1 | grep -v 'watcher: '
 	@cat bench/watcher-jobs.json
+
+# BENCH_NODES defaults to 1,000 here; a list (BENCH_NODES=1000,5000) runs each size in turn.
+AGENT_SCALE_NODES = $(if $(filter file,$(origin BENCH_NODES)),1000,$(BENCH_NODES))
+bench-agent-scale: build ## agent install (the resident DaemonSet's rollout) at $(AGENT_SCALE_NODES) SIMULATED (kwok) nodes vs kwok's raw pod rate, same run; JSON in bench/agent-scale.json (merged by size)
+	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
+	@mkdir -p bench
+	NODEEXEC_BENCH_NODES=$(AGENT_SCALE_NODES) NODEEXEC_BENCH_AGENT_SCALE_OUT=$(CURDIR)/bench/agent-scale.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkAgentScale$$' -benchtime 1x -timeout 90m -v ./e2e/
+	@cat bench/agent-scale.json
 
 bench-kwok: ## kwok itself at 1,000 and 5,000 SIMULATED nodes: time to Ready, control-plane RSS/CPU, raw pod rate
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
+	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/backends"
 	"github.com/nodeexec/nodeexec/nodeexec/resident"
@@ -86,11 +87,11 @@ func startPlatformCheck(c *ucli.Context) *platformCheck {
 // Explaining, it returns the lines --explain prints instead. Nodes where
 // --use-resident finds a ready resident agent run nothing of the image and
 // are left out.
-func (p *platformCheck) check(ctx context.Context, c *ucli.Context, errOut io.Writer, client kubernetes.Interface, nodes []*corev1.Node, explain bool) ([]string, error) {
+func (p *platformCheck) check(ctx context.Context, c *ucli.Context, errOut io.Writer, client kubernetes.Interface, backend nodeexec.Backend, nodes []*corev1.Node, explain bool) ([]string, error) {
 	if p == nil || len(nodes) == 0 {
 		return nil, nil
 	}
-	nodes = withoutResidentAgents(ctx, c, client, nodes)
+	nodes = withoutResidentAgents(ctx, c, client, backend, nodes)
 	<-p.done
 	if p.err != nil {
 		msg := fmt.Sprintf("agent image %s: its registry was not read (%v): not checked that it has a manifest for each target node's platform (%s); "+
@@ -197,14 +198,25 @@ func nodePlatforms(nodes []*corev1.Node) []string {
 }
 
 // withoutResidentAgents drops, with --use-resident, the nodes where a ready
-// resident agent runs (the run uses it, not the agent image), by
-// resident.ReadyNodes (FindAgent's rules, one list); when that fails every
-// node is kept.
-func withoutResidentAgents(ctx context.Context, c *ucli.Context, client kubernetes.Interface, nodes []*corev1.Node) []*corev1.Node {
+// resident agent runs (the run uses it, not the agent image): asked of the
+// run's backend (resident.Backend.ReadyNodes), whose lookup the run then
+// reuses, so that a run looks its agents up once; without such a backend,
+// by resident.ReadyNodes (one list). When that fails every node is kept.
+func withoutResidentAgents(ctx context.Context, c *ucli.Context, client kubernetes.Interface, backend nodeexec.Backend, nodes []*corev1.Node) []*corev1.Node {
 	if !c.Bool("use-resident") {
 		return nodes
 	}
-	ready, err := resident.ReadyNodes(ctx, client, c.String("resident-namespace"))
+	var ready map[string]bool
+	var err error
+	if rb, ok := nodeexec.As[*resident.Backend](backend); ok {
+		names := make([]string, len(nodes))
+		for i, n := range nodes {
+			names[i] = n.Name
+		}
+		ready, err = rb.ReadyNodes(ctx, names)
+	} else {
+		ready, err = resident.ReadyNodes(ctx, client, c.String("resident-namespace"))
+	}
 	if err != nil {
 		return nodes
 	}

@@ -127,7 +127,7 @@ func runAction(c *ucli.Context, streams Streams) error {
 		return err
 	}
 	warnNoZone(errOut, opts.MaxPerZone, nodes)
-	platforms, err := plat.check(ctx, c, errOut, client, nodes, c.Bool("explain"))
+	platforms, err := plat.check(ctx, c, errOut, client, backend, nodes, c.Bool("explain"))
 	if err != nil {
 		return err
 	}

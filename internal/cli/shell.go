@@ -131,7 +131,7 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	if err := checkCluster(c, client, nodes); err != nil {
 		return err
 	}
-	platforms, err := plat.check(ctx, c, streams.ErrOut, client, nodes, c.Bool("explain"))
+	platforms, err := plat.check(ctx, c, streams.ErrOut, client, backend, nodes, c.Bool("explain"))
 	if err != nil {
 		return err
 	}

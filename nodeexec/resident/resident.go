@@ -68,10 +68,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -101,6 +105,9 @@ const (
 	// DefaultRollbackTimeout bounds Install's rollback after an agent that
 	// cannot start.
 	DefaultRollbackTimeout = 30 * time.Second
+	// ListPageSize is the page size of the agent pod lists of ListAgents
+	// and ReadyNodes: a client holds at most this many decoded pods at once.
+	ListPageSize = 500
 )
 
 // Options configure Install, Uninstall and BuildDaemonSet.
@@ -242,12 +249,21 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 // a level other than "privileged". An existing DaemonSet is updated only
 // when it carries the agent labels.
 //
+// The wait watches the agent pods with one informer for the whole Install
+// (label selector Selector() in o.Namespace: one list and one watch, RBAC:
+// list and watch pods; it holds each pod trimmed to the fields checked
+// here) and, every PollInterval, gets the DaemonSet and checks the
+// informer's pods in memory (AgentPodFailure): the API requests per check
+// are one, whether 5 or 5,000 nodes; at 5,000 the informer's list is the
+// one large read.
+//
 // Errors: API errors wrapped (a Forbidden one also wraps
 // nodeexec.ErrForbidden). An agent container that cannot start (an image
 // that cannot be pulled, a rejected pull secret, a configuration error) ends
 // the wait at once with an error wrapping the agent pod's *nodeexec.PodError
 // (errors.Is(err, nodeexec.ErrImagePull) for pull failures; Image and
-// Message name the image and the registry's reason), after Install rolled
+// Message name the image and the registry's reason), and so does one that
+// started and then crash-loops (see AgentPodFailure), after Install rolled
 // back what it did: it deletes the DaemonSet or namespace it created, or
 // restores the DaemonSet's previous template; the error says which. Agents
 // still unavailable after o.Timeout end with an error naming how many are
@@ -306,24 +322,29 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 		rb.daemonSet = o.Namespace
 		log.V(1).Info("created daemonset", "namespace", o.Namespace, "name", DaemonSetName)
 	}
+	watched, stop := watchAgentPods(ctx, client, o.Namespace)
+	defer stop()
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, PollInterval, o.Timeout, true, func(ctx context.Context) (bool, error) {
 		cur, err := dss.Get(ctx, DaemonSetName, metav1.GetOptions{})
 		if err != nil {
 			return false, apiError("getting daemonset", err)
 		}
-		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
-		if err != nil {
-			return false, apiError("listing agent pods", err)
+		s := cur.Status
+		last = fmt.Sprintf("%d of %d agents available, %d updated (generation %d observed %d)", s.NumberAvailable, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, cur.Generation, s.ObservedGeneration)
+		if s.ObservedGeneration >= cur.Generation && s.DesiredNumberScheduled > 0 &&
+			s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled {
+			return true, nil
 		}
-		if pe := AgentPodFailure(cur, pods.Items); pe != nil {
+		pods, err := watched()
+		if err != nil {
+			return false, err
+		}
+		if pe := agentPodFailure(cur, pods); pe != nil {
 			pe = podexec.WithPullReason(ctx, client, pe)
 			return false, rb.undo(ctx, client, fmt.Errorf("resident: the agent cannot start on node %s: %w", pe.Node, pe))
 		}
-		s := cur.Status
-		last = fmt.Sprintf("%d of %d agents available, %d updated (generation %d observed %d)", s.NumberAvailable, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, cur.Generation, s.ObservedGeneration)
-		return s.ObservedGeneration >= cur.Generation && s.DesiredNumberScheduled > 0 &&
-			s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled, nil
+		return false, nil
 	})
 	var pe *nodeexec.PodError
 	if errors.As(err, &pe) {
@@ -335,30 +356,160 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 	return nil
 }
 
-// AgentPodFailure returns why an agent pod of ds's current template cannot
-// start (a fatal waiting reason such as ErrImagePull, ImagePullBackOff,
-// InvalidImageName or CreateContainerConfigError, as a *nodeexec.PodError
-// naming the pod, its node and, for pull failures, the image), or nil. Only
-// pods ds controls (owner reference UID) count. A pure function.
+// AgentPodFailure returns why an agent pod of ds cannot start, as a
+// *nodeexec.PodError naming the pod, its node and, for pull failures, the
+// image, or nil: a fatal waiting reason of the agent container in any pod
+// phase (ErrImagePull, ImagePullBackOff, InvalidImageName,
+// CreateContainerConfigError, RunContainerError, ...), or, in a pod of ds's
+// current template (label pod-template-generation against ds's annotation
+// deprecated.daemonset.template.generation; either missing counts as
+// current), an agent container that started and then crash-loops: waiting
+// in CrashLoopBackOff, or not ready, not running and restarted at least
+// once (Reason the waiting reason, or "CrashLoopBackOff"; Message the
+// restart count and the last exit code, reason and message). Only pods ds
+// controls (owner reference UID) and not being deleted count; the first
+// failing pod in order wins. A pure function.
 func AgentPodFailure(ds *appsv1.DaemonSet, pods []corev1.Pod) *nodeexec.PodError {
+	ptrs := make([]*corev1.Pod, len(pods))
 	for i := range pods {
-		p := &pods[i]
+		ptrs[i] = &pods[i]
+	}
+	return agentPodFailure(ds, ptrs)
+}
+
+// agentPodFailure is AgentPodFailure over pointers (an informer's store).
+func agentPodFailure(ds *appsv1.DaemonSet, pods []*corev1.Pod) *nodeexec.PodError {
+	for _, p := range pods {
 		if !ownedBy(p, ds) || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != agent.ContainerName || !podexec.FatalWaiting(cs.State.Waiting) {
+		for i := range p.Status.ContainerStatuses {
+			cs := &p.Status.ContainerStatuses[i]
+			if cs.Name != agent.ContainerName {
 				continue
 			}
-			if pe := podexec.PodFailure(p, cs.Name, p.Spec.NodeName); pe != nil {
-				if pe.Node == "" {
-					pe.Node = p.Spec.NodeName
+			if podexec.FatalWaiting(cs.State.Waiting) {
+				if pe := podexec.PodFailure(p, cs.Name, p.Spec.NodeName); pe != nil {
+					if pe.Node == "" {
+						pe.Node = p.Spec.NodeName
+					}
+					return pe
 				}
+			}
+			if pe := crashLooping(ds, p, cs); pe != nil {
 				return pe
 			}
 		}
 	}
 	return nil
+}
+
+// Labels and annotations that tie a DaemonSet's pod to its template.
+const (
+	labelPodTemplateGeneration   = "pod-template-generation"
+	annotationTemplateGeneration = "deprecated.daemonset.template.generation"
+)
+
+// crashLooping reports an agent container of p (a pod of ds) that started
+// and then keeps exiting, or nil; pods of an older template of ds do not
+// count (they are being replaced).
+func crashLooping(ds *appsv1.DaemonSet, p *corev1.Pod, cs *corev1.ContainerStatus) *nodeexec.PodError {
+	w := cs.State.Waiting
+	looping := w != nil && w.Reason == "CrashLoopBackOff" ||
+		cs.RestartCount > 0 && !cs.Ready && cs.State.Running == nil
+	if !looping {
+		return nil
+	}
+	if want, ok := ds.Annotations[annotationTemplateGeneration]; ok {
+		if got, ok := p.Labels[labelPodTemplateGeneration]; ok && got != want {
+			return nil
+		}
+	}
+	reason := "CrashLoopBackOff"
+	if w != nil && w.Reason != "" {
+		reason = w.Reason
+	}
+	msg := fmt.Sprintf("container %q started and exited, restarted %d times", cs.Name, cs.RestartCount)
+	if t := cs.LastTerminationState.Terminated; t != nil {
+		msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
+		if t.Reason != "" {
+			msg += " (" + t.Reason + ")"
+		}
+		if t.Message != "" {
+			msg += ": " + strings.TrimSpace(t.Message)
+		}
+	} else if t := cs.State.Terminated; t != nil {
+		msg += fmt.Sprintf("; exit code %d (%s)", t.ExitCode, t.Reason)
+	}
+	return &nodeexec.PodError{Node: p.Spec.NodeName, Namespace: p.Namespace, Pod: p.Name, Reason: reason, Message: msg}
+}
+
+// watchAgentPods starts one informer on the agent pods in namespace (label
+// selector Selector(): one list, then one watch, resumed by client-go after
+// a cut) and returns a function that gives its pods (an error while it has
+// not synced and the API server refused it, e.g. RBAC list/watch pods
+// Forbidden; nil pods and no error while it is still listing), and a stop
+// function that ends the informer and waits for it. Each pod is held
+// trimmed to what AgentPodFailure reads.
+func watchAgentPods(ctx context.Context, client kubernetes.Interface, namespace string) (func() ([]*corev1.Pod, error), func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = Selector() }),
+		informers.WithTransform(trimAgentPod))
+	inf := f.Core().V1().Pods().Informer()
+	var mu sync.Mutex
+	var watchErr error
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		mu.Lock()
+		watchErr = err
+		mu.Unlock()
+	})
+	f.StartWithContext(ctx) // the logger of ctx, as the rest of Install
+	pods := func() ([]*corev1.Pod, error) {
+		if !inf.HasSynced() {
+			mu.Lock()
+			err := watchErr
+			mu.Unlock()
+			if err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+				return nil, apiError("watching agent pods", err)
+			}
+			return nil, nil
+		}
+		objs := inf.GetStore().List()
+		out := make([]*corev1.Pod, 0, len(objs))
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	}
+	return pods, func() {
+		cancel()
+		f.Shutdown()
+	}
+}
+
+// trimAgentPod keeps of an agent pod what AgentPodFailure and
+// podexec.PodFailure read, so that the informer of a 5,000-node Install
+// holds a few hundred bytes per pod.
+func trimAgentPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a deleted-final-state tombstone
+	}
+	t := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason, Message: p.Status.Message, ContainerStatuses: p.Status.ContainerStatuses},
+	}
+	for _, c := range p.Spec.Containers {
+		t.Spec.Containers = append(t.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
+	}
+	return t, nil
 }
 
 // rollback is what Install did, to undo on a failure that will not resolve.
@@ -456,12 +607,18 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 		} else if err != nil && !apierrors.IsNotFound(err) {
 			return false, apiError("getting daemonset", err)
 		}
-		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+		// One pod is enough to know some are left, so that the check
+		// costs the same at 5 or 5,000 agents.
+		pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector(), Limit: 1})
 		if err != nil {
 			return false, apiError("listing agent pods", err)
 		}
-		if n := len(pods.Items); n > 0 {
-			left = append(left, fmt.Sprintf("%d agent pods", n))
+		switch {
+		case len(pods.Items) == 0:
+		case pods.Continue != "":
+			left = append(left, "agent pods")
+		default:
+			left = append(left, fmt.Sprintf("%d agent pods", len(pods.Items)))
 		}
 		if ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{}); err == nil && isAgentObject(ns.Labels) {
 			left = append(left, "namespace")
@@ -543,13 +700,9 @@ func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node
 	case listErr != nil:
 		return Agent{}, false, apiError("listing agent pods in "+namespace, listErr)
 	}
-	for _, p := range list.Items {
-		if p.Spec.NodeName == node && usable(&p, ds) {
-			port, _ := strconv.Atoi(p.Annotations[agent.AnnotationServe])
-			if port <= 0 || port > 65535 {
-				port = 0
-			}
-			return Agent{Pod: p.Name, ServePort: port}, true, nil
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Spec.NodeName == node && usable(p, ds) {
+			return agentOf(p), true, nil
 		}
 	}
 	return Agent{}, false, nil
@@ -557,32 +710,74 @@ func FindAgent(ctx context.Context, client kubernetes.Interface, namespace, node
 
 // ReadyNodes returns the nodes on which a running, ready agent of the
 // DaemonSet in namespace (DefaultNamespace when empty) serves, by the same
-// rules as FindAgent, for a whole run at once: one DaemonSet get and one
-// pod list (RBAC: get daemonsets, list pods). No DaemonSet: an empty set.
+// rules as FindAgent, for a whole run at once (ListAgents: one DaemonSet
+// get and one pod list; RBAC: get daemonsets, list pods). No DaemonSet: an
+// empty set.
 func ReadyNodes(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]bool, error) {
+	agents, err := ListAgents(ctx, client, namespace)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make(map[string]bool, len(agents))
+	for n := range agents {
+		nodes[n] = true
+	}
+	return nodes, nil
+}
+
+// ListAgents returns the running, ready agent of each node (by node name)
+// of the DaemonSet in namespace (DefaultNamespace when empty), by the same
+// rules as FindAgent, for every node at once: one DaemonSet get and one list
+// of the agent pods (label selector; paged by ListPageSize, so at 5,000
+// nodes ten requests, each holding at most ListPageSize decoded pods in the
+// client; RBAC: get daemonsets, list pods). No DaemonSet, or one without
+// the agent labels: an empty map. A node with two usable agent pods (one
+// being replaced) gets the first by name.
+//
+// Errors: API errors wrapped (a Forbidden one also wraps
+// nodeexec.ErrForbidden).
+func ListAgents(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]Agent, error) {
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
 	ds, err := client.AppsV1().DaemonSets(namespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return map[string]bool{}, nil
+		return map[string]Agent{}, nil
 	case err != nil:
 		return nil, apiError("getting the agent daemonset in "+namespace, err)
 	case !isAgentObject(ds.Labels):
-		return map[string]bool{}, nil
+		return map[string]Agent{}, nil
 	}
-	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector()})
+	agents := map[string]Agent{}
+	pods := client.CoreV1().Pods(namespace)
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return pods.List(ctx, opts)
+	})
+	p.PageSize = ListPageSize
+	err = p.EachListItem(ctx, metav1.ListOptions{LabelSelector: Selector()}, func(obj runtime.Object) error {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !usable(pod, ds) {
+			return nil
+		}
+		if cur, seen := agents[pod.Spec.NodeName]; !seen || pod.Name < cur.Pod {
+			agents[pod.Spec.NodeName] = agentOf(pod)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, apiError("listing agent pods in "+namespace, err)
 	}
-	nodes := map[string]bool{}
-	for i := range list.Items {
-		if p := &list.Items[i]; usable(p, ds) {
-			nodes[p.Spec.NodeName] = true
-		}
+	return agents, nil
+}
+
+// agentOf is the Agent of a usable agent pod.
+func agentOf(p *corev1.Pod) Agent {
+	port, _ := strconv.Atoi(p.Annotations[agent.AnnotationServe])
+	if port <= 0 || port > 65535 {
+		port = 0
 	}
-	return nodes, nil
+	return Agent{Pod: p.Name, ServePort: port}
 }
 
 // usable: p is an agent of ds that takes runs (running, ready, not being

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -67,7 +68,15 @@ type WrapOptions struct {
 	// path element (spool.CheckName; Run fails, running nothing, with any
 	// other name). Defaults to 16 random lowercase letters and digits.
 	SpoolName func() string
+	// AgentListMaxAge is how long one list of every node's agent
+	// (ListAgents) answers the lookups of a fan-out before a lookup lists
+	// them again (see Wrap). Defaults to DefaultAgentListMaxAge; negative
+	// is refused.
+	AgentListMaxAge time.Duration
 }
+
+// DefaultAgentListMaxAge is WrapOptions.AgentListMaxAge's default.
+const DefaultAgentListMaxAge = time.Minute
 
 // Backend runs requests in the node's resident agent when there is one, and
 // with the wrapped backend otherwise.
@@ -77,6 +86,13 @@ type Backend struct {
 
 	mu    sync.Mutex
 	found map[string]Agent // by SkipPreflight, for the node's next Run
+	alone string           // the node looked up by itself (FindAgent); "" before the first lookup
+	// list is ListAgents' answer (nil before the first), taken at listed;
+	// listing is held while a list is read, so that concurrent lookups
+	// wait for the one list rather than make their own.
+	list    map[string]Agent
+	listed  time.Time
+	listing sync.Mutex
 }
 
 // The optional interfaces of package nodeexec the backend implements; the
@@ -91,14 +107,25 @@ var (
 )
 
 // Wrap returns a backend that, for each request, asks o.Commander for the
-// node and agent command line, looks for a resident agent on that node
-// (FindAgent, or the one SkipPreflight found), and runs the command line
-// there: through a port-forward to the agent's loopback listener when its
+// node and agent command line, looks for a resident agent on that node,
+// and runs the command line there: through a port-forward to the agent's loopback listener when its
 // pod announces one (RBAC: create and get pods/portforward in the
 // namespace), else, or when nothing was started that way (ErrNotServing, a
 // refused port-forward), over exec (create pods/exec). With no resident
 // agent on the node, or nodeexec.ErrUnsupported from the Commander, it
 // calls inner.Run. Results name inner's backend and the resident pod.
+//
+// The lookup costs a fan-out the same API requests whatever its size: the
+// first node asked about (SkipPreflight's, the Runner's preflight node, or
+// a single-node run's) is looked up by itself (FindAgent: a DaemonSet get
+// and a pod list with a spec.nodeName field selector); as soon as another
+// node is asked about, every node's agent is listed once (ListAgents: a
+// DaemonSet get and one pod list, paged by ListPageSize), and that list
+// answers every further lookup, from every concurrent run, for
+// o.AgentListMaxAge; the first lookup after that lists again. An agent pod
+// of the list that is gone when its node's run reaches it (the API server
+// answers "not found"; nothing ran) is looked up again (FindAgent): its
+// node's new agent runs the command, or, with none, the wrapped backend.
 func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	if inner == nil {
 		return nil, errors.New("resident: the backend to wrap is nil")
@@ -130,6 +157,12 @@ func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	}
 	if o.Dialer == nil && o.Config != nil {
 		o.Dialer = NewDialer(o.Config, o.Client.CoreV1().RESTClient())
+	}
+	switch {
+	case o.AgentListMaxAge < 0:
+		return nil, fmt.Errorf("resident: WrapOptions.AgentListMaxAge is %s: give a positive duration, or 0 for the default (%s)", o.AgentListMaxAge, DefaultAgentListMaxAge)
+	case o.AgentListMaxAge == 0:
+		o.AgentListMaxAge = DefaultAgentListMaxAge
 	}
 	return &Backend{inner: inner, o: o, found: map[string]Agent{}}, nil
 }
@@ -179,10 +212,16 @@ func (b *Backend) Preflight(ctx context.Context, node string) error {
 }
 
 // SkipPreflight implements nodeexec.PreflightSkipper: it reports whether
-// node has a ready resident agent (FindAgent), which the node's next Run
-// then uses without looking it up again.
+// node has a ready resident agent (looked up as Wrap says), which the
+// node's next Run then uses without looking it up again.
 func (b *Backend) SkipPreflight(ctx context.Context, node string) bool {
-	a, ok, err := FindAgent(ctx, b.o.Client, b.o.Namespace, node)
+	b.mu.Lock()
+	_, found := b.found[node]
+	b.mu.Unlock()
+	if found {
+		return true
+	}
+	a, ok, _, err := b.lookup(ctx, node)
 	if err != nil || !ok {
 		return false
 	}
@@ -192,16 +231,145 @@ func (b *Backend) SkipPreflight(ctx context.Context, node string) bool {
 	return true
 }
 
-// agentOn returns node's agent: the one SkipPreflight found, else FindAgent's.
-func (b *Backend) agentOn(ctx context.Context, node string) (Agent, bool, error) {
+// agentOn returns node's agent: the one SkipPreflight found, else the
+// lookup's; listed reports that it came from a list of every node's
+// agents (which may be older than the run).
+func (b *Backend) agentOn(ctx context.Context, node string) (a Agent, ok, listed bool, err error) {
 	b.mu.Lock()
-	a, ok := b.found[node]
+	a, ok = b.found[node]
 	delete(b.found, node)
 	b.mu.Unlock()
 	if ok {
-		return a, true, nil
+		return a, true, false, nil
 	}
-	return FindAgent(ctx, b.o.Client, b.o.Namespace, node)
+	return b.lookup(ctx, node)
+}
+
+// lookup finds node's agent: by itself (FindAgent) when no other node was
+// looked up before, else in the list of every node's agents, listed once
+// per AgentListMaxAge (see Wrap).
+func (b *Backend) lookup(ctx context.Context, node string) (a Agent, ok, listed bool, err error) {
+	b.mu.Lock()
+	if b.list != nil && b.o.Clock.Since(b.listed) < b.o.AgentListMaxAge {
+		a, ok = b.list[node]
+		b.mu.Unlock()
+		return a, ok, true, nil
+	}
+	if b.alone == "" || b.alone == node {
+		b.alone = node
+		b.mu.Unlock()
+		a, ok, err = FindAgent(ctx, b.o.Client, b.o.Namespace, node)
+		return a, ok, false, err
+	}
+	b.mu.Unlock()
+	list, err := b.listAgents(ctx)
+	if err != nil {
+		return Agent{}, false, false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok = list[node]
+	return a, ok, true, nil
+}
+
+// listAgents returns the list of every node's agents, listing them
+// (ListAgents) unless a list younger than AgentListMaxAge is there; one
+// list at a time. The map is shared: read it only under b.mu.
+func (b *Backend) listAgents(ctx context.Context) (map[string]Agent, error) {
+	b.listing.Lock()
+	defer b.listing.Unlock()
+	b.mu.Lock()
+	fresh := b.list != nil && b.o.Clock.Since(b.listed) < b.o.AgentListMaxAge
+	list := b.list
+	b.mu.Unlock()
+	if fresh { // another lookup listed while this one waited
+		return list, nil
+	}
+	at := b.o.Clock.Now()
+	list, err := ListAgents(ctx, b.o.Client, b.o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	logr.FromContextOrDiscard(ctx).V(1).Info("listed the resident agents", "namespace", b.o.Namespace, "agents", len(list))
+	b.mu.Lock()
+	b.list, b.listed = list, at
+	b.mu.Unlock()
+	return list, nil
+}
+
+// ReadyNodes returns which of nodes have a ready resident agent, by the
+// lookup Wrap describes, and keeps the answer for the nodes' runs, so that
+// a caller that sorts the nodes first (the CLI's agent image check) costs
+// the run no lookup of its own: one node is looked up by itself
+// (FindAgent: a DaemonSet get and one pod list), and its agent is the one
+// its next Preflight and Run use; several share the list of every node's
+// agents (ListAgents: a DaemonSet get and one paged pod list, at most once
+// per AgentListMaxAge), which answers their runs' lookups too. Errors:
+// those of FindAgent or ListAgents (API errors wrapped; RBAC: get
+// daemonsets, list pods).
+func (b *Backend) ReadyNodes(ctx context.Context, nodes []string) (map[string]bool, error) {
+	ready := make(map[string]bool, len(nodes))
+	switch len(nodes) {
+	case 0:
+		return ready, nil
+	case 1:
+		a, ok, _, err := b.lookup(ctx, nodes[0])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			b.mu.Lock()
+			b.found[nodes[0]] = a
+			b.mu.Unlock()
+			ready[nodes[0]] = true
+		}
+		return ready, nil
+	}
+	list, err := b.listAgents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range nodes {
+		if _, ok := list[n]; ok {
+			ready[n] = true
+		}
+	}
+	return ready, nil
+}
+
+// relookup looks node's agent up by itself (FindAgent) after its listed
+// agent pod was gone, and puts the answer in the list.
+func (b *Backend) relookup(ctx context.Context, node string) (Agent, bool, error) {
+	a, ok, err := FindAgent(ctx, b.o.Client, b.o.Namespace, node)
+	if err != nil {
+		return a, ok, err
+	}
+	b.mu.Lock()
+	if b.list != nil {
+		if ok {
+			b.list[node] = a
+		} else {
+			delete(b.list, node)
+		}
+	}
+	b.mu.Unlock()
+	return a, ok, nil
+}
+
+// agentGone reports whether err, from a run in agent pod, is the API
+// server's answer that the pod does not exist, before anything ran (not a
+// run whose outcome was lost, nodeexec.ErrOutcomeUnknown).
+func agentGone(err error, pod string) bool {
+	if err == nil || errors.Is(err, nodeexec.ErrOutcomeUnknown) {
+		return false
+	}
+	var ce utilexec.CodeExitError
+	if errors.As(err, &ce) {
+		return false
+	}
+	return apierrors.IsNotFound(err) || strings.Contains(err.Error(), fmt.Sprintf("pods %q not found", pod))
 }
 
 // Run runs req in the node's resident agent, or with the wrapped backend.
@@ -232,19 +400,31 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		now := b.o.Clock.Now()
 		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: b.Name(), Started: now, Finished: now}, err
 	}
-	a, ok, err := b.agentOn(ctx, node)
+	a, ok, listed, err := b.agentOn(ctx, node)
 	if err != nil || !ok {
 		log.V(1).Info("no resident agent: creating a pod", "node", node, "err", err)
 		return b.inner.Run(ctx, req)
 	}
-	if len(req.Env) > 0 && (a.ServePort == 0 || b.o.Dialer == nil) {
-		log.V(1).Info("the resident agent is reached over exec only, which would put the request's environment variables on its command line: creating a pod", "node", node, "pod", a.Pod)
-		return b.inner.Run(ctx, req)
-	}
-	log.V(1).Info("using the resident agent", "node", node, "pod", a.Pod, "servePort", a.ServePort)
 	on := req
 	on.Node = node
-	res, err := b.exec(ctx, a, argv, on)
+	res, tried, err := b.execIn(ctx, a, argv, on)
+	if listed && tried && ctx.Err() == nil && agentGone(err, a.Pod) {
+		// The list is older than this run: the node's agent pod may have
+		// been replaced since.
+		log.V(1).Info("the listed resident agent pod is gone: looking again", "node", node, "pod", a.Pod)
+		now, ok, ferr := b.relookup(ctx, node)
+		if ferr != nil || !ok {
+			log.V(1).Info("no resident agent: creating a pod", "node", node, "err", ferr)
+			return b.inner.Run(ctx, req)
+		}
+		if now.Pod != a.Pod {
+			a = now
+			res, tried, err = b.execIn(ctx, a, argv, on)
+		}
+	}
+	if !tried {
+		return b.inner.Run(ctx, req)
+	}
 	switch {
 	case errors.Is(err, errEnvOverExec):
 		log.V(1).Info("the resident agent's listener did not run the command, and exec would put the request's environment variables on its command line: creating a pod", "node", node, "pod", a.Pod, "reason", err.Error())
@@ -342,11 +522,28 @@ func (f *fallbackStreamer) Exec(ctx context.Context, namespace, pod string, opts
 	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || errors.Is(err, ErrAgentUnusable) || ctx.Err() != nil {
 		return err // an agent that cannot execute its binary fails the same over exec
 	}
+	if agentGone(err, pod) {
+		return err // the pod is gone: exec cannot reach it either
+	}
 	if f.primaryOnly != nil && slices.Equal(opts.Command, f.primaryOnly) {
 		return fmt.Errorf("%w: %w", errEnvOverExec, err)
 	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("the agent's listener did not run the command: using exec", "namespace", namespace, "pod", pod, "reason", err.Error())
 	return f.secondary.Exec(ctx, namespace, pod, opts, streams)
+}
+
+// execIn runs argv in agent a with exec, unless a cannot take req (its
+// environment variables would go on an exec's command line): then tried is
+// false, and the wrapped backend is to run it.
+func (b *Backend) execIn(ctx context.Context, a Agent, argv []string, req nodeexec.Request) (res nodeexec.Result, tried bool, err error) {
+	log := logr.FromContextOrDiscard(ctx)
+	if len(req.Env) > 0 && (a.ServePort == 0 || b.o.Dialer == nil) {
+		log.V(1).Info("the resident agent is reached over exec only, which would put the request's environment variables on its command line: creating a pod", "node", req.Node, "pod", a.Pod)
+		return res, false, nil
+	}
+	log.V(1).Info("using the resident agent", "node", req.Node, "pod", a.Pod, "servePort", a.ServePort)
+	res, err = b.exec(ctx, a, argv, req)
+	return res, true, err
 }
 
 func (b *Backend) exec(ctx context.Context, a Agent, argv []string, req nodeexec.Request) (res nodeexec.Result, err error) {

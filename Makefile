@@ -221,10 +221,13 @@ cluster-registry: ## print the test registry's addresses, CA and credentials (ev
 # Simulated nodes (kwok) on the running test cluster: kwok-node-1..$(KWOK_NODES),
 # label type=kwok, NoSchedule taint kwok.x-k8s.io/node=fake. KWOK_FLAGS e.g.
 # "--heartbeat --fail-nodes kwok-node-1,kwok-node-2 --pod-complete-after 2s".
+# KWOK_EXEC=1: the nodes answer exec, attach, logs and port-forward (`nodeexec run`
+# reaches them; commands run in kwok's sandbox with bin/nodeexec, built first).
 KWOK_NODES ?= 1000
 KWOK_FLAGS ?=
-kwok-up: ## start kwok and $(KWOK_NODES) simulated nodes, wait until all are Ready
-	@$(TESTCLUSTER) kwok up $(KWOK_NODES) $(KWOK_FLAGS)
+KWOK_EXEC ?=
+kwok-up: $(if $(KWOK_EXEC),build) ## start kwok and $(KWOK_NODES) simulated nodes, wait until all are Ready (KWOK_EXEC=1: exec-capable)
+	@$(TESTCLUSTER) kwok up $(KWOK_NODES) $(if $(KWOK_EXEC),--exec --agent-binary $(CURDIR)/bin/nodeexec) $(KWOK_FLAGS)
 
 kwok-down: ## delete the simulated nodes and stop kwok
 	@$(TESTCLUSTER) kwok down

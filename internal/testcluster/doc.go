@@ -26,6 +26,18 @@
 // kwok are shared by everyone using the cluster: StartKwok with other options
 // restarts kwok, DeleteNodes deletes every simulated node.
 //
+// With KwokOptions.Exec the simulated nodes answer exec, attach, logs and
+// port-forward through the API server (kwok's own TLS server is their kubelet
+// endpoint): `nodeexec run` with the nsenter and debugpod backends and
+// --use-resident reaches them. kwok runs the commands in a sandbox of its own (new
+// mount, PID, UTS and IPC namespaces, a tmpfs root, hostname KwokSandboxHostname),
+// never in the host's, and forwards every port-forward to one real `nodeexec agent
+// serve` there (kwok_exec.go):
+//
+//	k, err := c.StartKwok(ctx, testcluster.KwokOptions{Exec: true, AgentBinary: "bin/nodeexec"})
+//
+// From a shell: `make kwok-up KWOK_NODES=200 KWOK_EXEC=1`.
+//
 // Monitoring (monitoring.go): a real Prometheus (127.0.0.1:19090), Alertmanager
 // (127.0.0.1:19093) and Pushgateway (127.0.0.1:19091) from Debian's packages, on the
 // host's loopback, started by Start (also on a running cluster that lacks them):

@@ -68,6 +68,26 @@ type KwokOptions struct {
 	// Version of sigs.k8s.io/kwok, built from the Go module proxy. Default
 	// DefaultKwokVersion.
 	Version string
+
+	// Exec makes the simulated nodes answer exec, attach, logs and port-forward
+	// through the API server, as a kubelet does (see kwok_exec.go): every simulated
+	// node's kubelet endpoint is kwok's own TLS server (InternalIP 10.252.0.1, port
+	// 10250), which runs the command of an exec (a real exit code, stdin, the
+	// container's literal env values plus KwokEnvNodeName, KwokEnvPodName and
+	// KwokEnvPodNamespace) in a sandbox of its own, never in the host's namespaces
+	// (KwokSandboxHostname), and forwards every port-forward to one real `nodeexec
+	// agent serve` in that sandbox (KwokAgentPort). nodeexec's pods that wait for
+	// an exec (the nsenter and runtime agents' `agent hold`, the debug pod's
+	// `sleep`) stay Running until deleted; the run-to-completion pods of the
+	// watcher keep PodCompleteAfter and FailNodes. Needs AgentBinary and a kwok
+	// built with this package's patches (the default Version). Default off.
+	Exec bool
+
+	// AgentBinary is the static nodeexec binary (make build: bin/nodeexec) that
+	// Exec puts at /usr/local/bin/nodeexec in the sandbox, where the agent image
+	// has it; it is copied into kwok's state directory, and a changed binary
+	// restarts kwok. Required with Exec, ignored without.
+	AgentBinary string
 }
 
 // Simulated nodes and pods.
@@ -152,6 +172,18 @@ func (o KwokOptions) resolve() (KwokOptions, error) {
 	if len(o.FailNodes) == 0 {
 		o.FailNodes = nil
 	}
+	if !o.Exec {
+		o.AgentBinary = ""
+	} else {
+		if o.AgentBinary == "" {
+			return o, errors.New("testcluster: kwok Exec needs AgentBinary: give the path of a static nodeexec binary (make build: bin/nodeexec)")
+		}
+		abs, err := filepath.Abs(o.AgentBinary)
+		if err != nil {
+			return o, fmt.Errorf("testcluster: kwok AgentBinary: %w", err)
+		}
+		o.AgentBinary = abs
+	}
 	return o, nil
 }
 
@@ -192,9 +224,17 @@ func (c *Cluster) StartKwok(ctx context.Context, o KwokOptions) (*Kwok, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	bin, modDir, err := r.kwokBinary(ctx, o.Version)
+	bin, modDir, patched, err := r.kwokBinary(ctx, o.Version)
 	if err != nil {
 		return nil, fmt.Errorf("testcluster: kwok: %w", err)
+	}
+	if o.Exec && !patched {
+		return nil, fmt.Errorf("testcluster: kwok Exec needs kwok built with this package's patches, which do not apply to kwok %s: use %s", o.Version, DefaultKwokVersion)
+	}
+	if o.Exec {
+		if err := checkAgentBinary(o.AgentBinary); err != nil {
+			return nil, err
+		}
 	}
 	stages, err := readKwokStages(modDir, o.Heartbeat)
 	if err != nil {
@@ -206,7 +246,13 @@ func (c *Cluster) StartKwok(ctx context.Context, o KwokOptions) (*Kwok, error) {
 	}
 	dir := r.l.kwokStateDir()
 	argv := kwokArgs(bin, dir, o)
-	fp := kwokFingerprint(argv, config)
+	agentSum := ""
+	if o.Exec {
+		if agentSum, err = fileSHA256(o.AgentBinary); err != nil {
+			return nil, fmt.Errorf("testcluster: kwok AgentBinary: %w", err)
+		}
+	}
+	fp := kwokFingerprint(append(slices.Clone(argv), agentSum), config)
 	k, err := c.kwokHandle(o)
 	if err != nil {
 		return nil, err
@@ -220,8 +266,10 @@ func (c *Cluster) StartKwok(ctx context.Context, o KwokOptions) (*Kwok, error) {
 			return k, nil
 		}
 		r.logf("kwok runs with other options: restarting it")
-		r.stopProcs(10*time.Second, procKwok)
 	}
+	// the sandbox and its agent too: they hold the old binaries
+	r.stopProcs(10*time.Second, procKwok, procKwokAgent)
+	r.stopProcs(10*time.Second, procKwokSandbox)
 	// node leases are held by a kwok process (its identity is random per process):
 	// a new kwok would not manage a node, nor its pods, until the old holder's lease
 	// expired
@@ -240,11 +288,45 @@ func (c *Cluster) StartKwok(ctx context.Context, o KwokOptions) (*Kwok, error) {
 	if err := writeFileAtomic(filepath.Join(dir, "options.json"), mustJSON(o), 0o644); err != nil {
 		return nil, fmt.Errorf("testcluster: kwok: %w", err)
 	}
-	if _, err := r.startDaemon(procKwok, nsTarget{Netns: netnsPath(hubNetns)}, argv, false); err != nil {
+	target := nsTarget{Netns: netnsPath(hubNetns)}
+	forks := false
+	if o.Exec {
+		agent := filepath.Join(dir, "nodeexec")
+		if err := copyFile(o.AgentBinary, agent); err != nil {
+			return nil, fmt.Errorf("testcluster: kwok AgentBinary: %w", err)
+		}
+		if err := os.Chmod(agent, 0o755); err != nil {
+			return nil, fmt.Errorf("testcluster: kwok AgentBinary: %w", err)
+		}
+		if err := r.kwokServingCert(dir); err != nil {
+			return nil, fmt.Errorf("testcluster: kwok serving certificate: %w", err)
+		}
+		if err := r.ensureKwokNodeIP(ctx); err != nil {
+			return nil, fmt.Errorf("testcluster: kwok node address: %w", err)
+		}
+		pause, err := r.buildPause(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("testcluster: kwok sandbox: %w", err)
+		}
+		init, err := r.startKwokSandbox(ctx, agent, pause, bin)
+		if err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		if _, err := r.startDaemon(procKwokAgent, nsTarget{}, inKwokSandbox(init, []string{kwokAgentPath, "agent", "serve",
+			"--listen", "127.0.0.1:" + strconv.Itoa(KwokAgentPort)}), true); err != nil {
+			r.stopProcs(5*time.Second, procKwokSandbox)
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		argv = inKwokSandbox(init, argv)
+		target, forks = nsTarget{}, true
+	}
+	if _, err := r.startDaemon(procKwok, target, argv, forks); err != nil {
+		r.stopProcs(5*time.Second, procKwokAgent, procKwokSandbox)
 		return nil, fmt.Errorf("testcluster: %w", err)
 	}
-	if err := r.waitKwok(ctx); err != nil {
-		r.stopProcs(5*time.Second, procKwok)
+	if err := r.waitKwok(ctx, o.Exec); err != nil {
+		r.stopProcs(5*time.Second, procKwok, procKwokAgent)
+		r.stopProcs(5*time.Second, procKwokSandbox)
 		return nil, fmt.Errorf("testcluster: %w (log %s: %s)", err, filepath.Join(r.l.logs, procKwok+".log"),
 			tail(filepath.Join(r.l.logs, procKwok+".log"), 5))
 	}
@@ -300,7 +382,7 @@ func (k *Kwok) PID() int {
 	return rec.PID
 }
 
-// Stop stops kwok (by its recorded PID). Simulated nodes stay; without kwok they go
+// Stop stops kwok (by its recorded PID), and with Exec its agent and sandbox. Simulated nodes stay; without kwok they go
 // NotReady within a minute. Stop is idempotent.
 func (k *Kwok) Stop(ctx context.Context) error {
 	r := k.c.r
@@ -309,7 +391,9 @@ func (k *Kwok) Stop(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	r.stopProcs(10*time.Second, procKwok)
+	r.stopProcs(10*time.Second, procKwok, procKwokAgent)
+	// the sandbox's init last: the kernel ends whatever is left in its PID namespace
+	r.stopProcs(10*time.Second, procKwokSandbox)
 	_ = os.Remove(filepath.Join(r.l.kwokStateDir(), "fingerprint"))
 	return nil
 }

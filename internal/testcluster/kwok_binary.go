@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +41,15 @@ func kwokArgs(bin, stateDir string, o KwokOptions) []string {
 	if o.Heartbeat {
 		argv = append(argv, "--node-lease-duration-seconds="+strconv.Itoa(kwokLeaseSeconds))
 	}
+	if o.Exec {
+		for i, a := range argv {
+			if strings.HasPrefix(a, "--server-address=") {
+				argv = slices.Delete(argv, i, i+1)
+				break
+			}
+		}
+		argv = append(argv, kwokExecArgs(stateDir)...)
+	}
 	return argv
 }
 
@@ -52,17 +63,20 @@ func kwokFingerprint(argv []string, config []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// waitKwok waits until kwok's HTTP server answers inside the hub namespace.
-func (r *runner) waitKwok(ctx context.Context) error {
-	dial := netnsDialer(netnsPath(hubNetns))
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dial}}
+// waitKwok waits until kwok's HTTP server (with exec: its TLS server on the
+// simulated nodes' kubelet endpoint) answers inside the hub namespace.
+func (r *runner) waitKwok(ctx context.Context, exec bool) error {
+	url, client, err := r.kwokHealthClient(exec)
+	if err != nil {
+		return err
+	}
 	defer client.CloseIdleConnections()
 	rec, _ := r.l.readProc(procKwok)
 	return poll(ctx, 30*time.Second, 100*time.Millisecond, "kwok /healthz", func(ctx context.Context) (bool, error) {
 		if !rec.alive() {
 			return false, errors.New("kwok exited")
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+kwokServerAddr+"/healthz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, err
 		}
@@ -75,7 +89,15 @@ func (r *runner) waitKwok(ctx context.Context) error {
 	})
 }
 
-// kwokWatchPatch is the one-line change kwok is built with.
+// kwokPatch replaces old, which must occur in file (relative to kwok's module
+// directory), by new.
+type kwokPatch struct{ file, old, new string }
+
+// kwokPatches are the changes kwok is built with: kwokWatchPatch and those of
+// kwok_exec.go (kwokExecPatches), in this order.
+var kwokPatches = append([]kwokPatch{kwokWatchPatch}, kwokExecPatches...)
+
+// kwokWatchPatch is the one-line change that lets kwok keep its watches.
 //
 // kwok's informers (pkg/utils/informer) force resourceVersion=0 on every request,
 // watches included. kube-apiserver 1.37 (WatchList on by default) turns a watch from
@@ -89,7 +111,7 @@ func (r *runner) waitKwok(ctx context.Context) error {
 // With the patch a watch resumes from the resourceVersion its reflector passes (as
 // every client-go informer does); lists still read resourceVersion 0 (the watch
 // cache).
-var kwokWatchPatch = struct{ file, old, new string }{
+var kwokWatchPatch = kwokPatch{
 	file: "pkg/utils/informer/event.go",
 	old:  "\tif !o.EnableListPager || o.EnableStreamWatch {\n\t\topts.ResourceVersion = \"0\"\n",
 	new:  "\tif (!o.EnableListPager || o.EnableStreamWatch) && opts.ResourceVersion == \"\" {\n\t\topts.ResourceVersion = \"0\"\n",
@@ -98,70 +120,102 @@ var kwokWatchPatch = struct{ file, old, new string }{
 // kwokBinary returns the kwok binary for version, building it if it is not in the
 // cache, and the directory of kwok's module source (Stage YAMLs). The source comes
 // from the Go module proxy (`go mod download`); the build is CGO_ENABLED=0 with the
-// cluster's Go build cache. If kwokWatchPatch applies to the version, the binary is
-// built from a patched copy of the source (`go build ./cmd/kwok` in it, with kwok's
-// own go.mod and go.sum); otherwise it is `go install sigs.k8s.io/kwok/cmd/kwok@version`.
-func (r *runner) kwokBinary(ctx context.Context, version string) (bin, modDir string, err error) {
+// cluster's Go build cache. If every patch of kwokPatches applies to the version,
+// the binary is built from a patched copy of the source (`go build ./cmd/kwok` in
+// it, with kwok's own go.mod and go.sum, plus kwokExtraFiles); otherwise it is
+// `go install sigs.k8s.io/kwok/cmd/kwok@version`, and patched is false.
+func (r *runner) kwokBinary(ctx context.Context, version string) (bin, modDir string, patched bool, err error) {
 	goBin, err := goTool()
 	if err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	base := filepath.Join(r.o.CacheDir, "kwok", version)
 	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	env := []string{"GOCACHE=" + r.l.gocache, "GOFLAGS=-mod=mod -buildvcs=false", "CGO_ENABLED=0", "GOWORK=off"}
 	out, err := runEnv(ctx, env, base, goBin, "mod", "download", "-json", kwokModule+"@"+version)
 	var info struct{ Dir, Error string }
 	if jerr := json.Unmarshal([]byte(out), &info); jerr != nil || info.Dir == "" {
-		return "", "", fmt.Errorf("go mod download %s@%s: %v %v %s", kwokModule, version, err, jerr, info.Error)
+		return "", "", false, fmt.Errorf("go mod download %s@%s: %v %v %s", kwokModule, version, err, jerr, info.Error)
 	}
-	orig, err := os.ReadFile(filepath.Join(info.Dir, kwokWatchPatch.file))
+	files, missing, err := applyKwokPatches(info.Dir)
 	if err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
-	if !bytes.Contains(orig, []byte(kwokWatchPatch.old)) {
+	if missing != "" {
 		bin = filepath.Join(base, "kwok")
 		if commandExists(bin) {
-			return bin, info.Dir, nil
+			return bin, info.Dir, false, nil
 		}
-		r.logf("warning: kwok %s: %s changed, building kwok unpatched (its watches may fail on this cluster)", version, kwokWatchPatch.file)
+		r.logf("warning: kwok %s: %s changed, building kwok unpatched (its watches may fail on this cluster, and exec cannot be simulated)", version, missing)
 		t := time.Now()
 		r.logf("building kwok %s (about 1.5 minutes with a cold build cache)", version)
 		if _, err := runEnv(ctx, append(env, "GOBIN="+base), base, goBin, "install", "-trimpath", "-ldflags", "-s -w",
 			kwokModule+"/cmd/kwok@"+version); err != nil {
-			return "", "", err
+			return "", "", false, err
 		}
 		r.timing("build-kwok", t)
-		return bin, info.Dir, nil
+		return bin, info.Dir, false, nil
 	}
-	patched := bytes.Replace(orig, []byte(kwokWatchPatch.old), []byte(kwokWatchPatch.new), 1)
-	sum := sha256.Sum256(patched)
-	bin = filepath.Join(base, "kwok-"+hex.EncodeToString(sum[:6]))
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+		h.Write(files[name])
+		h.Write([]byte{0})
+	}
+	bin = filepath.Join(base, "kwok-"+hex.EncodeToString(h.Sum(nil)[:6]))
 	if commandExists(bin) {
-		return bin, info.Dir, nil
+		return bin, info.Dir, true, nil
 	}
 	t := time.Now()
-	r.logf("building kwok %s with the watch patch (about 1.5 minutes with a cold build cache)", version)
+	r.logf("building kwok %s with its patches (about 1.5 minutes with a cold build cache)", version)
 	src := filepath.Join(base, "src")
 	if err := os.RemoveAll(src); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	if err := copyTree(info.Dir, src); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
-	if err := os.WriteFile(filepath.Join(src, kwokWatchPatch.file), patched, 0o644); err != nil {
-		return "", "", err
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(src, name), body, 0o644); err != nil {
+			return "", "", false, err
+		}
 	}
 	if _, err := runEnv(ctx, env, src, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin+".tmp", "./cmd/kwok"); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	if err := os.Rename(bin+".tmp", bin); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	_ = os.RemoveAll(src)
 	r.timing("build-kwok", t)
-	return bin, info.Dir, nil
+	return bin, info.Dir, true, nil
+}
+
+// applyKwokPatches returns the files of kwok's source in modDir that differ from
+// the module's once kwokPatches are applied (by path relative to modDir, with
+// their new contents), kwokExtraFiles included; or, when a patch does not apply,
+// the file it was meant for (missing).
+func applyKwokPatches(modDir string) (files map[string][]byte, missing string, err error) {
+	files = map[string][]byte{}
+	for _, p := range kwokPatches {
+		body, ok := files[p.file]
+		if !ok {
+			if body, err = os.ReadFile(filepath.Join(modDir, p.file)); err != nil {
+				return nil, "", err
+			}
+		}
+		if !bytes.Contains(body, []byte(p.old)) {
+			return nil, p.file, nil
+		}
+		files[p.file] = bytes.Replace(body, []byte(p.old), []byte(p.new), 1)
+	}
+	for name, body := range kwokExtraFiles {
+		files[name] = []byte(body)
+	}
+	return files, "", nil
 }
 
 // copyTree copies the regular files and directories under src to dst, writable
@@ -283,7 +337,11 @@ func kwokConfig(stock []kwokStage, o KwokOptions) ([]byte, error) {
 			return nil, fmt.Errorf("kwok's stage %s is missing", want)
 		}
 	}
-	for _, st := range nodeexecStages(o) {
+	extra := nodeexecStages(o)
+	if o.Exec {
+		extra = append(extra, kwokExecDocs()...)
+	}
+	for _, st := range extra {
 		b, err := yaml.Marshal(st)
 		if err != nil {
 			return nil, err
@@ -341,16 +399,17 @@ func appendMatchExpression(stage map[string]any, expr map[string]any) error {
 }
 
 // nodeexecStages end nodeexec pods that kwok has made Running: Succeeded (exit code
-// 0) after PodCompleteAfter, or Failed (exit code 1) on FailNodes. The two
+// 0) after PodCompleteAfter, or Failed (exit code 1) on FailNodes; not those that
+// wait for an exec or a port-forward (heldPodExprs), which run until deleted. The two
 // selectors exclude each other, and the stock stages match no Running nodeexec pod
 // (pod-complete is changed by kwokConfig), so no two stages compete for a pod.
 // Deleting a pod still works: a terminated pod is removed by the API server at
 // once, a running one by the stock pod-delete stage.
 func nodeexecStages(o KwokOptions) []map[string]any {
-	base := []any{
+	base := append([]any{
 		map[string]any{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
 		map[string]any{"key": ".status.phase", "operator": "In", "values": []any{"Running"}},
-	}
+	}, heldPodExprs(o.Exec)...)
 	stage := func(name string, exprs []any, template string) map[string]any {
 		return map[string]any{
 			"apiVersion": "kwok.x-k8s.io/v1alpha1",

@@ -252,7 +252,8 @@ func TestKwokConfig(t *testing.T) {
 		t.Errorf("matchLabels (-want +got):\n%s", diff)
 	}
 	// no FailNodes: no nodeName expression (NotIn with no values is invalid in kwok)
-	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running"}, exprString(ok)); diff != "" {
+	// resident agents (component=agent) run until deleted
+	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running", `.metadata.labels["app.kubernetes.io/component"] NotIn agent`}, exprString(ok)); diff != "" {
 		t.Errorf("nodeexec-pod-complete selector (-want +got):\n%s", diff)
 	}
 	if ok.Spec.Delay.DurationMilliseconds != 2500 {
@@ -285,14 +286,14 @@ func TestKwokConfig(t *testing.T) {
 		}
 	}
 	ok = stageByName(stages, "nodeexec-pod-complete")
-	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running", ".spec.nodeName NotIn kwok-node-2,kwok-node-7"}, exprString(ok)); diff != "" {
+	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running", `.metadata.labels["app.kubernetes.io/component"] NotIn agent`, ".spec.nodeName NotIn kwok-node-2,kwok-node-7"}, exprString(ok)); diff != "" {
 		t.Errorf("nodeexec-pod-complete selector (-want +got):\n%s", diff)
 	}
 	fail := stageByName(stages, "nodeexec-pod-fail")
 	if fail == nil {
 		t.Fatal("no nodeexec-pod-fail stage")
 	}
-	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running", ".spec.nodeName In kwok-node-2,kwok-node-7"}, exprString(fail)); diff != "" {
+	if diff := cmp.Diff([]string{".metadata.deletionTimestamp DoesNotExist ", ".status.phase In Running", `.metadata.labels["app.kubernetes.io/component"] NotIn agent`, ".spec.nodeName In kwok-node-2,kwok-node-7"}, exprString(fail)); diff != "" {
 		t.Errorf("nodeexec-pod-fail selector (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(fail.Spec.Next.StatusTemplate, "phase: Failed") || !strings.Contains(fail.Spec.Next.StatusTemplate, "exitCode: 1") {

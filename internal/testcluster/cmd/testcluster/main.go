@@ -11,8 +11,11 @@
 //	testcluster registry           print the test registry's addresses, CA and credentials
 //	                               (shell variables; `eval` them to use DOCKER_CONFIG)
 //	testcluster kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--pod-start-delay D] [--kwok-version V]
+//	                   [--exec [--agent-binary bin/nodeexec]]
 //	                               start (or reuse) kwok and N simulated nodes kwok-node-1..N
-//	                               (label type=kwok), wait until all are Ready
+//	                               (label type=kwok), wait until all are Ready; with --exec the
+//	                               nodes answer exec, attach, logs and port-forward (commands run
+//	                               in kwok's sandbox, the agent binary at /usr/local/bin/nodeexec)
 //	testcluster kwok down          delete the simulated nodes (and pods bound to them), stop kwok
 //
 // Fault injection (only processes the cluster started, by recorded PID; see
@@ -59,7 +62,7 @@ func main() {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, `usage: testcluster [flags] up [--nodes N] | build | down | add-node | remove-node NAME | import-image TAR | kubeconfig | registry
-       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--pod-start-delay D] | kwok down
+       testcluster [flags] kwok up N [--heartbeat] [--fail-nodes a,b] [--pod-complete-after D] [--pod-start-delay D] [--exec [--agent-binary PATH]] | kwok down
 `+faultUsage)
 }
 
@@ -83,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&ko.PodCompleteAfter, "pod-complete-after", 0, "kwok up: how long a nodeexec pod runs on a simulated node (default 1s)")
 	fs.DurationVar(&ko.PodStartDelay, "pod-start-delay", 0, "kwok up: each of kwok's two pod start stages waits between D and 2D (default: kwok's 1-5 s)")
 	fs.StringVar(&ko.Version, "kwok-version", "", "kwok up: kwok version (default "+testcluster.DefaultKwokVersion+")")
+	fs.BoolVar(&ko.Exec, "exec", false, "kwok up: simulated nodes answer exec, attach, logs and port-forward (commands run in kwok's sandbox)")
+	fs.StringVar(&ko.AgentBinary, "agent-binary", "bin/nodeexec", "kwok up --exec: the static nodeexec binary put at /usr/local/bin/nodeexec in kwok's sandbox (make build)")
 	// flags may come before and after the command and its arguments
 	// (testcluster up --nodes 1, testcluster kwok up 1000 --heartbeat)
 	var pos []string

@@ -49,6 +49,14 @@ const (
 	scaleRealEnv = "NODEEXEC_BENCH_SCALE_REAL"
 	// scaleOutEnv is where the JSON goes.
 	scaleOutEnv = "NODEEXEC_BENCH_SCALE_OUT"
+	// scaleRaisedQPSEnv is nodeexec's --qps with the raised concurrency
+	// (default 300, --burst twice that): at the default 50 requests/s a
+	// run of 3 requests per node is bound to 17 nodes/s whatever C is.
+	scaleRaisedQPSEnv = "NODEEXEC_BENCH_SCALE_RAISED_QPS"
+	// scaleBudgetEnv bounds the measurements (a duration, default 22m):
+	// no run starts after it, so the cleanup still fits the cluster slot;
+	// the runs left out are listed in the JSON.
+	scaleBudgetEnv = "NODEEXEC_BENCH_SCALE_BUDGET"
 )
 
 // scaleRun is one timed run of one tool over a whole fleet.
@@ -58,6 +66,7 @@ type scaleRun struct {
 	Output      string `json:"output"`
 	Nodes       int    `json:"nodes"`
 	Concurrency int    `json:"concurrency"`
+	QPS         int    `json:"client_qps,omitempty"` // nodeexec's --qps (0: its default)
 	Command     string `json:"command"`
 	ExitCode    int    `json:"exit_code"`
 	// Seconds from the process start: to its exit, and to the first and the
@@ -141,34 +150,75 @@ func BenchmarkFanoutScale(b *testing.B) {
 		"first_last_output":   "seconds from the process start to the first and the last line of a node's output on stdout, timestamped as read",
 		"machine":             "2 cores shared by the whole test cluster (API server, etcd, kwok) and the client",
 	}
+	budget := 22 * time.Minute
+	if v := os.Getenv(scaleBudgetEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("%s=%q: give a duration such as 20m", scaleBudgetEnv, v)
+		}
+		budget = d
+	}
+	raisedQPS := intList(b, scaleRaisedQPSEnv, "300")[0]
+	res["raised_client_qps_burst"] = fmt.Sprintf("%d/%d", raisedQPS, 2*raisedQPS)
+	t0 := time.Now()
 	var runs []scaleRun
+	var skipped []string
+	pairs := 0
+	fleet := newScaleFleet(ctx, b, fast, real)
 	for _, n := range sizes {
-		selector, agentsNS, cleanup := scaleFleet(ctx, b, fast, n, real, slicesContain(paths, "resident"))
+		if time.Since(t0) > budget {
+			skipped = append(skipped, fmt.Sprintf("%d nodes: all runs (budget %s spent)", n, budget))
+			continue
+		}
+		selector, agentsNS := fleet.grow(ctx, b, n, slicesContain(paths, "resident"))
 		peer := n <= peerMax
-		for _, c := range []int{nodeexec.DefaultMaxConcurrency, raised} {
+		if !peer {
+			res[fmt.Sprintf("peer_not_run_at_%d", n)] = fmt.Sprintf("the kubectl peers run up to %s=%d nodes: at %d the pods peer alone starts %d kubectl processes on the 2 cores the cluster shares; nodeexec runs only at the raised concurrency there", scalePeerNodesEnv, peerMax, n, n)
+		}
+		var specs []scaleSpec
+		concurrencies := []int{nodeexec.DefaultMaxConcurrency, raised}
+		ndjsonC, ndjsonQPS := nodeexec.DefaultMaxConcurrency, 0
+		if !peer {
+			// Beyond the peers' sizes only the raised concurrency: at the
+			// default QPS a 5,000-node run takes 5 minutes of the slot.
+			concurrencies, ndjsonC, ndjsonQPS = []int{raised}, raised, raisedQPS
+			if slicesContain(paths, "pods") {
+				specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
+			}
+		}
+		for _, c := range concurrencies {
+			qps := 0
+			if c != nodeexec.DefaultMaxConcurrency {
+				qps = raisedQPS
+			}
 			for _, path := range paths {
-				// Alternate who goes first.
+				// Who goes first alternates from pair to pair.
 				order := []bool{true, false}
-				if len(runs)%2 == 1 {
+				if pairs++; pairs%2 == 0 {
 					order = []bool{false, true}
 				}
 				for _, ours := range order {
 					if !ours && !peer {
 						continue
 					}
-					r := scaleOnce(ctx, b, fast, dir, scaleSpec{ours: ours, path: path, nodes: n, concurrency: c, selector: selector, agentsNS: agentsNS, output: "text"})
-					runs = append(runs, r)
+					specs = append(specs, scaleSpec{ours: ours, path: path, nodes: n, concurrency: c, qps: qps, selector: selector, agentsNS: agentsNS, output: "text"})
 				}
 			}
 		}
-		if slicesContain(paths, "pods") {
-			runs = append(runs, scaleOnce(ctx, b, fast, dir, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: nodeexec.DefaultMaxConcurrency, selector: selector, output: "ndjson"}))
+		if peer && slicesContain(paths, "pods") {
+			specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
 		}
-		if !peer {
-			b.Logf("%d nodes: the kubectl peers not run (more than %s=%d)", n, scalePeerNodesEnv, peerMax)
+		for _, sp := range specs {
+			if time.Since(t0) > budget {
+				skipped = append(skipped, fmt.Sprintf("%d nodes: %s %s -o %s C=%d (budget %s spent)", n, map[bool]string{true: "nodeexec", false: "kubectl_xargs"}[sp.ours], sp.path, sp.output, sp.concurrency, budget))
+				continue
+			}
+			runs = append(runs, scaleOnce(ctx, b, fast, dir, sp))
 		}
-		cleanup()
 	}
+	fleet.cleanup()
+	res["skipped"] = skipped
+	res["measure_s"] = round(time.Since(t0).Seconds())
 	b.StopTimer()
 	res["runs"] = runs
 	res["growth"] = scaleGrowth(runs)
@@ -190,62 +240,86 @@ type scaleSpec struct {
 	output      string // text or ndjson (nodeexec only)
 	nodes       int
 	concurrency int
+	qps         int // nodeexec's --qps; 0: its default
 	selector    string
 	agentsNS    string
 }
 
-// scaleFleet makes n SIMULATED nodes that answer exec and port-forward (or
-// takes the real nodes), installs the resident agents on them when asked,
-// and returns the label selector of the fleet, the agents' namespace and a
-// cleanup that removes all of it.
-func scaleFleet(ctx context.Context, b *testing.B, cs kubernetes.Interface, n int, real, agents bool) (selector, agentsNS string, cleanup func()) {
+// scaleFleet is the benchmark's fleet: SIMULATED nodes that answer exec
+// and port-forward (kwok), grown from one size to the next, and the
+// resident agents on them; or the real nodes.
+type scaleFleet struct {
+	b        *testing.B
+	cs       kubernetes.Interface
+	real     bool
+	k        *testcluster.Kwok
+	agentsNS string
+	once     sync.Once
+}
+
+func newScaleFleet(ctx context.Context, b *testing.B, cs kubernetes.Interface, real bool) *scaleFleet {
 	b.Helper()
-	var k *testcluster.Kwok
-	selector = "type=kwok"
-	if real {
-		selector = "type!=kwok"
-	} else {
-		var err error
-		k, err = env.cluster.StartKwok(ctx, scaleKwokOptions())
+	f := &scaleFleet{b: b, cs: cs, real: real}
+	b.Cleanup(f.cleanup)
+	if !real {
+		k, err := env.cluster.StartKwok(ctx, scaleKwokOptions())
 		if err != nil {
 			b.Fatal(err)
 		}
+		f.k = k
+	}
+	return f
+}
+
+// grow makes the fleet n nodes (kwok-node-1..n), with the agents on all
+// of them when agents, and returns its label selector and the agents'
+// namespace.
+func (f *scaleFleet) grow(ctx context.Context, b *testing.B, n int, agents bool) (selector, agentsNS string) {
+	b.Helper()
+	selector = "type=kwok"
+	if f.real {
+		selector = "type!=kwok"
+	} else {
 		t0 := time.Now()
-		if _, err := k.CreateNodes(ctx, n, nil); err != nil {
+		if _, err := f.k.CreateNodes(ctx, n, nil); err != nil {
 			b.Fatal(err)
 		}
 		b.Logf("%d SIMULATED nodes Ready %s after the first create", n, time.Since(t0).Round(time.Second))
 	}
-	var once sync.Once
-	cleanup = func() {
-		once.Do(func() {
-			ctx := context.WithoutCancel(ctx)
-			if agentsNS != "" {
-				if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", agentsNS); code != 0 {
-					b.Errorf("agent uninstall: exit %d\n%s", code, stderr)
-				}
-			}
-			deleteDebuggerPods(ctx, b, cs)
-			if k != nil {
-				if err := k.DeleteNodes(ctx); err != nil {
-					b.Errorf("deleting the simulated nodes: %v", err)
-				}
-				if err := k.Stop(ctx); err != nil {
-					b.Errorf("stopping kwok: %v", err)
-				}
-			}
-		})
-	}
-	b.Cleanup(cleanup)
 	if agents {
-		agentsNS = "nodeexec-bench-scale-" + randomSuffix()
+		if f.agentsNS == "" {
+			f.agentsNS = "nodeexec-bench-scale-" + randomSuffix()
+		}
 		t0 := time.Now()
-		if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", agentsNS, "--agent-image", agentImage(), "--timeout", "15m"); code != 0 {
+		// install again on a grown fleet: it waits until every node's agent is available.
+		if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", f.agentsNS, "--agent-image", agentImage(), "--timeout", "15m"); code != 0 {
 			b.Fatalf("agent install: exit %d\n%s", code, stderr)
 		}
-		b.Logf("%d nodes: agents installed in %s", n, time.Since(t0).Round(time.Second))
+		b.Logf("%d nodes: agents available %s after install", n, time.Since(t0).Round(time.Second))
 	}
-	return selector, agentsNS, cleanup
+	return selector, f.agentsNS
+}
+
+// cleanup uninstalls the agents, deletes kubectl's pods and the simulated
+// nodes and stops kwok.
+func (f *scaleFleet) cleanup() {
+	f.once.Do(func() {
+		b, ctx := f.b, context.Background()
+		if f.agentsNS != "" {
+			if _, stderr, code := cli(ctx, "", "agent", "uninstall", "--namespace", f.agentsNS, "--timeout", "10m"); code != 0 {
+				b.Errorf("agent uninstall: exit %d\n%s", code, stderr)
+			}
+		}
+		deleteDebuggerPods(ctx, b, f.cs)
+		if f.k != nil {
+			if err := f.k.DeleteNodes(ctx); err != nil {
+				b.Errorf("deleting the simulated nodes: %v", err)
+			}
+			if err := f.k.Stop(ctx); err != nil {
+				b.Errorf("stopping kwok: %v", err)
+			}
+		}
+	})
 }
 
 // scaleOnce makes one run under a new audited user and measures it.
@@ -265,11 +339,17 @@ func scaleOnce(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir s
 		b.Logf("the API server was restarted for the audit policy's %s rule", testcluster.AuditAllGroup)
 	}
 	r := scaleRun{Tool: tool, Path: s.path, Output: s.output, Nodes: s.nodes, Concurrency: s.concurrency}
+	if s.ours {
+		r.QPS = s.qps
+	}
 	var cmd *exec.Cmd
 	if s.ours {
 		args := []string{"--kubeconfig", kc, "run", "-l", s.selector, "--max-concurrency", strconv.Itoa(s.concurrency), "--agent-image", agentImage()}
 		if s.path == "resident" {
 			args = append(args, "--use-resident", "--resident-namespace", s.agentsNS)
+		}
+		if s.qps > 0 {
+			args = append(args, "--qps", strconv.Itoa(s.qps), "--burst", strconv.Itoa(2*s.qps))
 		}
 		if s.output != "text" {
 			args = append(args, "-o", s.output)
@@ -600,7 +680,7 @@ func scaleGrowth(runs []scaleRun) []map[string]any {
 	groups := map[string][]scaleRun{}
 	var keys []string
 	for _, r := range runs {
-		k := fmt.Sprintf("%s %s -o %s C=%d", r.Tool, r.Path, r.Output, r.Concurrency)
+		k := fmt.Sprintf("%s %s -o %s C=%d qps=%d", r.Tool, r.Path, r.Output, r.Concurrency, r.QPS)
 		if groups[k] == nil {
 			keys = append(keys, k)
 		}
@@ -666,7 +746,7 @@ func scaleTargets(runs []scaleRun) []map[string]any {
 			ratio := round(r.WallS / p.WallS)
 			t["wall_vs_peer"] = map[string]any{"nodeexec_s": r.WallS, "peer_s": p.WallS, "ratio": ratio, "target": 0.3, "met": ratio <= 0.3}
 		}
-		if r.Nodes >= 5000 && r.Path == "pods" && r.Concurrency == nodeexec.DefaultMaxConcurrency {
+		if r.Nodes >= 5000 && r.Path == "pods" {
 			limit := 150.0
 			if r.Output == "ndjson" {
 				limit = 64
@@ -737,5 +817,7 @@ func round3Sec(s float64) float64 { return float64(int64(s*1000+0.5)) / 1000 }
 // scaleKwokOptions are kwok's options for the benchmark's nodes: exec and
 // port-forward answered.
 func scaleKwokOptions() testcluster.KwokOptions {
-	return testcluster.KwokOptions{}
+	// Heartbeat: without node Leases the node lifecycle controller marks
+	// every pod of a simulated node NotReady (the agents too) 50 s in.
+	return testcluster.KwokOptions{Exec: true, AgentBinary: env.cli, Heartbeat: true}
 }

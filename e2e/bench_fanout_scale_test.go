@@ -322,6 +322,9 @@ func (f *scaleFleet) cleanup() {
 	})
 }
 
+// scaleRunTimeout bounds one run.
+const scaleRunTimeout = 8 * time.Minute
+
 // scaleOnce makes one run under a new audited user and measures it.
 func scaleOnce(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir string, s scaleSpec) scaleRun {
 	b.Helper()
@@ -381,8 +384,20 @@ func scaleOnce(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir s
 		cmd = exec.Command("sh", "-c", line)
 		r.Command = strings.ReplaceAll(line, " --kubeconfig "+kc, "")
 	}
+	// A run that hangs is killed with its whole process group (the peer's
+	// sh, xargs and kubectls) after runTimeout, and says so.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	apf0 := apfRejected(ctx, b)
+	timer := time.AfterFunc(scaleRunTimeout, func() {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
 	measureProcess(b, cmd, &r)
+	if !timer.Stop() {
+		r.Stderr = fmt.Sprintf("killed after %s\n%s", scaleRunTimeout, r.Stderr)
+		b.Errorf("%s: killed after %s", r.Command, scaleRunTimeout)
+	}
 	r.APFRejected = apfRejected(ctx, b) - apf0
 	if !s.ours && s.path == "pods" {
 		deleteDebuggerPods(ctx, b, cs) // kubectl leaves its pods behind; outside the timing
@@ -443,11 +458,13 @@ func measureProcess(b *testing.B, cmd *exec.Cmd, r *scaleRun) {
 	}
 	err = cmd.Wait()
 	wall := time.Since(start)
+	// The peer's kubectls may outlive sh when it is killed: the group goes.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	stopSampling()
 	r.WallS, r.FirstOutputS, r.LastOutputS = round3(wall), round3(first), round3(last)
 	r.NodesWithOutput = len(nodes)
 	r.ExitCode = cmd.ProcessState.ExitCode()
-	if err != nil && r.ExitCode < 0 {
+	if _, exited := err.(*exec.ExitError); err != nil && !exited {
 		b.Fatalf("%s: %v", r.Command, err)
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {

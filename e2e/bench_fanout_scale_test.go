@@ -404,6 +404,9 @@ func scaleOnce(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir s
 	}
 	r.Requests, r.RequestsByCall, r.Status429 = auditUserRequests(b, user)
 	r.RequestsPerNode = round(float64(r.Requests) / float64(s.nodes))
+	if r.Requests == 0 {
+		b.Errorf("%s: the audit log has no request of user %s: is its policy the current one (testcluster.AuditAllGroup)?", r.Command, user)
+	}
 	b.Logf("%s %s -o %s, %d nodes, C=%d: wall %.1fs, first/last output %.2f/%.1fs, %d lines (%d nodes named), exit %d, RSS %.1f MiB, CPU %.1fs, %d requests (%.2f/node), 429s %d, APF rejections %d",
 		tool, s.path, s.output, s.nodes, s.concurrency, r.WallS, r.FirstOutputS, r.LastOutputS, r.OutputLines, r.NodesWithOutput, r.ExitCode, r.MaxRSSMiB, r.CPUS, r.Requests, r.RequestsPerNode, r.Status429, r.APFRejected)
 	if s.ours && r.NodesWithOutput != s.nodes {

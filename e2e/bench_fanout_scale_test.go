@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,9 +101,13 @@ type scaleRun struct {
 	// Status429 are the run's requests answered 429 (audit log);
 	// APFRejected the delta of apiserver_flowcontrol_rejected_requests_total
 	// over the run (every client).
-	Status429   int    `json:"status_429"`
-	APFRejected int    `json:"apf_rejected_all_clients"`
-	Stderr      string `json:"stderr_tail,omitempty"`
+	Status429 int `json:"status_429"`
+	// PhaseMedianS: the median seconds of each step of a node's pod or
+	// stream, from the audit log's timestamps (phaseMedians): where a
+	// node's time goes.
+	PhaseMedianS map[string]float64 `json:"phase_median_s,omitempty"`
+	APFRejected  int                `json:"apf_rejected_all_clients"`
+	Stderr       string             `json:"stderr_tail,omitempty"`
 }
 
 // BenchmarkFanoutScale runs `nodeexec run -l type=kwok -- echo ready` over
@@ -409,7 +414,8 @@ func scaleOnce(ctx context.Context, b *testing.B, cs kubernetes.Interface, dir s
 	if !s.ours && s.path == "pods" {
 		deleteDebuggerPods(ctx, b, cs) // kubectl leaves its pods behind; outside the timing
 	}
-	r.Requests, r.RequestsByCall, r.Status429 = auditUserRequests(b, user)
+	ac := auditUserRequests(b, user)
+	r.Requests, r.RequestsByCall, r.Status429, r.PhaseMedianS = ac.requests, ac.byCall, ac.status429, ac.phases
 	r.RequestsPerNode = round(float64(r.Requests) / float64(s.nodes))
 	if r.Requests == 0 {
 		b.Errorf("%s: the audit log has no request of user %s: is its policy the current one (testcluster.AuditAllGroup)?", r.Command, user)
@@ -616,15 +622,26 @@ func (t *tailBuffer) String() string {
 	return string(t.buf)
 }
 
-// auditUserRequests counts user's requests in the audit log (and its
-// rotated file), by call, and those answered 429. It waits until the count
-// holds still for a second: the API server logs a request when it ends.
-func auditUserRequests(b *testing.B, user string) (n int, byCall map[string]int, status429 int) {
+// userAudit is what the audit log says of one run's user.
+type userAudit struct {
+	requests  int
+	byCall    map[string]int
+	status429 int
+	// phases: the median seconds, over the run's pods, of each step of a
+	// pod's life as the API server saw it (phaseMedians).
+	phases map[string]float64
+}
+
+// auditUserRequests counts every request of user in kube-apiserver's audit
+// log (the current file and its backup), reading again until the count
+// holds for a second (the log is written asynchronously; at most 30 s).
+func auditUserRequests(b *testing.B, user string) userAudit {
 	b.Helper()
 	needle := []byte(`"username":"` + user + `"`)
-	count := func() (int, map[string]int, int) {
+	count := func() userAudit {
 		files, _ := filepath.Glob(filepath.Join(filepath.Dir(env.cluster.AuditLog()), "audit*.log"))
-		total, calls, c429 := 0, map[string]int{}, 0
+		c := userAudit{byCall: map[string]int{}}
+		pods := map[string]*podSteps{}
 		for _, f := range files {
 			fh, err := os.Open(f)
 			if err != nil {
@@ -639,12 +656,14 @@ func auditUserRequests(b *testing.B, user string) (n int, byCall map[string]int,
 				var e struct {
 					Verb      string `json:"verb"`
 					ObjectRef struct {
-						Resource, Subresource string
+						Resource, Subresource, Name string
 					} `json:"objectRef"`
 					ResponseStatus struct {
 						Code int `json:"code"`
 					} `json:"responseStatus"`
-					RequestURI string `json:"requestURI"`
+					RequestURI string    `json:"requestURI"`
+					Received   time.Time `json:"requestReceivedTimestamp"`
+					Done       time.Time `json:"stageTimestamp"`
 				}
 				if json.Unmarshal(sc.Bytes(), &e) != nil {
 					continue
@@ -659,26 +678,81 @@ func auditUserRequests(b *testing.B, user string) (n int, byCall map[string]int,
 						res = "(discovery)"
 					}
 				}
-				calls[e.Verb+" "+res]++
-				total++
+				c.byCall[e.Verb+" "+res]++
+				c.requests++
 				if e.ResponseStatus.Code == 429 {
-					c429++
+					c.status429++
+				}
+				if e.ObjectRef.Resource == "pods" && e.ObjectRef.Name != "" {
+					ps := pods[e.ObjectRef.Name]
+					if ps == nil {
+						ps = &podSteps{}
+						pods[e.ObjectRef.Name] = ps
+					}
+					ps.add(e.Verb, e.ObjectRef.Subresource, e.Received, e.Done)
 				}
 			}
 			fh.Close()
 		}
-		return total, calls, c429
+		c.phases = phaseMedians(pods)
+		return c
 	}
 	prev := -1
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		n, byCall, status429 = count()
-		if n == prev || time.Now().After(deadline) {
-			return n, byCall, status429
+		c := count()
+		if c.requests == prev || time.Now().After(deadline) {
+			return c
 		}
-		prev = n
+		prev = c.requests
 		time.Sleep(time.Second)
 	}
+}
+
+// podSteps are the times the API server saw one pod's steps: its create
+// (received), the first exec, attach or port-forward into it (received, and
+// the end of its stream), its delete (received).
+type podSteps struct {
+	created, streamStart, streamEnd, deleted time.Time
+}
+
+func (p *podSteps) add(verb, sub string, received, done time.Time) {
+	switch {
+	case verb == "create" && sub == "":
+		p.created = received
+	case sub == "exec" || sub == "attach" || sub == "portforward":
+		if p.streamStart.IsZero() || received.Before(p.streamStart) {
+			p.streamStart, p.streamEnd = received, done
+		}
+	case verb == "delete" && sub == "":
+		p.deleted = received
+	}
+}
+
+// phaseMedians: over the pods with each pair of steps, the median seconds
+// from the create to the first stream (the pod starting, and the client
+// seeing it Running), of the stream (the command, and the stream's set-up
+// through the API server and the node), and from the stream's end to the
+// delete. A run on agents (no create) has only the stream.
+func phaseMedians(pods map[string]*podSteps) map[string]float64 {
+	spans := map[string][]float64{}
+	for _, p := range pods {
+		if !p.created.IsZero() && !p.streamStart.IsZero() {
+			spans["create_to_stream_s"] = append(spans["create_to_stream_s"], p.streamStart.Sub(p.created).Seconds())
+		}
+		if !p.streamStart.IsZero() && !p.streamEnd.IsZero() {
+			spans["stream_s"] = append(spans["stream_s"], p.streamEnd.Sub(p.streamStart).Seconds())
+		}
+		if !p.streamEnd.IsZero() && !p.deleted.IsZero() {
+			spans["stream_end_to_delete_s"] = append(spans["stream_end_to_delete_s"], p.deleted.Sub(p.streamEnd).Seconds())
+		}
+	}
+	out := map[string]float64{}
+	for k, v := range spans {
+		sort.Float64s(v)
+		out[k] = math.Round(v[len(v)/2]*1000) / 1000
+	}
+	return out
 }
 
 // apfRejected sums apiserver_flowcontrol_rejected_requests_total.

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -750,7 +749,7 @@ func phaseMedians(pods map[string]*podSteps) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range spans {
 		sort.Float64s(v)
-		out[k] = math.Round(v[len(v)/2]*1000) / 1000
+		out[k] = round3Sec(v[len(v)/2])
 	}
 	return out
 }

@@ -904,6 +904,15 @@ func scaleTargets(runs []scaleRun) []map[string]any {
 			continue
 		}
 		t := map[string]any{"run": fmt.Sprintf("%s -o %s, %d nodes, C=%d", r.Path, r.Output, r.Nodes, r.Concurrency)}
+		if r.NodesWithOutput != r.Nodes {
+			// killed, or failed: its figures are of part of the fleet
+			t["incomplete"] = fmt.Sprintf("%d of %d nodes' output", r.NodesWithOutput, r.Nodes)
+			if r.Nodes >= 5000 && r.Path == "pods" {
+				t["rss_mib_so_far"] = r.MaxRSSMiB
+			}
+			out = append(out, t)
+			continue
+		}
 		limit := 3.0
 		if r.Path == "resident" {
 			limit = 2

@@ -407,9 +407,23 @@ func (r *Runner) lineWriter(node string, w io.Writer, shared *lockedWriter, sing
 	return p
 }
 
+// trimNode drops what a run never reads of a node and can be large (see
+// Resolve).
+func trimNode(n *corev1.Node) {
+	n.ManagedFields = nil
+	n.Status.Images = nil
+	n.Status.VolumesInUse = nil
+	n.Status.VolumesAttached = nil
+}
+
 // Resolve returns the nodes targets select, in the order given (names) or by
 // name (selector, all). It lists nodes page by page (RBAC: list nodes) and
 // fails with ErrNodeNotFound naming every missing node, or ErrNoNodes.
+//
+// The nodes come without their managedFields, status.images,
+// status.volumesInUse and status.volumesAttached (nothing nodeexec reads):
+// a kubelet reports up to 50 images per node, and a run holds its nodes from
+// start to end, at 5,000 nodes tens of MiB.
 func (r *Runner) Resolve(ctx context.Context, targets Targets) ([]*corev1.Node, error) {
 	if err := targets.Validate(); err != nil {
 		return nil, err
@@ -432,6 +446,7 @@ func (r *Runner) Resolve(ctx context.Context, targets Targets) ([]*corev1.Node, 
 		}
 		for i := range list.Items {
 			n := &list.Items[i]
+			trimNode(n)
 			if len(want) > 0 {
 				if want[n.Name] {
 					found[n.Name] = n

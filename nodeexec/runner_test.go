@@ -948,3 +948,28 @@ func TestRunCancelStartsNoMoreNodes(t *testing.T) {
 		t.Errorf("%d skipped, want 4", skipped)
 	}
 }
+
+// TestResolveTrimsNodes: the nodes Resolve returns carry no managedFields,
+// images or volumes (what a run never reads), and keep their labels,
+// taints, conditions and node info.
+func TestResolveTrimsNodes(t *testing.T) {
+	n := node("n1", true, map[string]string{"zone": "a"})
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
+	n.Status.NodeInfo.Architecture = "arm64"
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
+	n.Status.VolumesInUse = []corev1.UniqueVolumeName{"v"}
+	n.Status.VolumesAttached = []corev1.AttachedVolume{{Name: "v", DevicePath: "/dev/x"}}
+	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(n), Backend: &fakeBackend{}})
+	nodes, err := r.Resolve(t.Context(), nodeexec.Targets{All: true})
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("Resolve: %v, %d nodes", err, len(nodes))
+	}
+	got := nodes[0]
+	if got.ManagedFields != nil || got.Status.Images != nil || got.Status.VolumesInUse != nil || got.Status.VolumesAttached != nil {
+		t.Errorf("node not trimmed: managedFields %v, images %v, volumes %v %v", got.ManagedFields, got.Status.Images, got.Status.VolumesInUse, got.Status.VolumesAttached)
+	}
+	if got.Labels["zone"] != "a" || len(got.Spec.Taints) != 1 || len(got.Status.Conditions) == 0 || got.Status.NodeInfo.Architecture != "arm64" {
+		t.Errorf("node lost what a run reads: %+v", got)
+	}
+}

@@ -108,6 +108,7 @@ func newApp(streams Streams) *ucli.App {
 	if strings.HasPrefix(name, "kubectl-") {
 		name = "kubectl " + strings.TrimPrefix(name, "kubectl-")
 	}
+	prof := &profiler{}
 	app := &ucli.App{
 		Name:      name,
 		Usage:     "run commands and scripts on Kubernetes nodes",
@@ -118,7 +119,9 @@ func newApp(streams Streams) *ucli.App {
 		ExitErrHandler:       func(*ucli.Context, error) {},
 		EnableBashCompletion: true,
 		HideVersion:          true, // --version is versionFlag: urfave's own would take -v, our verbosity
-		Flags:                append(clientFlags(), versionFlag()),
+		Flags:                append(append(clientFlags(), profilingFlags()...), versionFlag()),
+		Before:               prof.start,
+		After:                prof.stop,
 		Action:               rootAction(streams),
 		Commands: []*ucli.Command{runCommand(streams), shellCommand(streams), gcCommand(streams),
 			applyCommand(streams), statusCommand(streams), windowsCommand(streams), promoteCommand(streams), pauseCommand(streams, true), pauseCommand(streams, false),

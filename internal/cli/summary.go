@@ -59,7 +59,7 @@ func printRunSummary(w io.Writer, results []nodeexec.NodeResult) {
 		printSummary(w, ran)
 		fmt.Fprintln(w)
 	default:
-		fmt.Fprintf(w, "FAILED: %d of %d nodes, by error (NODE stands for each node's name)\n", len(ran), len(results))
+		fmt.Fprintf(w, "FAILED: %d of %d nodes, by error (NODE and POD stand for each node's name and its pod's)\n", len(ran), len(results))
 		printErrorGroups(w, ran)
 		fmt.Fprintln(w)
 	}
@@ -70,8 +70,8 @@ func printRunSummary(w io.Writer, results []nodeexec.NodeResult) {
 	printGroups(w, results)
 }
 
-// printErrorGroups lists failures grouped by their error, the node's name
-// replaced by NODE, largest group first.
+// printErrorGroups lists failures grouped by their error (genericError),
+// largest group first.
 func printErrorGroups(w io.Writer, failed []nodeexec.NodeResult) {
 	type group struct {
 		msg   string
@@ -81,7 +81,7 @@ func printErrorGroups(w io.Writer, failed []nodeexec.NodeResult) {
 	byKey := map[string]*group{}
 	var order []*group
 	for _, r := range failed {
-		msg := strings.ReplaceAll(r.Err.Error(), r.Node, "NODE")
+		msg := genericError(r)
 		k := strconv.Itoa(r.ExitCode) + "\x00" + msg
 		g := byKey[k]
 		if g == nil {
@@ -106,6 +106,17 @@ func printErrorGroups(w io.Writer, failed []nodeexec.NodeResult) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", len(g.nodes), exitText(g.exit), g.msg, compactNodes(g.nodes, summaryNodeItems))
 	}
 	_ = tw.Flush()
+}
+
+// genericError is r's error with the pod's name replaced by POD and then the
+// node's by NODE (a pod's name holds its node's), so that one failure on
+// many nodes is one group.
+func genericError(r nodeexec.NodeResult) string {
+	msg := r.Err.Error()
+	if r.Pod != "" {
+		msg = strings.ReplaceAll(msg, r.Pod, "POD")
+	}
+	return strings.ReplaceAll(msg, r.Node, "NODE")
 }
 
 // skipReason is the reason of the first skipped node (they share it: the

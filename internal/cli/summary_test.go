@@ -203,3 +203,22 @@ func TestScaleFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRunSummaryErrorsNamePods: an error that names each node's pod (whose
+// name holds the node's) is one group, with POD for the pod's name.
+func TestRunSummaryErrorsNamePods(t *testing.T) {
+	results := scaleResults(100, nil, nil)
+	for i := range 30 {
+		r := &results[i]
+		r.Pod = "nodeexec-" + r.Node + fmt.Sprintf("-x%03d", i)
+		r.ExitCode = -1
+		r.Err = fmt.Errorf("exec in pod default/%s on node %q: outcome unknown: pod default/%s no longer holds the command's output", r.Pod, r.Node, r.Pod)
+	}
+	var b bytes.Buffer
+	printRunSummary(&b, results)
+	got := b.String()
+	want := `30     -     exec in pod default/POD on node "NODE": outcome unknown: pod default/POD no longer holds the command's output  kwok-node-[1-30]`
+	if !strings.Contains(got, want) {
+		t.Errorf("summary lacks %q:\n%s", want, got)
+	}
+}

@@ -112,6 +112,16 @@ bench-fanout: build ## run --all on every real node vs run on one (the default p
 	NODEEXEC_BENCH_FANOUT_OUT=$(CURDIR)/bench/fanout.json $(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkFanout' -benchtime $(BENCHTIME) -timeout 30m ./e2e/
 	@cat bench/fanout.json
 
+# BENCH_SCALE_NODES: the fleet sizes of bench-fanout-scale (SIMULATED nodes);
+# BENCH_SCALE_PEER_NODES: the largest the kubectl peers run on (one kubectl per node).
+BENCH_SCALE_NODES ?= 100,1000,5000
+BENCH_SCALE_PEER_NODES ?= 1000
+.PHONY: bench-fanout-scale
+bench-fanout-scale: build ## run -l type=kwok at $(BENCH_SCALE_NODES) SIMULATED nodes (pods and resident path, default and raised --max-concurrency) vs xargs kubectl debug/exec, same run; JSON in bench/fanout-scale.json
+	@mkdir -p bench
+	NODEEXEC_BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) NODEEXEC_BENCH_SCALE_PEER_NODES=$(BENCH_SCALE_PEER_NODES) NODEEXEC_BENCH_SCALE_OUT=$(CURDIR)/bench/fanout-scale.json $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkFanoutScale$$' -benchtime 1x -timeout 120m -v ./e2e/
+	@cat bench/fanout-scale.json
+
 bench-stream: build ## 300 MB of long-line and short-line output: nodeexec run (prefixed, --no-prefix) vs kubectl exec, same run; JSON in bench/stream.json
 	@$(TESTCLUSTER) up --nodes $(NODES) >/dev/null
 	@mkdir -p bench

@@ -70,6 +70,11 @@ const (
 //     with no exit code. nodeexecExitCode (kwokExtraFiles) turns it into one;
 //   - a command's stdin is closed when the client's ends (stock kwok never
 //     closes it: `cat` would wait forever);
+//   - an attach runs the container's command (command and args, as in the
+//     pod's spec) the way exec runs a command, as if the client had attached
+//     to its main process from its start: `kubectl debug node/N -i -- CMD`
+//     (which creates a pod and attaches to it) gets CMD's output and stdin.
+//     A container without a command gets kwok's stock attach (its logs file);
 //   - the command gets the pod's container's literal env values and
 //     KwokEnvNodeName, KwokEnvPodName and KwokEnvPodNamespace: they come from
 //     kwok's pod cache, which stock kwok keeps only when it serves metrics
@@ -96,6 +101,11 @@ var kwokExecPatches = []kwokPatch{
 		new:  "\terr = utilsexec.Exec(ctx, cmd[0], cmd[1:]...)\n\tif err != nil {\n\t\treturn nodeexecExitCode(err)\n\t}\n",
 	},
 	{
+		file: "pkg/kwok/server/debugging_attach.go",
+		old:  "\tpodName, podNamespace := pod[0], pod[1]\n\tattach, err := getPodAttach(",
+		new:  "\tpodName, podNamespace := pod[0], pod[1]\n\tif err := s.nodeexecAttach(ctx, name, podName, podNamespace, containerName, in, stdout, stderr, tty, resize); err != errNodeexecNoCommand {\n\t\treturn err\n\t}\n\tattach, err := getPodAttach(",
+	},
+	{
 		file: "pkg/utils/exec/exec.go",
 		old:  "\t\t\t\t_, _ = io.Copy(inPipe, opt.In)\n",
 		new:  "\t\t\t\t_, _ = io.Copy(inPipe, opt.In)\n\t\t\t\t_ = inPipe.Close()\n",
@@ -109,13 +119,60 @@ var kwokExtraFiles = map[string]string{
 // Added by nodeexec's test cluster (internal/testcluster/kwok_exec.go).
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
+
+// errNodeexecNoCommand: the attached container has no command in its spec.
+var errNodeexecNoCommand = errors.New("no command in the container's spec")
+
+// nodeexecAttach runs an attached container's command and args (its spec's,
+// containers or ephemeral containers) as ExecInContainer runs an exec's.
+func (s *Server) nodeexecAttach(ctx context.Context, name, podName, podNamespace, container string, in io.Reader, stdout, stderr io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	pod := s.nodeexecPod(podName, podNamespace)
+	if pod == nil {
+		return errNodeexecNoCommand
+	}
+	var argv []string
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container {
+			argv = append(append(argv, c.Command...), c.Args...)
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == container {
+			argv = append(append(argv, c.Command...), c.Args...)
+		}
+	}
+	if len(argv) == 0 {
+		return errNodeexecNoCommand
+	}
+	return s.ExecInContainer(ctx, name, "", container, argv, in, stdout, stderr, tty, resize, 0)
+}
+
+// nodeexecPod is the pod from kwok's pod cache, or nil when it is not there
+// within 10 s. The cache is lazy: the first lookup starts its informer, and a
+// pod is found once that informer has listed the pods.
+func (s *Server) nodeexecPod(podName, podNamespace string) *corev1.Pod {
+	if s.podCacheGetter == nil {
+		return nil
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if p, ok := s.podCacheGetter.GetWithNamespace(podName, podNamespace); ok && p != nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+	}
+}
 
 // nodeexecExitError is a command's exit status as cri-streaming's ServeExec
 // recognises it (k8s.io/utils/exec.ExitError): it sends the code to the client.
@@ -152,30 +209,25 @@ func nodeexecExitCode(err error) error {
 // node's and the pod's names.
 func (s *Server) nodeexecPodEnv(podName, podNamespace, container string) []string {
 	env := []string{"` + KwokEnvPodName + `=" + podName, "` + KwokEnvPodNamespace + `=" + podNamespace}
-	if s.podCacheGetter == nil {
+	pod := s.nodeexecPod(podName, podNamespace)
+	if pod == nil {
 		return env
 	}
-	// The cache is lazy: the first lookup starts its informer, and a pod
-	// is found once that informer has listed the pods.
-	var pod *corev1.Pod
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if p, ok := s.podCacheGetter.GetWithNamespace(podName, podNamespace); ok && p != nil {
-			pod = p
-			break
-		}
-		if time.Now().After(deadline) {
-			return env
+	env = append(env, "` + KwokEnvNodeName + `="+pod.Spec.NodeName)
+	var vars []corev1.EnvVar
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container {
+			vars = append(vars, c.Env...)
 		}
 	}
-	env = append(env, "` + KwokEnvNodeName + `="+pod.Spec.NodeName)
-	for _, c := range pod.Spec.Containers {
-		if c.Name != container {
-			continue
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == container {
+			vars = append(vars, c.Env...)
 		}
-		for _, e := range c.Env {
-			if e.ValueFrom == nil {
-				env = append(env, e.Name+"="+e.Value)
-			}
+	}
+	for _, e := range vars {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
 		}
 	}
 	return env

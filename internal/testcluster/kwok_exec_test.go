@@ -150,7 +150,7 @@ func TestKwokPatchesApply(t *testing.T) {
 		}
 	}
 	extra := files["pkg/kwok/server/nodeexec_exec.go"]
-	for _, want := range []string{"KWOK_NODE_NAME=", "KWOK_POD_NAME=", "func nodeexecExitCode(", "ExitStatus() int"} {
+	for _, want := range []string{"KWOK_NODE_NAME=", "KWOK_POD_NAME=", "func nodeexecExitCode(", "ExitStatus() int", "func (s *Server) nodeexecAttach("} {
 		if !strings.Contains(string(extra), want) {
 			t.Errorf("nodeexec_exec.go lacks %q", want)
 		}

@@ -204,11 +204,15 @@ func apiserverArgs(l layout) []string {
 // auditPolicy has kube-apiserver record, at the Metadata level (who, what,
 // when; no bodies), each finished request that creates or deletes a pod, and
 // each exec, attach and port-forward into one: what benchmarks attribute to
-// a client or to the kubelets (Cluster.AuditLog). Nothing else is recorded.
+// a client or to the kubelets (Cluster.AuditLog). Every request of a member
+// of AuditAllGroup (Cluster.AuditedUser) is recorded too, whatever it is.
+// Nothing else is recorded.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
+- level: Metadata
+  userGroups: [` + AuditAllGroup + `]
 - level: Metadata
   verbs: [create, delete, deletecollection]
   resources:

@@ -1,0 +1,38 @@
+package testcluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// The audit policy records every request of AuditAllGroup's members first,
+// then keeps its pod rules, then nothing.
+func TestAuditPolicyAuditAllGroup(t *testing.T) {
+	var p auditv1.Policy
+	if err := yaml.UnmarshalStrict([]byte(auditPolicy), &p); err != nil {
+		t.Fatalf("auditPolicy: %v", err)
+	}
+	if p.Kind != "Policy" || p.APIVersion != "audit.k8s.io/v1" || len(p.Rules) != 4 {
+		t.Fatalf("kind %q, %d rules, want Policy and 4:\n%s", p.Kind, len(p.Rules), auditPolicy)
+	}
+	r := p.Rules[0]
+	if r.Level != auditv1.LevelMetadata || len(r.UserGroups) != 1 || r.UserGroups[0] != AuditAllGroup || len(r.Verbs) != 0 || len(r.Resources) != 0 {
+		t.Errorf("first rule %+v, want Metadata for every request of group %s", r, AuditAllGroup)
+	}
+	if last := p.Rules[len(p.Rules)-1]; last.Level != auditv1.LevelNone || len(last.UserGroups) != 0 {
+		t.Errorf("last rule %+v, want level None for everyone else", last)
+	}
+}
+
+func TestAuditedUserRefusesBadNames(t *testing.T) {
+	c := &Cluster{r: newRunner(Options{StateDir: t.TempDir(), RunDir: t.TempDir()})}
+	for _, name := range []string{"", "Bench", "a/b", "-x", strings.Repeat("a", 64), "x y"} {
+		if _, _, err := c.AuditedUser(context.Background(), name, t.TempDir()); err == nil || !strings.Contains(err.Error(), "audited user") {
+			t.Errorf("AuditedUser(%q): %v, want an error naming the audited user", name, err)
+		}
+	}
+}

@@ -78,20 +78,7 @@ func BenchmarkAgentScale(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
-	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{Heartbeat: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		if err := k.DeleteNodes(cctx); err != nil {
-			b.Errorf("deleting the simulated nodes: %v", err)
-		}
-		if err := k.Stop(cctx); err != nil {
-			b.Errorf("stopping kwok: %v", err)
-		}
-	})
+	k := startKwok(ctx, b, testcluster.KwokOptions{Heartbeat: true}, 10*time.Minute)
 	out := os.Getenv("NODEEXEC_BENCH_AGENT_SCALE_OUT")
 	doc := map[string]any{}
 	if old, err := os.ReadFile(out); out != "" && err == nil {

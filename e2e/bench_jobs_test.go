@@ -128,21 +128,7 @@ func BenchmarkWatcherJobs(b *testing.B) {
 	ctx := context.Background()
 	dyn := watcherSetup(b)
 	ko := testcluster.KwokOptions{Heartbeat: true, PodStartDelay: podStart}
-	k, err := env.cluster.StartKwok(ctx, ko)
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Leave the cluster as it was: no simulated nodes, no kwok.
-	b.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := k.DeleteNodes(cctx); err != nil {
-			b.Errorf("deleting the simulated nodes: %v", err)
-		}
-		if err := k.Stop(cctx); err != nil {
-			b.Errorf("stopping kwok: %v", err)
-		}
-	})
+	k := startKwok(ctx, b, ko, 5*time.Minute)
 	t0 := time.Now()
 	names, err := k.CreateNodes(ctx, n, nil)
 	if err != nil {

@@ -50,19 +50,7 @@ func TestFanoutScale(t *testing.T) {
 	start := time.Now()
 	// Heartbeat: without node Leases the node lifecycle controller marks the
 	// simulated nodes NotReady 50 s after their creation, and a run skips them.
-	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{Exec: true, Heartbeat: true, AgentBinary: env.cli, PodStartDelay: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx := context.WithoutCancel(ctx)
-		if err := k.DeleteNodes(cctx); err != nil {
-			t.Errorf("deleting the simulated nodes: %v", err)
-		}
-		if err := k.Stop(cctx); err != nil {
-			t.Errorf("stopping kwok: %v", err)
-		}
-	})
+	k := startKwok(ctx, t, testcluster.KwokOptions{Exec: true, Heartbeat: true, AgentBinary: env.cli, PodStartDelay: 50 * time.Millisecond}, 0)
 	names, err := k.CreateNodes(ctx, fanoutScaleNodes, nil)
 	if err != nil {
 		t.Fatal(err)

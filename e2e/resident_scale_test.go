@@ -42,20 +42,7 @@ func TestResidentScale(t *testing.T) {
 		t.Skip("needs the local test cluster to run kwok")
 	}
 	ctx := t.Context()
-	k, err := env.cluster.StartKwok(ctx, testcluster.KwokOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		if err := k.DeleteNodes(cctx); err != nil {
-			t.Errorf("deleting the simulated nodes: %v", err)
-		}
-		if err := k.Stop(cctx); err != nil {
-			t.Errorf("stopping kwok: %v", err)
-		}
-	})
+	k := startKwok(ctx, t, testcluster.KwokOptions{}, 5*time.Minute)
 	names, err := k.CreateNodes(ctx, residentScaleNodes, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -797,44 +797,31 @@ func apfRejected(ctx context.Context, b *testing.B) int {
 func deleteDebuggerPods(ctx context.Context, b *testing.B, cs kubernetes.Interface) {
 	b.Helper()
 	pods := cs.CoreV1().Pods("default")
-	list, err := pods.List(ctx, metav1.ListOptions{})
+	debuggers := func() ([]string, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Name, "node-debugger-") {
+				names = append(names, p.Name)
+			}
+		}
+		return names, nil
+	}
+	names, err := debuggers()
 	if err != nil {
 		b.Errorf("listing kubectl's debug pods: %v", err)
 		return
 	}
-	var names []string
-	for _, p := range list.Items {
-		if strings.HasPrefix(p.Name, "node-debugger-") {
-			names = append(names, p.Name)
-		}
-	}
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for name := range work {
-				_ = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-			}
-		}()
-	}
-	for _, name := range names {
-		work <- name
-	}
-	close(work)
-	wg.Wait()
+	_ = forEachNode(ctx, names, 16, func(ctx context.Context, _ int, name string) error {
+		_ = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		return nil
+	})
 	if !waitFor(2*time.Minute, func() bool {
-		l, err := pods.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		for _, p := range l.Items {
-			if strings.HasPrefix(p.Name, "node-debugger-") {
-				return false
-			}
-		}
-		return true
+		left, err := debuggers()
+		return err == nil && len(left) == 0
 	}) {
 		b.Errorf("kubectl's debug pods still there 2 minutes after their deletion")
 	}

@@ -247,12 +247,7 @@ func streamCLI(ctx context.Context, b *testing.B, bin string, args []string, wan
 		peak := 0.0
 		for {
 			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
-				for _, line := range strings.Split(string(st), "\n") {
-					if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
-						kb, _ := strconv.ParseFloat(f[1], 64)
-						peak = max(peak, kb/1024)
-					}
-				}
+				peak = max(peak, statusKiB(st, "VmHWM:")/1024)
 			}
 			select {
 			case <-done:

@@ -386,15 +386,29 @@ func inKwokSandbox(init procRecord, argv []string) []string {
 
 // ensureKwokNodeIP gives the hub network namespace kwokNodeIP (on lo), where kwok
 // serves the simulated nodes' kubelet endpoint.
+//
+// The address has scope host: the API server and kwok, both in the hub, reach it,
+// and the kernel never picks it as the source address of a connection that
+// leaves the hub. With scope global it was picked for every new connection to
+// another real node (lo comes first, and the routes to the nodes name no
+// source), which has no route back to it: after its kubelet restarted, the API
+// server's exec, attach, logs and port-forward to that node timed out dialling
+// it. An address of an earlier build (scope global) is replaced.
 func (r *runner) ensureKwokNodeIP(ctx context.Context) error {
 	out, err := r.run(ctx, "ip", "-n", hubNetns, "-o", "addr", "show", "dev", "lo")
 	if err != nil {
 		return err
 	}
-	if strings.Contains(out, " "+kwokNodeIP+"/") {
+	addr := kwokNodeIP + "/32"
+	if strings.Contains(out, " "+addr+" scope host ") {
 		return nil
 	}
-	return r.ip(ctx, "-n", hubNetns, "addr", "add", kwokNodeIP+"/32", "dev", "lo")
+	if strings.Contains(out, " "+addr+" ") {
+		if err := r.ip(ctx, "-n", hubNetns, "addr", "del", addr, "dev", "lo"); err != nil {
+			return err
+		}
+	}
+	return r.ip(ctx, "-n", hubNetns, "addr", "add", addr, "dev", "lo", "scope", "host")
 }
 
 // kwokServingCert writes kwok's serving certificate (for kwokNodeIP, from the

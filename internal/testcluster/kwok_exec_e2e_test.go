@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeexec/nodeexec/internal/agentimage"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
 
 func TestKwokExec(t *testing.T) {
@@ -46,6 +47,29 @@ func TestKwokExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kwok with exec and 3 simulated nodes Ready in %s", time.Since(t0).Round(time.Millisecond))
+	// kwok's address in the hub is never the source of a connection to a real
+	// node: the API server's new connections to another node's kubelet (after
+	// that kubelet restarted) timed out when it was.
+	t.Run("real-nodes-reachable", func(t *testing.T) {
+		for i := 2; i <= len(c.Nodes()); i++ {
+			n := c.r.l.node(i)
+			out, err := c.r.run(ctx, "ip", "-n", hubNetns, "route", "get", n.IP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, " src "+c.r.l.node(1).IP+" ") {
+				t.Errorf("the hub's route to %s (%s): %q, want the source %s", n.Name, n.IP, strings.TrimSpace(out), c.r.l.node(1).IP)
+			}
+			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+			conn, err := netnsDialer(netnsPath(hubNetns))(dctx, "tcp", n.IP+":10250")
+			dcancel()
+			if err != nil {
+				t.Errorf("a new connection from the API server's network namespace to %s's kubelet: %v", n.Name, err)
+				continue
+			}
+			conn.Close()
+		}
+	})
 
 	kubeconfig := c.Kubeconfig()
 	run := func(stdin string, args ...string) (stdout, stderr string, code int) {
@@ -124,6 +148,15 @@ func TestKwokExec(t *testing.T) {
 		t.Cleanup(func() {
 			run("", "agent", "uninstall", "--namespace", ns)
 		})
+		// the agents of the real nodes run nodeexec's image: this binary's,
+		// pushed here as the e2e tests push it (on a new machine nothing has yet)
+		img, err := agentimage.ImageFromFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.PushImage(ctx, agent.DefaultImage, img); err != nil {
+			t.Fatal(err)
+		}
 		if _, _, code := run("", "agent", "install", "--namespace", ns, "--timeout", "2m"); code != 0 {
 			t.Fatalf("agent install: exit %d", code)
 		}

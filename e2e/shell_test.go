@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeexec/nodeexec/internal/asciicast"
 	"github.com/nodeexec/nodeexec/internal/testcluster"
 	"github.com/nodeexec/nodeexec/nodeexec"
 )
@@ -108,9 +113,10 @@ func (s *tmuxSession) waitScreen(timeout time.Duration, re string) []string {
 
 // shellCommandLine runs the CLI's shell in sh, then prints its exit status
 // and whether the terminal is back in canonical mode, and stays open.
-func shellCommandLine(ns, node string) string {
-	return fmt.Sprintf("sh -c 'NODEEXEC_IMAGE=%s %s --kubeconfig %s -n %s shell %s; echo EXIT=$?; stty -a | grep -o -- \"-*icanon\" | sed s/^/MODE=/; sleep 600'",
-		env.image, env.cli, env.kubeconfig, ns, node)
+// flags are added to shell's command line (no quoting: plain words).
+func shellCommandLine(ns, node string, flags ...string) string {
+	return fmt.Sprintf("sh -c 'NODEEXEC_IMAGE=%s %s --kubeconfig %s -n %s shell %s %s; echo EXIT=$?; stty -a | grep -o -- \"-*icanon\" | sed s/^/MODE=/; sleep 600'",
+		env.image, env.cli, env.kubeconfig, ns, strings.Join(flags, " "), node)
 }
 
 // The prompt of a root login shell: the last non-empty line ends in "#".
@@ -126,7 +132,8 @@ func TestShellInteractive(t *testing.T) {
 	}
 	want = strings.TrimSpace(want)
 
-	s := startTmux(t, shellCommandLine(ns, node))
+	record := filepath.Join(t.TempDir(), "session.cast")
+	s := startTmux(t, shellCommandLine(ns, node, "--record", record))
 	s.waitScreen(60*time.Second, promptRE)
 	if pods := managedPods(ctx, t, ns); len(pods) != 1 {
 		t.Errorf("during the shell: %d nodeexec pods in %s, want 1", len(pods), ns)
@@ -161,6 +168,72 @@ func TestShellInteractive(t *testing.T) {
 	if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {
 		t.Errorf("%d pods left in %s after the shell exited", len(left), ns)
 	}
+	checkRecording(t, record, node, 120, 40, []string{"HOST=" + want, "SIZE=40x120", "NEWSIZE=30x100", "ALIVE=42"}, []string{"100x30"})
+}
+
+// checkRecording reads shell --record's file: an asciicast v2 header of the
+// terminal's size naming node, output events holding outputs in order,
+// the resizes given, event times that never go back, no input events (not
+// asked for), mode 0600; and asciinema itself replays it (asciinema cat).
+func checkRecording(t *testing.T, path, node string, width, height int, outputs, resizes []string) {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("the recording: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("the recording's mode %v, want 0600", st.Mode().Perm())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, events, err := asciicast.Parse(f)
+	if err != nil {
+		t.Fatalf("the recording: %v", err)
+	}
+	if h.Width != width || h.Height != height || h.Title != "nodeexec shell "+node || h.Timestamp == 0 {
+		t.Errorf("the recording's header %+v: want %dx%d and the title naming %s", h, width, height, node)
+	}
+	var out strings.Builder
+	var gotResizes []string
+	last := 0.0
+	for _, e := range events {
+		switch e.Code {
+		case asciicast.Output:
+			out.WriteString(e.Data)
+		case asciicast.Resize:
+			gotResizes = append(gotResizes, e.Data)
+		default:
+			t.Errorf("an event %q %q: want only output and resizes", e.Code, e.Data)
+		}
+		if e.Time < last {
+			t.Errorf("event time %v after %v", e.Time, last)
+		}
+		last = e.Time
+	}
+	rest := out.String()
+	for _, o := range outputs {
+		i := strings.Index(rest, o)
+		if i < 0 {
+			t.Errorf("the recording lacks %q (in order) in its output:\n%s", o, out.String())
+			break
+		}
+		rest = rest[i+len(o):]
+	}
+	if diff := cmp.Diff(resizes, gotResizes); diff != "" {
+		t.Errorf("resizes (-want +got):\n%s", diff)
+	}
+	played, err := exec.Command("asciinema", "cat", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("asciinema cat %s: %v: %s", path, err, played)
+	}
+	for _, o := range outputs {
+		if !strings.Contains(string(played), o) {
+			t.Errorf("asciinema cat: no %q in what it replays", o)
+		}
+	}
 }
 
 // TestShellSignals kills the CLI in the middle of a shell: the pod is
@@ -170,7 +243,8 @@ func TestShellSignals(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			ctx := t.Context()
 			ns := tempNamespace(ctx, t, "nodeexec-e2e-shell-", nil)
-			s := startTmux(t, shellCommandLine(ns, env.nodes[1]))
+			record := filepath.Join(t.TempDir(), "cut.cast")
+			s := startTmux(t, shellCommandLine(ns, env.nodes[1], "--record", record))
 			s.waitScreen(60*time.Second, promptRE)
 			if pods := managedPods(ctx, t, ns); len(pods) != 1 {
 				t.Fatalf("during the shell: %d nodeexec pods in %s, want 1", len(pods), ns)
@@ -194,6 +268,8 @@ func TestShellSignals(t *testing.T) {
 			if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {
 				t.Errorf("%d pods left in %s after %s", len(left), ns, sig)
 			}
+			// the recording up to the signal: complete events, and it plays
+			checkRecording(t, record, env.nodes[1], 120, 40, []string{"#"}, nil)
 		})
 	}
 }
@@ -203,9 +279,28 @@ func TestShellSignals(t *testing.T) {
 func TestShellNoTTY(t *testing.T) {
 	ctx := t.Context()
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-shell-", nil)
-	stdout, stderr, code := cli(ctx, "echo OUT=$((40+2))\nexit 4\n", "-n", ns, "shell", env.nodes[0])
+	record := filepath.Join(t.TempDir(), "notty.cast")
+	stdout, stderr, code := cli(ctx, "echo OUT=$((40+2))\nexit 4\n", "-n", ns, "shell", "--record", record, env.nodes[0])
 	if code != 4 || !strings.Contains(stdout, "OUT=42") || !strings.Contains(stderr, "standard input is not a terminal") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 4, OUT=42 and the no-terminal notice", code, stdout, stderr)
+	}
+	checkRecording(t, record, env.nodes[0], 80, 24, []string{"OUT=42"}, nil)
+	// an existing file without --force: refused, nothing run, the file kept
+	before, _ := os.ReadFile(record)
+	_, stderr, code = cli(ctx, "echo RAN\n", "-n", ns, "shell", "--record", record, env.nodes[0])
+	if code != 2 || !strings.Contains(stderr, "--record "+record+": the file exists: give --force") {
+		t.Errorf("an existing --record file: exit %d, stderr %q; want 2 and the --force hint", code, stderr)
+	}
+	if after, _ := os.ReadFile(record); !bytes.Equal(before, after) {
+		t.Error("the existing --record file was changed")
+	}
+	// --record-input records what was read from stdin too
+	stdout, _, code = cli(ctx, "echo IN=$((1+1))\n", "-n", ns, "shell", "--record", record, "--force", "--record-input", env.nodes[0])
+	if code != 0 || !strings.Contains(stdout, "IN=2") {
+		t.Errorf("--record-input: exit %d, stdout %q", code, stdout)
+	}
+	if b, _ := os.ReadFile(record); !strings.Contains(string(b), `,"i","echo IN=$((1+1))\n"]`) {
+		t.Errorf("--record-input: no input event in\n%s", b)
 	}
 	var left []corev1.Pod
 	if !waitFor(15*time.Second, func() bool { left = managedPods(ctx, t, ns); return len(left) == 0 }) {

@@ -459,7 +459,7 @@ func TestNeverPull(t *testing.T) {
 		t.Errorf("pull hint for ErrImageNeverPull: %q", h)
 	}
 	// shell: bad input, exit status 2 through Run.
-	if err := shellExit(Streams{}, "debugpod", never("a").Err); err == nil || errors.As(err, new(exitCoder)) {
+	if err := shellExit(Streams{}, "debugpod", never("a").Err, nil); err == nil || errors.As(err, new(exitCoder)) {
 		t.Errorf("shell: %v, want a bad-input error", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/nodeexec/nodeexec/internal/term"
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -31,11 +32,13 @@ func shellCommand(streams Streams) *ucli.Command {
 			"general, legacy), the container's sh otherwise. A COMMAND after -- runs instead of the shell.\n" +
 			"The pod is deleted when the shell exits, on Ctrl-C/SIGTERM/SIGHUP, and at --timeout.\n" +
 			"Exit status: the remote shell's (124 on timeout). When standard input is not a terminal the\n" +
-			"shell runs without one (like kubectl exec -i): input is read from stdin, no prompt is shown.",
+			"shell runs without one (like kubectl exec -i): input is read from stdin, no prompt is shown.\n" +
+			"--record FILE writes the session in asciicast v2 (asciinema play FILE replays it), each\n" +
+			"event as it happens, so a session cut short keeps what came before the cut.",
 		Flags: append([]ucli.Flag{
 			&ucli.DurationFlag{Name: "timeout", Value: DefaultShellTimeout, Usage: "time limit of the session, pod start included"},
 			explainFlag(),
-		}, backendFlags(backends.DefaultName)...),
+		}, append(shellRecordFlags(), backendFlags(backends.DefaultName)...)...),
 		Action: func(c *ucli.Context) error {
 			return shellAction(c, streams)
 		},
@@ -56,25 +59,28 @@ func shellArgv(b nodeexec.Backend) []string {
 // (its Command empty when none was given: the backend's login shell,
 // shellArgv) after checking them and the backend flags without touching
 // the cluster; tty says whether standard input is a terminal (fd).
-func shellOptions(c *ucli.Context, streams Streams) (req nodeexec.Request, fd uintptr, tty bool, err error) {
+func shellOptions(c *ucli.Context, streams Streams) (req nodeexec.Request, rec recordOptions, fd uintptr, tty bool, err error) {
 	if c.NArg() < 1 || c.Args().First() == "" {
-		return req, 0, false, errors.New("give the node: shell NODE")
+		return req, rec, 0, false, errors.New("give the node: shell NODE")
 	}
 	node := c.Args().First()
 	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
-		return req, 0, false, fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
+		return req, rec, 0, false, fmt.Errorf("node %q: not a node name (%s): see kubectl get nodes", node, strings.Join(msgs, "; "))
 	}
 	if err := checkRunTimeout(c, "30m or 2h"); err != nil {
-		return req, 0, false, err
+		return req, rec, 0, false, err
 	}
 	if err := checkBackendFlags(c); err != nil {
-		return req, 0, false, err
+		return req, rec, 0, false, err
 	}
 	if err := checkBackendTargets(c, backends.TargetFlags{Shell: true, Nodes: []string{node}}); err != nil {
-		return req, 0, false, err
+		return req, rec, 0, false, err
 	}
 	if err := checkClientFlags(c); err != nil {
-		return req, 0, false, err
+		return req, rec, 0, false, err
+	}
+	if rec, err = checkRecordFlags(c); err != nil {
+		return req, rec, 0, false, err
 	}
 	fd, tty = term.Fd(streams.In)
 	req = nodeexec.Request{Node: node, Command: c.Args().Tail(), Stdin: streams.In, Stdout: streams.Out, Timeout: c.Duration("timeout")}
@@ -86,11 +92,11 @@ func shellOptions(c *ucli.Context, streams Streams) (req nodeexec.Request, fd ui
 	} else {
 		req.Stderr = streams.ErrOut
 	}
-	return req, fd, tty, nil
+	return req, rec, fd, tty, nil
 }
 
 func shellAction(c *ucli.Context, streams Streams) error {
-	req, fd, tty, err := shellOptions(c, streams)
+	req, recOpts, fd, tty, err := shellOptions(c, streams)
 	if err != nil {
 		return err
 	}
@@ -143,15 +149,26 @@ func shellAction(c *ucli.Context, streams Streams) error {
 	}
 	if !tty {
 		fmt.Fprintln(streams.ErrOut, "standard input is not a terminal: running without a TTY (no prompt; commands are read from stdin)")
-	} else {
+	}
+	var rec *shellRecording
+	if recOpts.path != "" {
+		var size remotecommand.TerminalSize
+		if tty {
+			size, _ = term.Size(fd)
+		}
+		if rec, err = startRecording(recOpts, &req, size, time.Now); err != nil {
+			return err
+		}
+	}
+	if tty {
 		raw, err := term.MakeRaw(fd)
 		if err != nil {
-			return err
+			return errors.Join(err, rec.finishIfStarted())
 		}
 		defer raw.Restore() //nolint:errcheck // restored again below, with the error reported
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		req.TerminalSizeQueue = term.NewSizeQueue(sctx, fd)
+		req.TerminalSizeQueue = rec.sizes(term.NewSizeQueue(sctx, fd))
 		_, err = backend.Run(ctx, req)
 		if rerr := raw.Restore(); rerr != nil {
 			fmt.Fprintf(streams.ErrOut, "warning: %v; run `reset`\n", rerr)
@@ -162,10 +179,10 @@ func shellAction(c *ucli.Context, streams Streams) error {
 			// cursor may still be after the remote prompt.
 			fmt.Fprintln(streams.ErrOut)
 		}
-		return shellExit(streams, backendName(c), err)
+		return shellExit(streams, backendName(c), err, rec.finishIfStarted())
 	}
 	_, err = backend.Run(ctx, req)
-	return shellExit(streams, backendName(c), err)
+	return shellExit(streams, backendName(c), err, rec.finishIfStarted())
 }
 
 // checkShellWords refuses shell's words before "--" (words, when dash
@@ -181,10 +198,16 @@ func checkShellWords(words []string, dash bool) error {
 // shellExit maps the session's end to the exit status: the remote status
 // silently; an image not on the node with pull policy Never as bad input
 // (Run prints it, exit status 2); otherwise the error on stderr and 124
-// (timeout) or 1.
-func shellExit(streams Streams, backend string, err error) error {
+// (timeout) or 1. recErr, the --record file's error, is printed; it makes a
+// session that ended with 0 end with 1.
+func shellExit(streams Streams, backend string, err, recErr error) error {
+	if recErr != nil {
+		fmt.Fprintf(streams.ErrOut, "error: %v\n", recErr)
+	}
 	var ee *nodeexec.ExitError
 	switch {
+	case err == nil && recErr != nil:
+		return exitCoder{1}
 	case err == nil:
 		return nil
 	case errors.As(err, &ee):

@@ -29,6 +29,9 @@ func requiredPackages() []string {
 		"util-linux", "mount", "iproute2", // nsenter, unshare, umount, ip
 		// Prometheus, Alertmanager, Pushgateway (monitoring.go)
 		"prometheus", "prometheus-alertmanager", "prometheus-pushgateway",
+		// the e2e tests: a terminal to type in as a person would, and the
+		// player of shell --record's asciicast files
+		"tmux", "asciinema",
 	}
 }
 
@@ -37,7 +40,7 @@ func requiredCommands() []string {
 	return []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "socat",
 		"nsenter", "unshare", "umount", "ip", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local",
 		"/usr/lib/cni/portmap", busyboxPath, "/usr/bin/prometheus", "/usr/bin/prometheus-alertmanager",
-		"/usr/bin/prometheus-pushgateway"}
+		"/usr/bin/prometheus-pushgateway", "tmux", "asciinema"}
 }
 
 const busyboxPath = "/bin/busybox" // from busybox-static: a static binary

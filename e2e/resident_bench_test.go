@@ -24,6 +24,10 @@ import (
 //     container runtime's exec per command; the image has no `true`);
 //   - `kubectl debug node/X -i --profile=sysadmin --image=IMG -- CMD`.
 //
+// The same run through agents installed with --transport exec (every run
+// over pods/exec, so the audit log holds each command line) is timed too,
+// as nodeexec_transport_exec, against the same peers.
+//
 // CMD is `echo ready` (time to first output) and `true` (process total).
 // It also times the shell's prompt through the agent against kubectl
 // debug's and kubectl exec's (under script(1)). It reports medians and
@@ -39,14 +43,22 @@ func BenchmarkResident(b *testing.B) {
 	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", ns, "--agent-image", agentImage()); code != 0 {
 		b.Fatalf("agent install: exit %d\n%s", code, stderr)
 	}
+	// a second set of agents with --transport exec: every run over
+	// pods/exec, its command line in the audit log
+	nsExec := "nodeexec-bench-rex-" + randomSuffix()
+	b.Cleanup(func() { _, _, _ = cli(context.WithoutCancel(ctx), "", "agent", "uninstall", "--namespace", nsExec) })
+	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", nsExec, "--transport", "exec", "--agent-image", agentImage()); code != 0 {
+		b.Fatalf("agent install --transport exec: exit %d\n%s", code, stderr)
+	}
 	a, ok, err := resident.FindAgent(ctx, env.client, ns, node)
 	if err != nil || !ok {
 		b.Fatalf("no agent on %s: %v", node, err)
 	}
-	ours := func(cmd ...string) []string {
+	oursIn := func(agents string, cmd ...string) []string {
 		return append([]string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "nsenter", "--use-resident",
-			"--resident-namespace", ns, "--agent-image", agentImage(), "--no-prefix", "--"}, cmd...)
+			"--resident-namespace", agents, "--agent-image", agentImage(), "--no-prefix", "--"}, cmd...)
 	}
+	ours := func(cmd ...string) []string { return oursIn(ns, cmd...) }
 	bare := func(cmd ...string) []string {
 		return append([]string{"--kubeconfig", env.kubeconfig, "-n", ns, "exec", a.Pod, "-c", agent.ContainerName, "--",
 			agent.Path, "agent", "nsenter", "--target", "1", "--"}, cmd...)
@@ -60,7 +72,8 @@ func BenchmarkResident(b *testing.B) {
 		args []string
 	}
 	sides := func(cmd ...string) []side {
-		return []side{{"nodeexec", env.cli, ours(cmd...)}, {"kubectl_exec", kubectlPath, bare(cmd...)}, {"kubectl_debug", kubectlPath, debug(cmd...)}}
+		return []side{{"nodeexec", env.cli, ours(cmd...)}, {"nodeexec_transport_exec", env.cli, oursIn(nsExec, cmd...)},
+			{"kubectl_exec", kubectlPath, bare(cmd...)}, {"kubectl_debug", kubectlPath, debug(cmd...)}}
 	}
 	echo, tru := sides("echo", "ready"), sides("true")
 	shells := []side{
@@ -73,11 +86,17 @@ func BenchmarkResident(b *testing.B) {
 	prompt := map[string][]trial{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		// Rotate the order: each side goes first, second and third equally often.
-		for j := range 3 {
-			k := (i + j) % 3
+		// Rotate the order: each side goes first, second, ... equally often.
+		for j := range echo {
+			k := (i + j) % len(echo)
 			first[echo[k].name] = append(first[echo[k].name], timeCLI(ctx, b, echo[k].bin, echo[k].args))
 			total[tru[k].name] = append(total[tru[k].name], timeCLI(ctx, b, tru[k].bin, tru[k].args))
+			if echo[k].name == "kubectl_debug" {
+				deleteKubectlDebugPods(ctx, b)
+			}
+		}
+		for j := range shells {
+			k := (i + j) % len(shells)
 			prompt[shells[k].name] = append(prompt[shells[k].name], timeShell(ctx, b, shells[k].args[0]))
 			if shells[k].name == "kubectl_debug" {
 				deleteKubectlDebugPods(ctx, b)
@@ -88,7 +107,8 @@ func BenchmarkResident(b *testing.B) {
 	med := median[time.Duration]
 	fo := func(t trial) time.Duration { return t.firstOutput }
 	tot := func(t trial) time.Duration { return t.total }
-	report := map[string]any{"node": node, "image": env.image, "trials": b.N, "agent_transport": "pods/portforward to the agent's loopback listener"}
+	report := map[string]any{"node": node, "image": env.image, "trials": b.N, "agent_transport": "pods/portforward to the agent's loopback listener",
+		"nodeexec_transport_exec": "agent install --transport exec: every run over pods/exec, its command line in the API server's audit log"}
 	ratios := map[string]float64{}
 	for _, m := range []struct {
 		name string
@@ -96,8 +116,15 @@ func BenchmarkResident(b *testing.B) {
 		f    func(trial) time.Duration
 	}{{"echo_first_output_ms", first, fo}, {"true_total_ms", total, tot}, {"shell_prompt_ms", prompt, fo}} {
 		o, x, d := med(m.data["nodeexec"], m.f), med(m.data["kubectl_exec"], m.f), med(m.data["kubectl_debug"], m.f)
-		report[m.name] = map[string]float64{"nodeexec": ms(o), "kubectl_exec": ms(x), "kubectl_debug": ms(d),
+		r := map[string]float64{"nodeexec": ms(o), "kubectl_exec": ms(x), "kubectl_debug": ms(d),
 			"ratio_vs_kubectl_exec": float64(o) / float64(x), "ratio_vs_kubectl_debug": float64(o) / float64(d)}
+		if te := m.data["nodeexec_transport_exec"]; len(te) > 0 {
+			e := med(te, m.f)
+			r["nodeexec_transport_exec"] = ms(e)
+			r["transport_exec_ratio_vs_kubectl_exec"] = float64(e) / float64(x)
+			r["transport_exec_ratio_vs_kubectl_debug"] = float64(e) / float64(d)
+		}
+		report[m.name] = r
 		ratios[m.name+"/exec"], ratios[m.name+"/debug"] = float64(o)/float64(x), float64(o)/float64(d)
 	}
 	lost := 0

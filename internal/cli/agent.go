@@ -35,8 +35,12 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 			"manages it, and the DaemonSet " + resident.DaemonSetName + ", labelled app.kubernetes.io/managed-by=nodeexec and\n" +
 			"app.kubernetes.io/component=agent, and waits until an agent is available on every node. Running it again updates the\n" +
 			"DaemonSet. An image the nodes cannot pull fails it within seconds, naming the image and the registry's reason, and\n" +
-			"rolls back what it created. `nodeexec agent uninstall` removes what it created, nothing else.",
+			"rolls back what it created. `nodeexec agent uninstall` removes what it created, nothing else.\n" +
+			"--transport exec: the agents do not listen; every run reaches them over pods/exec, so the API server's audit\n" +
+			"log records each command line with its user and pod (with portforward, the default and fastest, it records\n" +
+			"the port-forward, not the command).",
 		Flags: append(residentFlags(),
+			&ucli.StringFlag{Name: "transport", Value: string(resident.TransportPortForward), Usage: "how runs reach the agents: portforward (fastest; the audit log records the port-forward) or exec (the audit log records every command line)"},
 			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the agent pods (e.g. system-node-critical)"},
 			&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", agent.DefaultImage), Usage: "the agent image (default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
 			&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
@@ -45,6 +49,10 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 		Action: func(c *ucli.Context) error {
 			if err := checkResidentFlags(c, true); err != nil {
 				return err
+			}
+			transport := resident.Transport(c.String("transport"))
+			if transport != resident.TransportPortForward && transport != resident.TransportExec {
+				return fmt.Errorf("--transport %q: want %s or %s", c.String("transport"), resident.TransportPortForward, resident.TransportExec)
 			}
 			cs, _, _, err := client(c)
 			if err != nil {
@@ -62,6 +70,7 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 				ImagePullSecrets:  c.StringSlice("image-pull-secret"),
 				PriorityClassName: c.String("priority-class"),
 				Timeout:           c.Duration("timeout"),
+				Transport:         transport,
 			})
 			if h := pullHint(err, "agent install", ""); h != "" {
 				return fmt.Errorf("%w\n%s", err, h)

@@ -16,7 +16,8 @@ import (
 
 // AuditAllGroup is the group whose every request kube-apiserver's audit log
 // records, at the Metadata level (verb, URI, object, response code; no
-// bodies), whatever the resource: benchmarks give a client under test a user
+// bodies, except for pod and ephemeral container writes, recorded at the
+// Request level for everyone), whatever the resource: benchmarks give a client under test a user
 // in it (AuditedUser) and count that user's requests exactly, 429s included,
 // apart from everyone else's.
 const AuditAllGroup = "nodeexec-tc:audit-all"

@@ -9,19 +9,25 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The audit policy records every request of AuditAllGroup's members first,
-// then keeps its pod rules, then nothing.
+// The audit policy records pod and ephemeral container writes with their
+// bodies first (the commands they carry, whoever sends them), then every
+// request of AuditAllGroup's members, then its other pod rules, then
+// nothing.
 func TestAuditPolicyAuditAllGroup(t *testing.T) {
 	var p auditv1.Policy
 	if err := yaml.UnmarshalStrict([]byte(auditPolicy), &p); err != nil {
 		t.Fatalf("auditPolicy: %v", err)
 	}
-	if p.Kind != "Policy" || p.APIVersion != "audit.k8s.io/v1" || len(p.Rules) != 4 {
-		t.Fatalf("kind %q, %d rules, want Policy and 4:\n%s", p.Kind, len(p.Rules), auditPolicy)
+	if p.Kind != "Policy" || p.APIVersion != "audit.k8s.io/v1" || len(p.Rules) != 5 {
+		t.Fatalf("kind %q, %d rules, want Policy and 5:\n%s", p.Kind, len(p.Rules), auditPolicy)
 	}
-	r := p.Rules[0]
+	if r := p.Rules[0]; r.Level != auditv1.LevelRequest || len(r.UserGroups) != 0 || len(r.Resources) != 1 ||
+		strings.Join(r.Resources[0].Resources, ",") != "pods,pods/ephemeralcontainers" || strings.Join(r.Verbs, ",") != "create,update,patch" {
+		t.Errorf("first rule %+v, want Request for pod and ephemeral container writes", r)
+	}
+	r := p.Rules[1]
 	if r.Level != auditv1.LevelMetadata || len(r.UserGroups) != 1 || r.UserGroups[0] != AuditAllGroup || len(r.Verbs) != 0 || len(r.Resources) != 0 {
-		t.Errorf("first rule %+v, want Metadata for every request of group %s", r, AuditAllGroup)
+		t.Errorf("second rule %+v, want Metadata for every request of group %s", r, AuditAllGroup)
 	}
 	if last := p.Rules[len(p.Rules)-1]; last.Level != auditv1.LevelNone || len(last.UserGroups) != 0 {
 		t.Errorf("last rule %+v, want level None for everyone else", last)

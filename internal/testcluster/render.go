@@ -201,20 +201,29 @@ func apiserverArgs(l layout) []string {
 	}
 }
 
-// auditPolicy has kube-apiserver record, at the Metadata level (who, what,
-// when; no bodies), each finished request that creates or deletes a pod, and
-// each exec, attach and port-forward into one: what benchmarks attribute to
-// a client or to the kubelets (Cluster.AuditLog). Every request of a member
-// of AuditAllGroup (Cluster.AuditedUser) is recorded too, whatever it is.
+// auditPolicy has kube-apiserver record each finished request that creates,
+// updates or patches a pod or an ephemeral container at the Request level
+// (who, what, when, and the body: the pod's or the ephemeral container's
+// command), each pod deletion and each exec, attach and port-forward into a
+// pod at the Metadata level (who, what, when; an exec's command is in its
+// requestURI), as a security team's policy would: what benchmarks attribute
+// to a client or to the kubelets, and what the e2e tests read to say who ran
+// what on a node (Cluster.AuditLog). Every other request of a member of
+// AuditAllGroup (Cluster.AuditedUser) is recorded at the Metadata level.
 // Nothing else is recorded.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
+- level: Request
+  verbs: [create, update, patch]
+  resources:
+  - group: ""
+    resources: [pods, pods/ephemeralcontainers]
 - level: Metadata
   userGroups: [` + AuditAllGroup + `]
 - level: Metadata
-  verbs: [create, delete, deletecollection]
+  verbs: [delete, deletecollection]
   resources:
   - group: ""
     resources: [pods]

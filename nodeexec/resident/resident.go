@@ -131,7 +131,33 @@ type Options struct {
 	// Timeout bounds the wait of Install (every node's agent available) and
 	// Uninstall (everything gone). Defaults to DefaultTimeout.
 	Timeout time.Duration
+	// Transport is how clients reach the agents. Defaults to
+	// TransportPortForward.
+	Transport Transport
 }
+
+// Transport is how clients reach the resident agents (Options.Transport),
+// and with it what the API server's audit log records of a run.
+type Transport string
+
+const (
+	// TransportPortForward: each agent listens on agent.ServePort (loopback,
+	// in its pod's network namespace) and clients reach it through
+	// pods/portforward, with pods/exec as the fallback. The fastest warm
+	// path. The audit log records a port-forward to the agent pod (user,
+	// pod, node through the pod), not the command.
+	TransportPortForward Transport = "portforward"
+	// TransportExec: the agents do not listen (their main process only
+	// holds the pod, `nodeexec agent hold`), so every command reaches them
+	// over pods/exec, whose audit record holds the command line in its
+	// requestURI (command= parameters): who ran what, where, in the API
+	// server's audit log, which the user cannot leave out. A port-forward
+	// to an agent pod finds nothing to talk to. A run that passes
+	// environment variables (never put on an exec's command line) gets a
+	// pod of the wrapped backend instead. RBAC for clients: create
+	// pods/exec.
+	TransportExec Transport = "exec"
+)
 
 // withDefaults fills in defaults and validates o.
 func (o Options) withDefaults(now time.Time) (Options, error) {
@@ -165,6 +191,13 @@ func (o Options) withDefaults(now time.Time) (Options, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	switch o.Transport {
+	case "":
+		o.Transport = TransportPortForward
+	case TransportPortForward, TransportExec:
+	default:
+		return o, fmt.Errorf("resident: invalid transport %q: want %s or %s", o.Transport, TransportPortForward, TransportExec)
 	}
 	return o, nil
 }
@@ -201,7 +234,7 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 			Name:                     agent.ContainerName,
 			Image:                    o.Image,
 			ImagePullPolicy:          o.ImagePullPolicy,
-			Command:                  []string{agent.Path, "agent", "serve", "--listen", agent.ServeAddress()},
+			Command:                  agentCommand(o.Transport),
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			Resources:                corev1.ResourceRequirements{Requests: o.Requests},
 			SecurityContext:          &corev1.SecurityContext{Privileged: ptr.To(true)},
@@ -226,7 +259,7 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: l, Annotations: map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort)}},
+				ObjectMeta: metav1.ObjectMeta{Labels: l, Annotations: agentAnnotations(o.Transport)},
 				Spec:       pod,
 			},
 			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
@@ -235,6 +268,25 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 			},
 		},
 	}
+}
+
+// agentCommand is the agent container's command for transport t: serve
+// (listening for port-forwarded clients) or, for TransportExec, hold.
+func agentCommand(t Transport) []string {
+	if t == TransportExec {
+		return []string{agent.Path, "agent", "hold"}
+	}
+	return []string{agent.Path, "agent", "serve", "--listen", agent.ServeAddress()}
+}
+
+// agentAnnotations are the agent pods' annotations for transport t: the
+// port clients port-forward to (agent.AnnotationServe), none for
+// TransportExec, whose clients then use exec (Agent.ServePort 0).
+func agentAnnotations(t Transport) map[string]string {
+	if t == TransportExec {
+		return nil
+	}
+	return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort)}
 }
 
 // Install creates (or updates) the namespace and the DaemonSet, then waits

@@ -29,7 +29,9 @@ func TestBuildGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, obj := range map[string]any{"daemonset": BuildDaemonSet(o), "namespace": BuildNamespace(o)} {
+	oe := o
+	oe.Transport = TransportExec
+	for name, obj := range map[string]any{"daemonset": BuildDaemonSet(o), "namespace": BuildNamespace(o), "daemonset-transport-exec": BuildDaemonSet(oe)} {
 		t.Run(name, func(t *testing.T) {
 			golden.CheckYAML(t, name+".yaml", obj)
 		})
@@ -65,10 +67,23 @@ func TestBuildProperties(t *testing.T) {
 			t.Errorf("%s: not so", name)
 		}
 	}
-	for _, bad := range []Options{{Namespace: "Bad_NS"}, {ImagePullPolicy: "Sometimes"}, {InstallID: "a b"}} {
+	if o.Transport != TransportPortForward {
+		t.Errorf("default transport %q, want %q", o.Transport, TransportPortForward)
+	}
+	for _, bad := range []Options{{Namespace: "Bad_NS"}, {ImagePullPolicy: "Sometimes"}, {InstallID: "a b"}, {Transport: "ssh"}} {
 		if _, err := bad.withDefaults(time.Now()); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+	// TransportExec: nothing listens, nothing advertised, so the clients'
+	// lookup (agentOf) gives ServePort 0 and they use exec
+	o.Transport = TransportExec
+	ds = BuildDaemonSet(o)
+	if c := ds.Spec.Template.Spec.Containers[0]; strings.Join(c.Command, " ") != agent.Path+" agent hold" {
+		t.Errorf("TransportExec: command %q, want agent hold", c.Command)
+	}
+	if _, ok := ds.Spec.Template.Annotations[agent.AnnotationServe]; ok {
+		t.Errorf("TransportExec: the pods advertise a port: %v", ds.Spec.Template.Annotations)
 	}
 }
 

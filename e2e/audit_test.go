@@ -138,15 +138,15 @@ func TestAuditTrail(t *testing.T) {
 		name  string
 		stdin string
 		args  []string
-		// where the command must be recorded: "exec" (an exec's URI),
-		// "spec" (a pod's or ephemeral container's recorded body), or ""
-		// (nowhere: the gap, documented)
+		// where the command must be recorded: "exec" (an exec's
+		// requestURI), "spec" (a pod's or an ephemeral container's
+		// recorded body), or "" (nowhere: the gaps, documented)
 		where string
 	}
 	marker := func(p string) string { return "mark-" + p + "-" + strings.TrimPrefix(user, "audit-e2e-") }
 	paths := []path{
-		{name: "nsenter", where: "exec", args: []string{"run", "-n", ns, "--node", node, "--", "echo", marker("nsenter")}},
-		{name: "runtime", where: "exec", args: []string{"run", "-n", ns, "--backend", "runtime", "--pod", ns + "/" + target.Name, "--", "echo", marker("runtime")}},
+		{name: "nsenter", where: "spec", args: []string{"run", "-n", ns, "--node", node, "--", "echo", marker("nsenter")}},
+		{name: "runtime", where: "spec", args: []string{"run", "-n", ns, "--backend", "runtime", "--pod", ns + "/" + target.Name, "--", "echo", marker("runtime")}},
 		{name: "debugpod", where: "spec", args: []string{"run", "-n", ns, "--backend", "debugpod", "--node", node, "--", "echo", marker("debugpod")}},
 		{name: "ephemeral", where: "spec", args: []string{"run", "-n", ns, "--backend", "ephemeral", "--pod", ns + "/" + target.Name, "--", "echo", marker("ephemeral")}},
 		{name: "resident-portforward", where: "", args: []string{"run", "--use-resident", "--resident-namespace", agentsPF, "--node", node, "--", "echo", marker("resident-portforward")}},
@@ -181,7 +181,9 @@ func TestAuditTrail(t *testing.T) {
 		var where []string
 		var podEvents int
 		for _, e := range events {
-			if !strings.HasPrefix(e.resource(), "pods") || e.Verb == "list" || e.Verb == "watch" || e.Verb == "get" {
+			// pods and their subresources; of pods themselves only the
+			// writes (exec, attach and port-forward upgrade as "get")
+			if !strings.HasPrefix(e.resource(), "pods") || e.resource() == "pods" && (e.Verb == "list" || e.Verb == "watch" || e.Verb == "get") {
 				continue
 			}
 			inURI := strings.Contains(e.RequestURI, m)

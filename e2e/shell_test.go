@@ -225,7 +225,8 @@ func checkRecording(t *testing.T, path, node string, width, height int, outputs,
 	if diff := cmp.Diff(resizes, gotResizes); diff != "" {
 		t.Errorf("resizes (-want +got):\n%s", diff)
 	}
-	played, err := exec.Command("asciinema", "cat", path).CombinedOutput()
+	// asciinema reads /dev/tty: script(1) gives it a terminal
+	played, err := exec.Command("script", "-q", "-e", "-c", "asciinema cat "+path, "/dev/null").CombinedOutput()
 	if err != nil {
 		t.Fatalf("asciinema cat %s: %v: %s", path, err, played)
 	}

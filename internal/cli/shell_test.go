@@ -131,7 +131,7 @@ func TestShellRecording(t *testing.T) {
 	if diff := cmp.Diff(wantH, h); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
-	wantE := []asciicast.Event{{1, "i", "ls\n"}, {2, "o", "typed ls\n"}, {3, "o", "warning\n"}, {4, "r", "100x30"}}
+	wantE := []asciicast.Event{{Time: 1, Code: "i", Data: "ls\n"}, {Time: 2, Code: "o", Data: "typed ls\n"}, {Time: 3, Code: "o", Data: "warning\n"}, {Time: 4, Code: "r", Data: "100x30"}}
 	if diff := cmp.Diff(wantE, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}

@@ -12,9 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // auditEvent is what TestAuditTrail reads of an audit.k8s.io/v1 Event.
@@ -101,26 +98,7 @@ func TestAuditTrail(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-audit-", nil)
-	target := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "audit-target", Namespace: ns},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{
-				Name: "main", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"sh", "-c", "exec sleep 3600"},
-			}},
-		},
-	}
-	if _, err := env.client.CoreV1().Pods(ns).Create(ctx, target, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(90*time.Second, func() bool {
-		p, err := env.client.CoreV1().Pods(ns).Get(ctx, target.Name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning
-	}) {
-		t.Fatal("the target pod did not start")
-	}
+	target := startTargetPod(ctx, t, ns, node, "audit-target", "exec sleep 3600")
 	// two sets of resident agents: the default transport and exec
 	agentsPF, agentsExec := uniqueName("nodeexec-e2e-apf-"), uniqueName("nodeexec-e2e-aex-")
 	for _, a := range []struct{ ns, transport string }{{agentsPF, "portforward"}, {agentsExec, "exec"}} {

@@ -317,26 +317,7 @@ func TestShellBackends(t *testing.T) {
 	ctx := t.Context()
 	node := env.nodes[0]
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-shellb-", nil)
-	target := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "shell-target", Namespace: ns},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{
-				Name: "main", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"sh", "-c", "echo inside > /tmp/where; exec sleep 3600"},
-			}},
-		},
-	}
-	if _, err := env.client.CoreV1().Pods(ns).Create(ctx, target, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(60*time.Second, func() bool {
-		p, err := env.client.CoreV1().Pods(ns).Get(ctx, target.Name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning
-	}) {
-		t.Fatal("target pod did not start")
-	}
+	target := startTargetPod(ctx, t, ns, node, "shell-target", "echo inside > /tmp/where; exec sleep 3600")
 	base := fmt.Sprintf("%s --kubeconfig %s -n %s shell --agent-image %s", env.cli, env.kubeconfig, ns, agentImage())
 	tests := []struct {
 		name, args, prompt, probe, want string
@@ -366,4 +347,32 @@ func TestShellBackends(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startTargetPod creates pod name on node in ns, its one container "main"
+// running sh -c script in the suite's image, and waits until it runs (at
+// most 90 s): the target of the ephemeral and runtime backends.
+func startTargetPod(ctx context.Context, t *testing.T, ns, node, name, script string) *corev1.Pod {
+	t.Helper()
+	target := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "main", Image: env.image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"sh", "-c", script},
+			}},
+		},
+	}
+	if _, err := env.client.CoreV1().Pods(ns).Create(ctx, target, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(90*time.Second, func() bool {
+		p, err := env.client.CoreV1().Pods(ns).Get(ctx, target.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	}) {
+		t.Fatalf("target pod %s/%s did not start", ns, name)
+	}
+	return target
 }

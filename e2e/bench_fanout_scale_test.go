@@ -152,7 +152,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 		"raised_concurrency":  raised,
 		"client_qps_burst":    fmt.Sprintf("%v/%d (nodeexec's defaults; each kubectl of the peers has its own)", nodeexec.DefaultQPS, nodeexec.DefaultBurst),
 		"peer_max_nodes":      peerMax,
-		"requests_method":     "kube-apiserver's audit log: each run (nodeexec, or the whole peer pipeline) has a client certificate user of its own in group " + testcluster.AuditAllGroup + ", whose every request the test cluster's audit policy records (Metadata level); counted are that user's events",
+		"requests_method":     "kube-apiserver's audit log: each run (nodeexec, or the whole peer pipeline) has a client certificate user of its own in group " + testcluster.AuditAllGroup + ", whose every request the test cluster's audit policy records (Metadata level; pod writes at the Request level); counted are that user's events",
 		"rss_method":          "sampled every 100 ms from /proc/PID/status of every process of the run's process group: max_rss_mib is the largest VmHWM (peak RSS) of one process (nodeexec: itself; the peer: its largest kubectl, C run at once), group_rss_mib the largest sum of the group's VmRSS at one moment (the peer: all its kubectls together); wait4's ru_maxrss is not used, it counts the test binary's memory at the fork",
 		"first_last_output":   "seconds from the process start to the first and the last line of a node's output on stdout, timestamped as read",
 		"machine":             "2 cores shared by the whole test cluster (API server, etcd, kwok) and the client",

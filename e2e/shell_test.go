@@ -184,12 +184,7 @@ func checkRecording(t *testing.T, path, node string, width, height int, outputs,
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("the recording's mode %v, want 0600", st.Mode().Perm())
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, events, err := asciicast.Parse(f)
+	h, events, err := asciicast.ParseFile(path)
 	if err != nil {
 		t.Fatalf("the recording: %v", err)
 	}

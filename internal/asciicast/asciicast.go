@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -274,4 +275,14 @@ func Parse(r io.Reader) (Header, []Event, error) {
 		}
 		events = append(events, e)
 	}
+}
+
+// ParseFile is Parse of the file at path.
+func ParseFile(path string) (Header, []Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Header{}, nil, fmt.Errorf("asciicast: %w", err)
+	}
+	defer f.Close()
+	return Parse(f)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +222,20 @@ func TestWriterConcurrent(t *testing.T) {
 	}
 	if n[Output] != 100 || n[Input] != 100 || n[Resize] == 0 {
 		t.Errorf("events by code %v", n)
+	}
+}
+
+func TestParseFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.cast")
+	if err := os.WriteFile(path, []byte("{\"version\":2,\"width\":80,\"height\":24}\n[0.5,\"o\",\"hi\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, events, err := ParseFile(path)
+	if err != nil || h.Width != 80 || len(events) != 1 || events[0].Data != "hi" {
+		t.Errorf("ParseFile: %+v %+v %v", h, events, err)
+	}
+	if _, _, err := ParseFile(filepath.Join(t.TempDir(), "missing.cast")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v, want ErrNotExist", err)
 	}
 }
 

@@ -118,12 +118,7 @@ func TestShellRecording(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, events, err := asciicast.Parse(f)
+	h, events, err := asciicast.ParseFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

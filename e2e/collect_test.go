@@ -117,7 +117,9 @@ func TestKilledClientCollectedByWatcher(t *testing.T) {
 }
 
 // TestAPIServerRestartPodDeleted: the API server killed and restarted
-// mid-run. The run ends with "outcome unknown" (exit 125: never a success,
+// mid-run of the debugpod backend without its agent (--no-agent, as
+// kubectl debug runs: nothing on the node keeps the outcome). The run ends
+// with "outcome unknown" (exit 125: never a success,
 // never the command's own status), and its pod's delete, which
 // fails while the API server is down, is retried until it succeeds: no pod
 // is left once the client has exited.
@@ -128,7 +130,7 @@ func TestAPIServerRestartPodDeleted(t *testing.T) {
 	ctx := t.Context()
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-apirestart-", nil)
 	cmd := exec.CommandContext(ctx, env.cli, "--kubeconfig", env.kubeconfig, "-n", ns, "run", "--node", env.nodes[0],
-		"--image", env.image, "--timeout", "2m", "--", "sh", "-c", "echo started; sleep 600")
+		"--image", env.image, "--no-agent", "--timeout", "2m", "--", "sh", "-c", "echo started; sleep 600")
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {

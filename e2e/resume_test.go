@@ -18,17 +18,19 @@ import (
 const resumeScript = `i=1; while [ $i -le 30 ]; do echo "line$i"; if [ $((i % 5)) -eq 0 ]; then echo "err$i" >&2; fi; sleep 0.3; i=$((i+1)); done; exit 3`
 
 // TestAPIServerRestartResumes: a fault hits while a run streams its output:
-// the API server is killed and started again 3 s later (nsenter and runtime
-// backends, a resident agent, and the ephemeral backend: four runs at once,
-// one restart), or one node's kubelet and the other node's containerd are
+// the API server is killed and started again 3 s later (nsenter, runtime
+// and debugpod backends, a resident agent, and the ephemeral backend: five
+// runs at once, one restart), or one node's kubelet and the other node's containerd are
 // stopped for 4 s (an nsenter run on each, at once), or the API server
 // frozen for 6 s (debugpod). The command runs on in the node's agent, which
 // keeps its output and exit status (its spool); the client reconnects and
 // receives the rest: every stdout line exactly once and in order, stderr
 // apart, and the command's own exit status 3, not 125. The ephemeral backend
 // keeps the exit status (the container's status) but not the output after
-// the cut, and says so. debugpod's API server restart (exit 125, outcome
-// unknown) is TestAPIServerRestartPodDeleted. Nothing is left behind.
+// the cut, and says so. debugpod runs the command in the user's image
+// under a copy of the agent (busybox here), so it resumes as nsenter does;
+// without it (--no-agent) the API server restart ends the run as outcome
+// unknown (exit 125): TestAPIServerRestartPodDeleted. Nothing is left behind.
 //
 // The runs of one fault share it (each has its own pod or target, and its
 // own client process): one API server restart instead of four in a row,
@@ -95,6 +97,7 @@ func TestAPIServerRestartResumes(t *testing.T) {
 				"--runtime-endpoint", "/run/nodeexec-testcluster/containerd-" + node + ".sock"}, true, false},
 			{"API server restart/resident", []string{"--backend", "nsenter", "--node", node, "--use-resident", "--resident-namespace", agentNS}, true, false},
 			{"API server restart/ephemeral", []string{"--backend", "ephemeral", "--pod", "default/" + ephTarget.Name, "--container", "app", "--image", env.image}, false, true},
+			{"API server restart/debugpod", []string{"--backend", "debugpod", "--node", node, "--image", env.image}, true, false},
 		}},
 		{[]string{node, other}, both(
 			pause(onNode(env.cluster.StopKubelet, node), onNode(env.cluster.StartKubelet, node), 4*time.Second),

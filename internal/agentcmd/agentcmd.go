@@ -4,8 +4,10 @@
 // node's namespaces with package nsenter and run a command), container-exec
 // (find a container through the container runtime and enter its namespaces),
 // hold (the pods' main process), serve (the resident agents' main
-// process, which runs those command lines for port-forwarded clients) and attach (stream a run's spool after a cut
-// exec stream). They are not for people: the user-facing CLI (package
+// process, which runs those command lines for port-forwarded clients), attach
+// (stream a run's spool after a cut exec stream), and run and copy (the
+// debugpod backend: run a command as it is under the spool, from a copy of
+// this binary put in the pod). They are not for people: the user-facing CLI (package
 // internal/cli) mounts them under `nodeexec agent`, hidden from help and
 // completion, beside its own `agent install` and `agent uninstall`.
 package agentcmd
@@ -32,7 +34,7 @@ type ExitStatus struct{ Code int }
 func (e ExitStatus) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
 // Commands are the in-pod subcommands: nsenter, container-exec, hold,
-// serve and attach. Errors other than ExitStatus are usage errors: the caller prints
+// serve, warm, attach, run and copy. Errors other than ExitStatus are usage errors: the caller prints
 // them and exits 2.
 func Commands(streams Streams) []*ucli.Command {
 	return []*ucli.Command{
@@ -42,5 +44,7 @@ func Commands(streams Streams) []*ucli.Command {
 		agentServeCommand(),
 		agentWarmCommand(streams),
 		agentAttachCommand(streams),
+		agentRunCommand(streams),
+		agentCopyCommand(),
 	}
 }

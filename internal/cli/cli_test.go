@@ -433,7 +433,7 @@ func TestNeverPull(t *testing.T) {
 	if err == nil {
 		t.Fatal("every node ErrImageNeverPull: no error")
 	}
-	for _, want := range []string{"--image-pull-policy Never", `--image "reg.test/missing:1"`, `nodes "a", "b"`, "IfNotPresent"} {
+	for _, want := range []string{"--image-pull-policy Never", `--image or --agent-image "reg.test/missing:1"`, `nodes "a", "b"`, "IfNotPresent"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}

@@ -65,11 +65,11 @@ type platformCheck struct {
 
 // startPlatformCheck starts reading the platforms of the agent image
 // (--agent-image) of the backends that run nodeexec's own image
-// (backends.Entry.RunsAgentImage: nsenter, runtime; and the resident
-// agents, which wrap them). Other backends run
+// (backends.Entry.RunsAgentImage: nsenter, runtime, debugpod without
+// --no-agent; and the resident agents, which wrap them). Other backends run
 // the user's image: nil, nothing is checked.
 func startPlatformCheck(c *ucli.Context) *platformCheck {
-	if e, ok := backends.Lookup(backendName(c)); !ok || !e.RunsAgentImage() {
+	if e, ok := backends.Lookup(backendName(c)); !ok || !e.RunsAgentImage() || c.Bool("no-agent") {
 		return nil
 	}
 	p := &platformCheck{image: c.String("agent-image"), done: make(chan struct{})}

@@ -56,8 +56,12 @@ func printPullHint(w io.Writer, backend string, results []nodeexec.NodeResult) {
 // ephemeral containers) run: --agent-image for agent install and the
 // agent-based backends, --image for the others.
 func imageFlag(command, backend string) string {
-	if e, ok := backends.Lookup(backend); command == "agent install" || ok && e.RunsAgentImage() {
+	e, ok := backends.Lookup(backend)
+	switch {
+	case command == "agent install" || ok && e.ImageFlag == "agent-image":
 		return "--agent-image"
+	case ok && e.RunsAgentImage():
+		return "--image or --agent-image" // debugpod: the user's image, and nodeexec's beside it
 	}
 	return "--image"
 }

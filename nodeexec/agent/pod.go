@@ -133,7 +133,11 @@ func WithSpool(argv []string, dir string) (out []string, ok bool) {
 //
 //	/usr/local/bin/nodeexec agent attach --spool DIR --stdout-offset N --stderr-offset M
 func AttachArgv(dir string, stdoutOffset, stderrOffset int64) []string {
-	return []string{Path, "agent", "attach", "--spool", dir,
+	return attachArgv(Path, dir, stdoutOffset, stderrOffset)
+}
+
+func attachArgv(bin, dir string, stdoutOffset, stderrOffset int64) []string {
+	return []string{bin, "agent", "attach", "--spool", dir,
 		"--stdout-offset", strconv.FormatInt(stdoutOffset, 10), "--stderr-offset", strconv.FormatInt(stderrOffset, 10)}
 }
 
@@ -141,8 +145,10 @@ func AttachArgv(dir string, stdoutOffset, stderrOffset int64) []string {
 // SpoolMissingExitCode when it is not.
 //
 //	/usr/local/bin/nodeexec agent attach --spool DIR --check
-func CheckSpoolArgv(dir string) []string {
-	return []string{Path, "agent", "attach", "--spool", dir, "--check"}
+func CheckSpoolArgv(dir string) []string { return checkSpoolArgv(Path, dir) }
+
+func checkSpoolArgv(bin, dir string) []string {
+	return []string{bin, "agent", "attach", "--spool", dir, "--check"}
 }
 
 // StopSpoolArgv is the command line that ends the command running under the
@@ -150,13 +156,18 @@ func CheckSpoolArgv(dir string) []string {
 // exit status is recorded:
 //
 //	/usr/local/bin/nodeexec agent attach --spool DIR --stop
-func StopSpoolArgv(dir string) []string {
-	return []string{Path, "agent", "attach", "--spool", dir, "--stop"}
+func StopSpoolArgv(dir string) []string { return stopSpoolArgv(Path, dir) }
+
+func stopSpoolArgv(bin, dir string) []string {
+	return []string{bin, "agent", "attach", "--spool", dir, "--stop"}
 }
 
 // isAgentArgv reports whether argv is `Path agent SUBCOMMAND ...`.
-func isAgentArgv(argv []string) bool {
-	return len(argv) >= 3 && argv[0] == Path && argv[1] == "agent" && !strings.HasPrefix(argv[2], "-")
+func isAgentArgv(argv []string) bool { return isAgentArgvAt(Path, argv) }
+
+// isAgentArgvAt reports whether argv is `bin agent SUBCOMMAND ...`.
+func isAgentArgvAt(bin string, argv []string) bool {
+	return len(argv) >= 3 && argv[0] == bin && argv[1] == "agent" && !strings.HasPrefix(argv[2], "-")
 }
 
 // SpoolFor returns the command line that runs the agent command line argv
@@ -167,20 +178,54 @@ func isAgentArgv(argv []string) bool {
 // session, which cannot be resumed) or a command line that is not the
 // agent's, it returns argv and nil.
 func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
-	if req.TTY {
+	return SpoolAt(Path, argv, name, req)
+}
+
+// SpoolAt is SpoolFor for the nodeexec binary at bin rather than Path:
+// argv is `bin agent SUBCOMMAND ...` (RunArgv's, for the debugpod
+// backend's copy at CopiedPath), and the Resume's command lines run bin
+// too.
+func SpoolAt(bin string, argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
+	if req.TTY || !isAgentArgvAt(bin, argv) {
 		return argv, nil
 	}
 	dir := spool.Path(name)
-	out, ok := WithSpool(argv, dir)
-	if !ok {
-		return argv, nil
-	}
+	out := append(slices.Clone(argv[:3]), "--spool", dir)
+	out = append(out, argv[3:]...)
 	return out, &podexec.Resume{
-		Check:        CheckSpoolArgv(dir),
+		Check:        checkSpoolArgv(bin, dir),
 		CheckMissing: SpoolMissingExitCode,
-		Attach:       func(stdoutOffset, stderrOffset int64) []string { return AttachArgv(dir, stdoutOffset, stderrOffset) },
-		Stop:         StopSpoolArgv(dir),
+		Attach: func(stdoutOffset, stderrOffset int64) []string {
+			return attachArgv(bin, dir, stdoutOffset, stderrOffset)
+		},
+		Stop: stopSpoolArgv(bin, dir),
 	}
+}
+
+// CopiedDir is where the debugpod backend's agent container puts the
+// nodeexec binary (CopyArgv) for the user's container, which mounts the
+// same emptyDir volume there; CopiedPath is the binary.
+const (
+	CopiedDir  = "/nodeexec-agent"
+	CopiedPath = CopiedDir + "/nodeexec"
+)
+
+// CopyArgv is the command of the debugpod backend's agent container: it
+// copies the binary to to (CopiedPath), whole or not at all, and exits 0.
+//
+//	/usr/local/bin/nodeexec agent copy --to /nodeexec-agent/nodeexec
+func CopyArgv(to string) []string { return []string{Path, "agent", "copy", "--to", to} }
+
+// RunArgv is the command line that runs argv as it is, in the container it
+// is run in, under the nodeexec binary at bin (the debugpod backend:
+// CopiedPath in the user's image); SpoolAt adds the spool:
+//
+//	BIN agent run -- argv...
+//
+// The command sees the container's root, user, environment and working
+// directory, as it would run directly; its exit status is the agent's.
+func RunArgv(bin string, argv []string) []string {
+	return append([]string{bin, "agent", "run", "--"}, argv...)
 }
 
 // ContainerExecArgs are the parts of the runtime backend's agent command line

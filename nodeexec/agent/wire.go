@@ -108,7 +108,8 @@ func (r WireRequest) Validate() error {
 
 // CheckRunnable checks that argv is one of the agent's own command lines
 // (`Path agent SUBCOMMAND ...`) that runs a command: not the main process
-// of an agent pod (hold, serve) nor a warm agent (warm); and that every
+// of an agent pod (hold, serve) nor a warm agent (warm), nor the debugpod
+// backend's run and copy; and that every
 // --spool it gives (before "--", in any of the flag's spellings) is a
 // spool directory of the agents' (spool.CheckDir): spool.DefaultParent/NAME.
 func CheckRunnable(argv []string) error {
@@ -117,6 +118,9 @@ func CheckRunnable(argv []string) error {
 	}
 	if slices.Contains([]string{"hold", "serve", "warm"}, argv[2]) {
 		return fmt.Errorf("command line %q: %q is the agent's main process, not a command to run", argv, argv[2])
+	}
+	if slices.Contains([]string{"run", "copy"}, argv[2]) {
+		return fmt.Errorf("command line %q: %q is the debugpod backend's, for the user's image: a resident agent runs nsenter and container-exec", argv, argv[2])
 	}
 	for _, dir := range spoolArgs(argv[3:]) {
 		if err := spool.CheckDir(dir); err != nil {

@@ -148,8 +148,11 @@ type Entry struct {
 
 // RunsAgentImage is whether the backend's pod runs nodeexec's own image
 // (--agent-image), whose platforms the command line checks against the
-// nodes'.
-func (e *Entry) RunsAgentImage() bool { return e.ImageFlag == "agent-image" }
+// nodes': as its container's image, or (debugpod, unless --no-agent) as
+// the agent container's beside the user's image.
+func (e *Entry) RunsAgentImage() bool {
+	return e.ImageFlag == "agent-image" || slices.Contains(e.Flags, "agent-image")
+}
 
 // Defaults among the registered backends.
 const (
@@ -168,10 +171,11 @@ var registry = []Entry{
 	{
 		Name: debugpod.Name, Target: TargetNode, RunToCompletion: true, OwnPod: true,
 		DefaultImage: debugpod.DefaultImage, ImageFlag: "image",
-		Flags: []string{"profile", "image"},
+		Flags: []string{"profile", "image", "agent-image", "no-agent"},
 		Check: checkProfile,
 		Build: func(_ context.Context, v Values, e Env) (nodeexec.Backend, error) {
-			return debugpod.New(debugpod.Options{PodOptions: podOptions(v, e, v.String("image")), Profile: v.String("profile")})
+			return debugpod.New(debugpod.Options{PodOptions: podOptions(v, e, v.String("image")), Profile: v.String("profile"),
+				AgentImage: v.String("agent-image"), NoAgent: v.Bool("no-agent")})
 		},
 		Node: func(o NodeOptions, po podexec.PodOptions) (nodeexec.Backend, error) {
 			return debugpod.New(debugpod.Options{PodOptions: po, Profile: o.Profile})
@@ -238,7 +242,8 @@ func Flags() []Flag {
 		{Name: "pod", Usage: "ephemeral backend: the running pod `[NAMESPACE/]NAME` to add the ephemeral container to; the run targets its node (no --node, --selector or --all)"},
 		{Name: "container", Usage: "ephemeral backend: the target container whose processes the command sees (default: the pod's default container, else its first)"},
 		{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
-		{Name: "agent-image", Value: agent.DefaultImage, Env: "NODEEXEC_AGENT_IMAGE", Usage: "nsenter backend: the agent image (nodeexec at " + agent.Path + "; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
+		{Name: "agent-image", Value: agent.DefaultImage, Env: "NODEEXEC_AGENT_IMAGE", Usage: "nsenter, runtime and debugpod backends: nodeexec's image, the agent (nodeexec at " + agent.Path + "; debugpod copies it into its pod to run the command under it; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
+		{Name: "no-agent", Kind: BoolFlag, Exclusive: true, Usage: "debugpod backend: run the command as kubectl debug would, without nodeexec's agent container (no --agent-image pulled; but a cut stream can then pass for a whole one, kubernetes/kubernetes#124571)"},
 		{Name: "runtime-endpoint", Kind: StringSliceFlag, Exclusive: true, Usage: "runtime backend: container runtime socket `PATH` on the node, tried before the well-known ones (repeatable)"},
 		{Name: "no-proc-fallback", Kind: BoolFlag, Exclusive: true, Usage: "runtime backend: fail when no runtime socket knows the container, instead of scanning /proc/*/cgroup for it"},
 		{Name: "use-resident", Kind: BoolFlag, Exclusive: true, Usage: "nsenter and runtime backends: run in the node's resident agent (`nodeexec agent install`), reached through pods/portforward (exec as the fallback), instead of creating a pod, when there is one"},

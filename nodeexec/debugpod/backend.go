@@ -28,6 +28,7 @@ import (
 	"k8s.io/kubectl/pkg/cmd/debug"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -65,6 +66,23 @@ type Options struct {
 	// Profile is kubectl debug's profile: legacy, general, baseline,
 	// restricted, netadmin or sysadmin. Defaults to DefaultProfile.
 	Profile string
+	// AgentImage is nodeexec's image (agent.DefaultImage when empty), run
+	// by the agent container of a run without a TTY: it copies the static
+	// nodeexec binary into the pod (PodSpec.AgentImage), and the command
+	// runs under it in the user's image, in the user's container
+	// (agent.RunArgv, with its spool): a stream cut on the way (the API
+	// server restarting, a dropped connection to the kubelet) is resumed
+	// from the spool, with nothing lost or doubled and the command's real
+	// exit status, or ends as nodeexec.ErrOutcomeUnknown — never as a
+	// success with the output's tail missing. Its platforms must include
+	// the node's. Ignored with NoAgent.
+	AgentImage string
+	// NoAgent runs the command as kubectl debug would, with no agent
+	// container: the pod is kubectl debug's plus nodeexec's labels,
+	// annotations and limits, but a cut stream that the client library
+	// reports as a normal end (kubernetes/kubernetes#124571) cannot be told
+	// from a whole one. For clusters that cannot pull AgentImage.
+	NoAgent bool
 }
 
 // Backend is the debug-pod backend. It is safe for concurrent use; all its
@@ -100,16 +118,24 @@ func New(o Options) (*Backend, error) {
 	if _, err := debug.NewProfileApplier(o.Profile, debug.KeepFlags{}); err != nil {
 		return nil, fmt.Errorf("debugpod: unknown profile %q: want one of %s", o.Profile, strings.Join(Profiles(), ", "))
 	}
+	if o.AgentImage == "" {
+		o.AgentImage = agent.DefaultImage
+	}
 	return &Backend{podBackend: base, o: o}, nil
 }
 
 // Name returns "debugpod".
 func (b *Backend) Name() string { return Name }
 
-// Pod builds the pod that Run would create for req, without creating it.
+// Pod builds the pod that Run would create for req, without creating it:
+// with the agent container unless req has a TTY or Options.NoAgent is set.
 func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
-	return b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now())
+	return b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now(), b.spooled(req))
 }
+
+// spooled reports whether req runs under the agent: not an interactive
+// session (a TTY cannot be resumed), and the agent not turned off.
+func (b *Backend) spooled(req nodeexec.Request) bool { return !req.TTY && !b.o.NoAgent }
 
 // CompletionPod is the pod Pod(req) would be, named name and created at
 // now, whose container runs Argv(req) itself rather than holding for an
@@ -117,15 +143,20 @@ func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
 // NodeScript watcher runs scripts in these pods. Errors name the invalid
 // field; req.Node must be set.
 func (b *Backend) CompletionPod(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
-	return podexec.CompletionPod(Name, req, func(req nodeexec.Request) (*corev1.Pod, error) { return b.build(req, name, now) }, b.Argv)
+	return podexec.CompletionPod(Name, req, func(req nodeexec.Request) (*corev1.Pod, error) { return b.build(req, name, now, false) }, b.Argv)
 }
 
-// build is req's pod, named name and created at now.
-func (b *Backend) build(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
-	return BuildPod(PodSpec{
+// build is req's pod, named name and created at now, with the agent
+// container when withAgent.
+func (b *Backend) build(req nodeexec.Request, name string, now time.Time, withAgent bool) (*corev1.Pod, error) {
+	s := PodSpec{
 		PodBase: podexec.NewPodBase(&b.o.PodOptions, req, name, now, b.Argv(req)),
 		Profile: b.o.Profile, Stdin: req.Stdin != nil, TTY: req.TTY,
-	})
+	}
+	if withAgent {
+		s.AgentImage = b.o.AgentImage
+	}
+	return BuildPod(s)
 }
 
 // Argv is what runs in the container for req: req.Command as given, or the
@@ -138,10 +169,16 @@ func (b *Backend) Argv(req nodeexec.Request) []string {
 	return req.Argv()
 }
 
-// launch is the pod for req and Argv run in its container.
+// launch is the pod for req and Argv run in its container: under the
+// agent's copy and its spool (agent.RunArgv, agent.SpoolAt), resumable,
+// when the pod has the agent container.
 func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 	pod, err := b.Pod(req)
-	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
+	if err != nil || !b.spooled(req) {
+		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
+	}
+	argv, resume := agent.SpoolAt(agent.CopiedPath, agent.RunArgv(agent.CopiedPath, b.Argv(req)), pod.Name, req)
+	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume, Stager: AgentContainerName}, nil
 }
 
 // Run runs req on req.Node in a new debug pod and deletes the pod. See

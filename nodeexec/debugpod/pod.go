@@ -7,7 +7,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubectl/pkg/cmd/debug"
+	"k8s.io/utils/ptr"
 
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -43,7 +45,26 @@ type PodSpec struct {
 	Profile string
 	// Stdin and TTY set the container's stdin/tty, as kubectl debug's -i/-t.
 	Stdin, TTY bool
+	// AgentImage, when set, adds the agent container (AgentContainerName,
+	// first) of that image, which copies nodeexec's static binary into an
+	// emptyDir volume the debugging container mounts read-only at
+	// agent.CopiedDir, so that the command can run under nodeexec's agent
+	// (agent.RunArgv) in the user's image; see BuildPod. Empty: the pod is
+	// kubectl debug's, plus nodeexec's labels, annotations and limits.
+	AgentImage string
 }
+
+// AgentContainerName names the agent container BuildPod adds for
+// PodSpec.AgentImage; AgentVolumeName names its emptyDir volume.
+const (
+	AgentContainerName = "nodeexec-agent"
+	AgentVolumeName    = "nodeexec-agent"
+)
+
+// agentUser is the user the agent container runs as: not root, so that it
+// fits every Pod Security level (it only reads its image's binary, mode
+// 0755, and writes to the emptyDir, mode 0777).
+const agentUser = 65532
 
 // BuildPod returns the pod that `kubectl debug node/NODE --profile=PROFILE
 // --image=IMAGE` creates, with what kubectl lacks added: the managed-by and
@@ -51,7 +72,13 @@ type PodSpec struct {
 // image pull secrets, priority class, resource requests, no service account
 // token, and a holder process
 // (sleep until the deadline) in place of the command, which is run over exec.
-// It is a pure function.
+// With s.AgentImage, the pod also has the agent container, first (so that
+// the kubelet starts it first), running agent.CopyArgv as user 65532 with
+// no privilege, capability or writable root (it fits the "restricted" Pod
+// Security level), with the debugging container's requests; the emptyDir
+// volume it writes, mounted read-only in the debugging container at
+// agent.CopiedDir; and the kubectl.kubernetes.io/default-container
+// annotation naming the debugging container. It is a pure function.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{PodBase: s.PodBase, Container: ContainerName, Stdin: s.Stdin, TTY: s.TTY})
 	if err != nil {
@@ -64,8 +91,46 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	if err := applier.Apply(pod, ContainerName, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Node}}); err != nil {
 		return nil, fmt.Errorf("applying profile %q: %w", s.Profile, err)
 	}
+	if s.AgentImage != "" {
+		addAgent(pod, s)
+	}
 	return pod, nil
 }
+
+// addAgent adds the agent container and its volume to pod (BuildPod).
+func addAgent(pod *corev1.Pod, s PodSpec) {
+	pod.Annotations[defaultContainerAnnotation] = ContainerName
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+		Name: AgentVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+	})
+	for i := range pod.Spec.Containers {
+		if c := &pod.Spec.Containers[i]; c.Name == ContainerName {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: AgentVolumeName, MountPath: agent.CopiedDir, ReadOnly: true})
+		}
+	}
+	a := corev1.Container{
+		Name:                     AgentContainerName,
+		Image:                    s.AgentImage,
+		ImagePullPolicy:          s.ImagePullPolicy,
+		Command:                  agent.CopyArgv(agent.CopiedPath),
+		Resources:                corev1.ResourceRequirements{Requests: s.Requests},
+		VolumeMounts:             []corev1.VolumeMount{{Name: AgentVolumeName, MountPath: agent.CopiedDir}},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](agentUser),
+			RunAsNonRoot:             ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+	pod.Spec.Containers = append([]corev1.Container{a}, pod.Spec.Containers...)
+}
+
+// defaultContainerAnnotation names the container kubectl exec, logs and
+// attach pick when none is given.
+const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 
 // MountsHostRoot reports whether the profile mounts the node's root
 // filesystem at HostRoot (legacy, general, sysadmin), so that a script can be

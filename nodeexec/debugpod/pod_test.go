@@ -49,6 +49,44 @@ func TestBuildPodGolden(t *testing.T) {
 	}
 }
 
+// TestBuildPodAgentGolden pins the pod of a run under the agent: the
+// agent container first, its emptyDir mounted read-only in the debugging
+// container, the default-container annotation; the profile's changes stay
+// on the debugging container alone.
+func TestBuildPodAgentGolden(t *testing.T) {
+	for _, profile := range []string{"sysadmin", "restricted"} {
+		t.Run(profile, func(t *testing.T) {
+			s := spec(profile)
+			s.AgentImage = "registry.example/nodeexec:0.2.0"
+			pod, err := BuildPod(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.CheckYAML(t, profile+"-agent.yaml", pod)
+			a := pod.Spec.Containers[0]
+			if a.Name != AgentContainerName || pod.Spec.Containers[1].Name != ContainerName {
+				t.Fatalf("containers %q, %q: want the agent container first", a.Name, pod.Spec.Containers[1].Name)
+			}
+			if sc := a.SecurityContext; sc == nil || sc.Privileged != nil || !*sc.RunAsNonRoot || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("agent container security context %+v: want non-root, no privilege, read-only root", sc)
+			}
+			without, err := BuildPod(spec(profile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Apart from the mount, the debugging container is the one without the agent.
+			d := pod.Spec.Containers[1].DeepCopy()
+			d.VolumeMounts = d.VolumeMounts[:len(d.VolumeMounts)-1]
+			if len(d.VolumeMounts) == 0 {
+				d.VolumeMounts = nil
+			}
+			if diff := cmp.Diff(without.Spec.Containers[0], *d); diff != "" {
+				t.Errorf("debugging container changed by the agent (-without +with):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestBuildPodProfiles checks the properties each profile is known for, as
 // kubectl documents them, independently of the golden files.
 func TestBuildPodProfiles(t *testing.T) {

@@ -122,6 +122,14 @@ type Launch struct {
 	Container string
 	Argv      []string
 	Resume    *Resume
+	// Stager names the container of Pod that puts Argv[0] in place after
+	// the pod started (the debugpod backend's agent container copies
+	// nodeexec into a volume the two share), or is empty. Until it has,
+	// the container runtime's "not found" for Argv[0] means "not yet": the
+	// exec is tried again, as for a container not yet running, until the
+	// run's timeout; the stager failing (its image not pulled, a non-zero
+	// exit) fails the run with a *nodeexec.PodError naming it.
+	Stager string
 }
 
 // PodBackend is the part of a pod backend that is not its pod: its
@@ -175,7 +183,7 @@ func (b *PodBackend) Run(ctx context.Context, req nodeexec.Request, build func(n
 		now := b.o.Clock.Now()
 		return nodeexec.Result{Node: req.Node, ExitCode: -1, Backend: b.name, Started: now, Finished: now}, err
 	}
-	return b.exec.RunResumable(ctx, l.Pod, l.Container, l.Argv, req, l.Resume)
+	return b.exec.RunResumable(ctx, l, req)
 }
 
 func (b *PodBackend) launch(req nodeexec.Request, build func(nodeexec.Request) (Launch, error)) (Launch, error) {

@@ -115,11 +115,14 @@ func newExecutor(o executorOptions) (*executor, error) {
 	return &executor{o: o}, nil
 }
 
-// RunResumable is Run for a command line that keeps its outcome in the
-// container (resume says how to read it; nil: as Run): a stream cut after
-// the command started is reconnected (ExecResuming) instead of ending the
-// run with nodeexec.ErrOutcomeUnknown.
-func (e *executor) RunResumable(ctx context.Context, pod *corev1.Pod, container string, argv []string, req nodeexec.Request, resume *Resume) (res nodeexec.Result, err error) {
+// RunResumable creates l.Pod, runs l.Argv in its container l.Container
+// over exec once it runs, and deletes the pod. A command line that keeps
+// its outcome in the container (l.Resume says how to read it) has a
+// stream cut after the command started reconnected (ExecResuming) instead
+// of ending the run with nodeexec.ErrOutcomeUnknown. See Launch.Stager for
+// a program put in place by another container.
+func (e *executor) RunResumable(ctx context.Context, l Launch, req nodeexec.Request) (res nodeexec.Result, err error) {
+	pod, container, argv, resume := l.Pod, l.Container, l.Argv, l.Resume
 	log := logr.FromContextOrDiscard(ctx)
 	res = nodeexec.Result{Node: req.Node, ExitCode: -1, Started: e.o.Clock.Now(), Backend: e.o.Backend, Namespace: pod.Namespace, Pod: pod.Name}
 	req, firstOutput := nodeexec.RecordFirstOutput(req, e.o.Clock.Now)
@@ -217,10 +220,13 @@ func (e *executor) RunResumable(ctx context.Context, pod *corev1.Pod, container 
 			if perr := PodFailure(cur, container, req.Node); perr != nil {
 				return res, WithPullReason(ctx, e.o.Client, perr)
 			}
+			if perr := stagerFailure(cur, l.Stager, req.Node); perr != nil {
+				return res, WithPullReason(ctx, e.o.Client, perr)
+			}
 			switch {
 			case retrying:
 				// After a refused attempt only the backoff timer triggers the next.
-			case containerRunning(cur, container) || e.o.Tracker.Started(pod.Name):
+			case containerRunning(cur, container) || e.o.Tracker.Started(pod.Name, container):
 				attemptNow = true
 			case due == nil && cur.Status.StartTime != nil:
 				schedule(e.o.FirstAttemptDelay)
@@ -229,9 +235,9 @@ func (e *executor) RunResumable(ctx context.Context, pod *corev1.Pod, container 
 		if attemptNow {
 			attemptNow = false
 			attempts++
-			log.V(2).Info("exec attempt", "attempt", attempts, "sinceCreate", e.o.Clock.Since(res.Started).String(), "startedEvent", e.o.Tracker.Started(pod.Name))
+			log.V(2).Info("exec attempt", "attempt", attempts, "sinceCreate", e.o.Clock.Since(res.Started).String(), "startedEvent", e.o.Tracker.Started(pod.Name, container))
 			xerr := ExecResuming(ctx, e.o.Streamer, e.o.Clock, pod.Namespace, pod.Name, execOpts, streams, resume)
-			if !IsContainerNotReady(xerr) || ctxErr(ctx) != nil {
+			if (!IsContainerNotReady(xerr) && !notStaged(xerr, l)) || ctxErr(ctx) != nil {
 				log.V(1).Info("exec finished", "attempts", attempts, "err", xerr)
 				return e.finish(ctx, res, created, container, req.Node, strings.Join(argv[:min(len(argv), 1)], ""), xerr)
 			}
@@ -249,6 +255,44 @@ func (e *executor) RunResumable(ctx context.Context, pod *corev1.Pod, container 
 			return res, ctxErr(ctx)
 		}
 	}
+}
+
+// notStaged reports an exec that failed because l.Argv[0], which l.Stager
+// puts in place, is not there yet: the runtime could not find it, so the
+// command never ran.
+func notStaged(err error, l Launch) bool {
+	if l.Stager == "" || len(l.Argv) == 0 {
+		return false
+	}
+	se := StartFailure(err, "", l.Argv[0])
+	return se != nil && se.Code == ExitNotFound && se.Command == l.Argv[0]
+}
+
+// stagerFailure reports why pod's container stager (Launch.Stager) will
+// not put the command in place: it cannot start (PodFailure's waiting
+// reasons) or it exited non-zero. Nil when stager is empty, or still may.
+func stagerFailure(pod *corev1.Pod, stager, node string) *nodeexec.PodError {
+	if stager == "" {
+		return nil
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != stager {
+			continue
+		}
+		if w := cs.State.Waiting; fatalWaiting(w) {
+			pe := &nodeexec.PodError{Node: node, Namespace: pod.Namespace, Pod: pod.Name, Reason: w.Reason,
+				Message: fmt.Sprintf("container %q, which puts the command in place, cannot start: %s", stager, w.Message)}
+			if nodeexec.IsImagePullReason(w.Reason) {
+				pe.Image = ContainerImage(pod, stager)
+			}
+			return pe
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return &nodeexec.PodError{Node: node, Namespace: pod.Namespace, Pod: pod.Name, Reason: t.Reason,
+				Message: fmt.Sprintf("container %q, which puts the command in place, exited with code %d: %s", stager, t.ExitCode, t.Message)}
+		}
+	}
+	return nil
 }
 
 // deletePod deletes pod, retrying with backoff until it is gone or the

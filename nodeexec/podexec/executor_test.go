@@ -238,7 +238,7 @@ func (h *harness) start(ctx context.Context, pod *corev1.Pod, req nodeexec.Reque
 	}
 	ch := make(chan outcome, 1)
 	go func() {
-		res, err := h.exec.RunResumable(ctx, pod, testContainer, []string{"echo", "hi"}, req, nil)
+		res, err := h.exec.RunResumable(ctx, podexec.Launch{Pod: pod, Container: testContainer, Argv: []string{"echo", "hi"}}, req)
 		ch <- outcome{res, err}
 	}()
 	return ch
@@ -1029,5 +1029,85 @@ func TestRunCreateAndDeleteForbidden(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "deleting pod") {
 		t.Errorf("error reports a failed clean-up of a pod that was never created:\n%v", err)
+	}
+}
+
+// TestRunStaged: a command line whose program another container of the pod
+// puts in place (Launch.Stager): the runtime's "not found" for that
+// program is "not yet", retried with the container-not-ready backoff; a
+// "not found" for any other program is the command's own (exit 127); the
+// stager failing ends the run with a PodError naming it.
+func TestRunStaged(t *testing.T) {
+	const prog = "/nodeexec-agent/nodeexec"
+	notFound := func(p string) error {
+		return fmt.Errorf(`Internal error occurred: error executing command in container: failed to exec in container: failed to start exec "0f3a": OCI runtime exec failed: exec failed: unable to start container process: exec: %q: stat %s: no such file or directory: unknown`, p, p)
+	}
+	launch := func(pod *corev1.Pod) podexec.Launch {
+		return podexec.Launch{Pod: pod, Container: testContainer, Argv: []string{prog, "agent", "run", "--", "x"}, Stager: "stager"}
+	}
+	withStager := func(st corev1.ContainerState) corev1.PodStatus {
+		s := runningStatus()
+		s.ContainerStatuses = append(s.ContainerStatuses, corev1.ContainerStatus{Name: "stager", State: st})
+		return s
+	}
+	run := func(t *testing.T, h *harness, pod *corev1.Pod) (nodeexec.Result, error) {
+		t.Helper()
+		ch := make(chan outcome, 1)
+		go func() {
+			res, err := h.exec.RunResumable(t.Context(), launch(pod), nodeexec.Request{Node: testNode, Command: []string{"x"}})
+			ch <- outcome{res, err}
+		}()
+		o := wait(t, ch)
+		return o.res, o.err
+	}
+
+	t.Run("retried until in place", func(t *testing.T) {
+		h := newHarness(t)
+		h.streamer.fn = func(_ context.Context, call int, s remotecommand.StreamOptions) error {
+			if call <= 2 {
+				return notFound(prog)
+			}
+			return nil
+		}
+		h.clock.autoStep(t, time.Second)
+		res, err := run(t, h, testPod("p", withStager(corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}})))
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("Run: exit %d, %v; want 0 after the program appeared", res.ExitCode, err)
+		}
+		if n := h.streamer.numCalls(); n != 3 {
+			t.Errorf("%d exec calls, want 3 (2 not yet in place, 1 good)", n)
+		}
+		h.checkCleanedUp(t, "p")
+	})
+	t.Run("the command's own not found", func(t *testing.T) {
+		h := newHarness(t)
+		h.streamer.fn = func(context.Context, int, remotecommand.StreamOptions) error { return notFound("/bin/nosuch") }
+		h.clock.autoStep(t, time.Second)
+		res, err := run(t, h, testPod("p", withStager(corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})))
+		if res.ExitCode != 127 || nodeexec.ExitCode(err) != 127 {
+			t.Errorf("exit %d, %v: want 127, the command not found", res.ExitCode, err)
+		}
+		if n := h.streamer.numCalls(); n != 1 {
+			t.Errorf("%d exec calls, want 1", n)
+		}
+	})
+	for name, st := range map[string]corev1.ContainerState{
+		"stager exited non-zero":  {Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "agent copy: no space left on device"}},
+		"stager image not pulled": {Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "image not present"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.streamer.fn = func(context.Context, int, remotecommand.StreamOptions) error { return notFound(prog) }
+			h.clock.autoStep(t, time.Second)
+			_, err := run(t, h, testPod("p", withStager(st)))
+			var pe *nodeexec.PodError
+			if !errors.As(err, &pe) || !strings.Contains(pe.Message, `container "stager", which puts the command in place`) {
+				t.Fatalf("error %v: want a PodError naming the stager", err)
+			}
+			if errors.Is(err, nodeexec.ErrOutcomeUnknown) {
+				t.Errorf("error %v: the command never ran, its outcome is not unknown", err)
+			}
+			h.checkCleanedUp(t, "p")
+		})
 	}
 }

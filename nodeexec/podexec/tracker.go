@@ -2,6 +2,7 @@ package podexec
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +34,7 @@ type tracker struct {
 	refs    int
 	stop    context.CancelFunc
 	store   cache.Store
-	started map[string]bool // pod name -> a Started event was seen
+	started map[string]map[string]bool // pod name -> container ("" when the event names none) -> a Started event was seen
 	waiters map[string]map[chan struct{}]struct{}
 }
 
@@ -69,7 +70,7 @@ func (t *tracker) Acquire(ctx context.Context) (release func()) {
 			DeleteFunc: t.notify,
 		})
 		t.store = inf.GetStore()
-		t.started = map[string]bool{}
+		t.started = map[string]map[string]bool{}
 		go inf.RunWithContext(wctx)
 
 		evLW := &cache.ListWatch{
@@ -115,16 +116,32 @@ func (t *tracker) onEvent(obj any) {
 	if t.started == nil || t.waiters[ev.InvolvedObject.Name] == nil {
 		return // not one of ours, or nobody waits for it
 	}
-	t.started[ev.InvolvedObject.Name] = true
-	t.signal(ev.InvolvedObject.Name)
+	name := ev.InvolvedObject.Name
+	if t.started[name] == nil {
+		t.started[name] = map[string]bool{}
+	}
+	t.started[name][eventContainer(ev.InvolvedObject.FieldPath)] = true
+	t.signal(name)
 }
 
-// Started reports whether the kubelet has recorded a Started event for a
-// container of the named pod since the pod was subscribed to.
-func (t *tracker) Started(name string) bool {
+// eventContainer is the container an event's involvedObject.fieldPath
+// names: "spec.containers{NAME}" (also initContainers, ephemeralContainers)
+// gives NAME; anything else "".
+func eventContainer(fieldPath string) string {
+	_, rest, ok := strings.Cut(fieldPath, "{")
+	if !ok || !strings.HasSuffix(rest, "}") {
+		return ""
+	}
+	return strings.TrimSuffix(rest, "}")
+}
+
+// Started reports whether the kubelet has recorded a Started event for the
+// container of the named pod since the pod was subscribed to: for an event
+// that names no container, any container counts.
+func (t *tracker) Started(name, container string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.started[name]
+	return t.started[name][container] || t.started[name][""]
 }
 
 func (t *tracker) notify(obj any) {

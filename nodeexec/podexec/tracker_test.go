@@ -62,7 +62,7 @@ func TestTrackerSharedWatch(t *testing.T) {
 	cs := fake.NewClientset(ours, theirs)
 	tr := podexec.NewTracker(cs, testNS, testSelector)
 
-	if tr.Get("ours") != nil || tr.Started("ours") {
+	if tr.Get("ours") != nil || tr.Started("ours", testContainer) {
 		t.Fatal("Get or Started report something before Acquire")
 	}
 
@@ -163,17 +163,30 @@ func TestTrackerStarted(t *testing.T) {
 		}
 	}
 	receive(t, ch, "the Started event")
-	waitFor(t, "Started(p)", func() bool { return tr.Started("p") })
+	waitFor(t, "Started(p)", func() bool { return tr.Started("p", testContainer) })
+
+	// An event naming another container of the pod is not this one's.
+	ch2, unsubscribe2 := tr.Subscribe("two")
+	defer unsubscribe2()
+	ev := startedEvent("ev-other", "two")
+	ev.InvolvedObject.FieldPath = "spec.containers{nodeexec-agent}"
+	if _, err := events.Create(t.Context(), ev, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, ch2, "the other container's Started event")
+	if tr.Started("two", testContainer) || !tr.Started("two", "nodeexec-agent") {
+		t.Errorf("Started(two, %s) = %v, Started(two, nodeexec-agent) = %v: want false, true", testContainer, tr.Started("two", testContainer), tr.Started("two", "nodeexec-agent"))
+	}
 
 	// An event seen before anyone subscribed to the pod does not count.
 	_, unsubscribeLate := tr.Subscribe("late")
 	defer unsubscribeLate()
-	if tr.Started("late") {
+	if tr.Started("late", testContainer) {
 		t.Error(`Started("late") = true for an event seen before the subscription`)
 	}
 
 	unsubscribe()
-	if tr.Started("p") {
+	if tr.Started("p", testContainer) {
 		t.Error(`Started("p") = true after the last subscriber left`)
 	}
 }

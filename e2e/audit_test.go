@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
 // auditEvent is what TestAuditTrail reads of an audit.k8s.io/v1 Event.
@@ -39,7 +41,7 @@ func (e auditEvent) resource() string {
 }
 
 // auditEventsOf returns the events of user in the API server's audit log
-// after offset bytes.
+// after offset bytes; every user's for "".
 func auditEventsOf(t *testing.T, offset int64, user string) []auditEvent {
 	t.Helper()
 	f, err := os.Open(env.cluster.AuditLog())
@@ -54,14 +56,14 @@ func auditEventsOf(t *testing.T, offset int64, user string) []auditEvent {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
-		if !strings.Contains(sc.Text(), `"username":"`+user+`"`) {
+		if user != "" && !strings.Contains(sc.Text(), `"username":"`+user+`"`) {
 			continue
 		}
 		var e auditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("audit log line: %v", err)
 		}
-		if e.User.Username == user {
+		if user == "" || e.User.Username == user {
 			events = append(events, e)
 		}
 	}
@@ -86,6 +88,12 @@ func auditEventsOf(t *testing.T, offset int64, user string) []auditEvent {
 // --transport exec` closes, checked here too. A shell's typed commands are
 // in no audit record (the login shell's command line is): shell --record
 // keeps them on the client (TestShellInteractive).
+//
+// The watcher: the user applies a NodeScript whose script holds the
+// marker; its create is recorded with its body (the script), under the
+// user's name, and the pod the watcher then creates on the node, under the
+// watcher's identity, holds the script too: the NodeScript's name links
+// the two (the pod's nodeexec.io/nodescript label).
 func TestAuditTrail(t *testing.T) {
 	if env.cluster == nil {
 		t.Fatal("TestAuditTrail reads the local test cluster's audit log: run it without NODEEXEC_E2E_KUBECONFIG")
@@ -137,14 +145,35 @@ func TestAuditTrail(t *testing.T) {
 			t.Fatalf("%s: exit %d, stdout %q, stderr %q", p.name, code, stdout, stderr)
 		}
 	}
+	// the watcher: the user's NodeScript, run by the watcher
+	dyn := watcherSetup(t)
+	startWatcher(t, dyn)
+	script := uniqueName("e2e-audit-")
+	cleanupNodeScript(t, dyn, script)
+	doc := fmt.Sprintf("apiVersion: nodeexec.io/v1alpha1\nkind: NodeScript\nmetadata: {name: %s}\nspec:\n  nodeSelector: {matchLabels: {kubernetes.io/hostname: %s}}\n  script: \"echo %s\"\n",
+		script, node, marker("watcher"))
+	if _, stderr, code := cliAs(ctx, kubeconfig, doc, "apply", "-f", "-"); code != 0 {
+		t.Fatalf("watcher: apply: exit %d: %s", code, stderr)
+	}
+	waitNodeScript(ctx, t, dyn, script, 90*time.Second, "ran on the node", func(ns *v1alpha1.NodeScript) bool { return ns.Status.Succeeded == 1 })
+	paths = append(paths, path{name: "watcher", where: "spec"})
 
 	// the audit log's answer, per path
 	// the log is written as requests end: wait until every recorded
 	// marker is there (at most 15 s)
-	var events []auditEvent
+	var events, watcherPods []auditEvent
 	waitFor(15*time.Second, func() bool {
 		events = auditEventsOf(t, start.Size(), user)
+		watcherPods = nil
+		for _, e := range auditEventsOf(t, start.Size(), "") {
+			if e.User.Username != user && e.resource() == "pods" && e.Verb == "create" && strings.Contains(string(e.RequestObject), marker("watcher")) {
+				watcherPods = append(watcherPods, e)
+			}
+		}
 		all := string(mustJSON(events))
+		if len(watcherPods) == 0 {
+			return false
+		}
 		for _, p := range paths {
 			if p.where != "" && !strings.Contains(all, marker(p.name)) {
 				return false
@@ -161,7 +190,7 @@ func TestAuditTrail(t *testing.T) {
 		for _, e := range events {
 			// pods and their subresources; of pods themselves only the
 			// writes (exec, attach and port-forward upgrade as "get")
-			if !strings.HasPrefix(e.resource(), "pods") || e.resource() == "pods" && (e.Verb == "list" || e.Verb == "watch" || e.Verb == "get") {
+			if !strings.HasPrefix(e.resource(), "pods") && e.resource() != "nodescripts" || e.resource() == "pods" && (e.Verb == "list" || e.Verb == "watch" || e.Verb == "get") {
 				continue
 			}
 			inURI := strings.Contains(e.RequestURI, m)
@@ -195,6 +224,18 @@ func TestAuditTrail(t *testing.T) {
 		}
 		if p.name == "shell" && podEvents != 0 {
 			t.Errorf("shell: a typed command is in the audit log")
+		}
+		if p.name == "watcher" {
+			// the pod the watcher created for the user's NodeScript, under its own name
+			for _, e := range watcherPods {
+				fmt.Fprintf(&report, "%-22s %-7s %-30s %-56s %s\n", "  (watcher: "+e.User.Username+")", e.Verb, e.resource(), e.ObjectRef.Namespace+"/"+e.ObjectRef.Name, "yes, requestObject")
+				if !strings.Contains(string(e.RequestObject), script) {
+					t.Errorf("watcher: its pod %s does not name the NodeScript %s", e.ObjectRef.Name, script)
+				}
+			}
+			if len(watcherPods) == 0 {
+				t.Errorf("watcher: no pod create holds the NodeScript's script")
+			}
 		}
 	}
 	t.Logf("the audit log of user %s:\n%s", user, report.String())

@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The audit policy records pod and ephemeral container writes with their
-// bodies first (the commands they carry, whoever sends them), then every
+// The audit policy records pod, ephemeral container and NodeScript writes
+// with their bodies first (the commands they carry, whoever sends them), then every
 // request of AuditAllGroup's members, then its other pod rules, then
 // nothing.
 func TestAuditPolicyAuditAllGroup(t *testing.T) {
@@ -21,9 +21,11 @@ func TestAuditPolicyAuditAllGroup(t *testing.T) {
 	if p.Kind != "Policy" || p.APIVersion != "audit.k8s.io/v1" || len(p.Rules) != 5 {
 		t.Fatalf("kind %q, %d rules, want Policy and 5:\n%s", p.Kind, len(p.Rules), auditPolicy)
 	}
-	if r := p.Rules[0]; r.Level != auditv1.LevelRequest || len(r.UserGroups) != 0 || len(r.Resources) != 1 ||
-		strings.Join(r.Resources[0].Resources, ",") != "pods,pods/ephemeralcontainers" || strings.Join(r.Verbs, ",") != "create,update,patch" {
-		t.Errorf("first rule %+v, want Request for pod and ephemeral container writes", r)
+	if r := p.Rules[0]; r.Level != auditv1.LevelRequest || len(r.UserGroups) != 0 || len(r.Resources) != 2 ||
+		strings.Join(r.Resources[0].Resources, ",") != "pods,pods/ephemeralcontainers" ||
+		r.Resources[1].Group != "nodeexec.io" || strings.Join(r.Resources[1].Resources, ",") != "nodescripts" ||
+		strings.Join(r.Verbs, ",") != "create,update,patch" {
+		t.Errorf("first rule %+v, want Request for pod, ephemeral container and NodeScript writes", r)
 	}
 	r := p.Rules[1]
 	if r.Level != auditv1.LevelMetadata || len(r.UserGroups) != 1 || r.UserGroups[0] != AuditAllGroup || len(r.Verbs) != 0 || len(r.Resources) != 0 {

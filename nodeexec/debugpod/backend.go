@@ -9,10 +9,20 @@
 // (activeDeadlineSeconds), labels and annotations naming the run, and image
 // pull secrets, a priority class and small resource requests.
 //
+// A run without a TTY runs its command under nodeexec's agent, in the
+// user's image: the pod's agent container (Options.AgentImage) copies the
+// static nodeexec binary into an emptyDir the debugging container mounts,
+// and the command runs as `agent run` with its spool (agent.RunArgv,
+// agent.SpoolAt), so that a cut exec stream is resumed, or reported as
+// nodeexec.ErrOutcomeUnknown, never taken for a success (client-go reports
+// a connection to the kubelet dropped mid-stream as one). Options.NoAgent
+// turns it off.
+//
 // # Permissions
 //
 // RBAC in the namespace: create, get, list, watch, delete on pods; create on
-// pods/exec; cluster-wide list on nodes (for the Runner). Pod Security: the
+// pods/exec; cluster-wide list on nodes (for the Runner); the same with the
+// agent container, which fits the "restricted" level. Pod Security: the
 // sysadmin profile needs the namespace's level to be "privileged"; legacy,
 // general and netadmin need "privileged" too (host namespaces, hostPath);
 // baseline fits "baseline"; restricted fits "restricted".

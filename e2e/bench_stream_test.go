@@ -138,9 +138,9 @@ func BenchmarkStream(b *testing.B) {
 		}
 		k, p, np, na := med["kubectl-exec"], med["nodeexec"], med["nodeexec-no-prefix"], med["nodeexec-no-agent"]
 		ratios := map[string]float64{
-			"nodeexec_vs_kubectl_throughput":           round(p.MBPerS / k.MBPerS),
-			"nodeexec_no_prefix_vs_kubectl_throughput": round(np.MBPerS / k.MBPerS),
-			"nodeexec_vs_no_prefix_time":               round(np.MBPerS / p.MBPerS),
+			"nodeexec_vs_kubectl_throughput":            round(p.MBPerS / k.MBPerS),
+			"nodeexec_no_prefix_vs_kubectl_throughput":  round(np.MBPerS / k.MBPerS),
+			"nodeexec_vs_no_prefix_time":                round(np.MBPerS / p.MBPerS),
 			"nodeexec_no_prefix_vs_no_agent_throughput": round(np.MBPerS / na.MBPerS),
 		}
 		summary[w] = map[string]any{"median": med, "ratios": ratios}

@@ -228,7 +228,7 @@ func TestAuditTrail(t *testing.T) {
 		if p.name == "watcher" {
 			// the pod the watcher created for the user's NodeScript, under its own name
 			for _, e := range watcherPods {
-				fmt.Fprintf(&report, "%-22s %-7s %-30s %-56s %s\n", "  (watcher: "+e.User.Username+")", e.Verb, e.resource(), e.ObjectRef.Namespace+"/"+e.ObjectRef.Name, "yes, requestObject")
+				fmt.Fprintf(&report, "%-22s %-7s %-30s %-56s %s (user %s)\n", "watcher's pod", e.Verb, e.resource(), e.ObjectRef.Namespace+"/"+e.ObjectRef.Name, "yes, requestObject", e.User.Username)
 				if !strings.Contains(string(e.RequestObject), script) {
 					t.Errorf("watcher: its pod %s does not name the NodeScript %s", e.ObjectRef.Name, script)
 				}

@@ -76,7 +76,24 @@ func waitCollected(ctx context.Context, t *testing.T, ns string, lease *coordina
 		t.Fatalf("%s after the Lease's last renewal: pods %d, Lease still there; want both collected within %s",
 			time.Since(renewed).Round(time.Second), len(managedPods(ctx, t, ns)), within)
 	}
-	return time.Since(renewed).Round(100 * time.Millisecond)
+	took := time.Since(renewed).Round(100 * time.Millisecond)
+	// What is left of the run: an Event on its pod saying that its outcome
+	// is unknown, where and why.
+	evs, err := env.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + podexec.ReasonOutcomeUnknown})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, e := range evs.Items {
+		msgs = append(msgs, e.Message)
+	}
+	if len(evs.Items) != 1 || evs.Items[0].InvolvedObject.Kind != "Pod" || evs.Items[0].Type != corev1.EventTypeWarning ||
+		!strings.Contains(msgs[0], "outcome unknown") || !strings.Contains(msgs[0], env.nodes[0]) || !strings.Contains(msgs[0], lease.Name) {
+		t.Errorf("%s Events in %s: %q; want one Warning on the pod naming the node and the Lease", podexec.ReasonOutcomeUnknown, ns, msgs)
+	} else {
+		t.Logf("the collected run's record: %s %s: %s", evs.Items[0].Type, evs.Items[0].Reason, msgs[0])
+	}
+	return took
 }
 
 // TestKilledClientCollectedByNextRun: kill -9 of `nodeexec run` leaves its

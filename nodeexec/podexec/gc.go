@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,10 +86,12 @@ func beingDeleted(p *corev1.Pod) bool {
 // nor pods already being deleted (such as a finished run's, which the
 // kubelet is still stopping) with a grace period of at most
 // DeleteGracePeriod.
-// Deletions use a 1 s grace period and the pod's UID as precondition. It
+// Deletions use a 1 s grace period and the pod's UID as precondition; each
+// deleted pod gets a Warning Event with ReasonOutcomeUnknown naming its
+// node, run, command and Lease (recordOutcomeUnknown; best effort). It
 // returns what it deleted as "pod/namespace/name" and
 // "lease/namespace/name". RBAC: list, delete on pods; list, delete on
-// leases.coordination.k8s.io.
+// leases.coordination.k8s.io; create on events (else no Event, logged).
 func CollectExpired(ctx context.Context, client kubernetes.Interface, namespace string, now time.Time) ([]string, error) {
 	// Pods first, then Leases: a run creates its Lease before its pods, so
 	// every pod listed has its Lease in the later Lease list unless that
@@ -106,13 +109,15 @@ func CollectExpired(ctx context.Context, client kubernetes.Interface, namespace 
 	if err != nil {
 		return nil, fmt.Errorf("listing nodeexec run Leases: %w", err)
 	}
-	live := map[string]bool{}    // namespace/name of Leases still renewed
-	expired := map[string]bool{} // namespace/name of expired Leases
+	live := map[string]bool{}                    // namespace/name of Leases still renewed
+	expired := map[string]bool{}                 // namespace/name of expired Leases
+	leases := map[string]*coordinationv1.Lease{} // namespace/name of every run Lease
 	for i := range leaseList.Items {
 		l := &leaseList.Items[i]
 		if !strings.HasPrefix(l.Name, LeaseNamePrefix) {
 			continue
 		}
+		leases[l.Namespace+"/"+l.Name] = l
 		if LeaseExpired(l, now) {
 			expired[l.Namespace+"/"+l.Name] = true
 		} else {
@@ -132,6 +137,7 @@ func CollectExpired(ctx context.Context, client kubernetes.Interface, namespace 
 		switch {
 		case err == nil:
 			deleted = append(deleted, "pod/"+p.Namespace+"/"+p.Name)
+			recordOutcomeUnknown(ctx, client, &p, leases[p.Namespace+"/"+p.Labels[LabelLease]], now)
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:
 			errs = append(errs, fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err))
@@ -155,6 +161,59 @@ func CollectExpired(ctx context.Context, client kubernetes.Interface, namespace 
 		}
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// ReasonOutcomeUnknown is the reason of the Event CollectExpired records on
+// each pod it deletes: the pod's run lost its client, so the command's
+// output and exit status were never received.
+const ReasonOutcomeUnknown = "OutcomeUnknown"
+
+// CollectorComponent is the source component of the collector's Events.
+const CollectorComponent = "nodeexec-collector"
+
+// recordOutcomeUnknown records, on the deleted pod p of a run whose client
+// died, a Warning Event with ReasonOutcomeUnknown that says so: which node,
+// which run and command, which Lease stopped being renewed and when. It is
+// what is left of a killed client's run beside the audit log's record of
+// the pod's create (who, what, where): without it, nothing would say that
+// the run's outcome is unknown. The Event carries the managed-by and run-ID
+// labels and expires with the API server's --event-ttl (1 h by default).
+// Best effort: a failure (no RBAC to create events in the namespace) is
+// logged at V(1) and does not stop the collection. RBAC: create on events.
+func recordOutcomeUnknown(ctx context.Context, client kubernetes.Interface, p *corev1.Pod, lease *coordinationv1.Lease, now time.Time) {
+	why := "its run Lease " + p.Labels[LabelLease] + " no longer exists"
+	if lease != nil {
+		holder, renewed := ptr.Deref(lease.Spec.HolderIdentity, "unknown"), "never"
+		if t := lease.Spec.RenewTime; t != nil {
+			renewed = t.UTC().Format(time.RFC3339)
+		}
+		why = fmt.Sprintf("its client (%s) stopped renewing the run Lease %s (last renewed %s)", holder, lease.Name, renewed)
+	}
+	node := p.Spec.NodeName
+	if node == "" {
+		node = p.Annotations[nodeexec.AnnotationNode]
+	}
+	t := metav1.NewTime(now)
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", p.Name, now.UnixNano()), // as client-go's recorder names Events
+			Namespace: p.Namespace,
+			Labels:    map[string]string{nodeexec.LabelManagedBy: nodeexec.ManagedByValue, nodeexec.LabelRunID: p.Labels[nodeexec.LabelRunID]},
+		},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		Reason:         ReasonOutcomeUnknown,
+		Message: fmt.Sprintf("outcome unknown: the run %s on node %q lost its client: %s, so the command's output and exit status were never received; the pod was deleted. Command: %s",
+			p.Labels[nodeexec.LabelRunID], node, why, p.Annotations[nodeexec.AnnotationCommand]),
+		Type:                corev1.EventTypeWarning,
+		Source:              corev1.EventSource{Component: CollectorComponent},
+		FirstTimestamp:      t,
+		LastTimestamp:       t,
+		Count:               1,
+		ReportingController: "nodeexec.io/collector",
+	}
+	if _, err := client.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("could not record the collected run's unknown outcome", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
 }
 
 // DefaultCollectInterval is how often RunCollector calls CollectExpired:

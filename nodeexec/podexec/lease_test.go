@@ -299,6 +299,20 @@ func TestCollectExpired(t *testing.T) {
 	if diff := cmp.Diff([]string{"lease/a/nodeexec-run-dead", "pod/a/dead-pod", "pod/a/orphan-pod", "pod/a/slow-pod"}, got); diff != "" {
 		t.Errorf("namespace a (-want +got):\n%s", diff)
 	}
+	// Each collected pod has its Event: outcome unknown, and why.
+	evs, _ := cs.CoreV1().Events("a").List(t.Context(), metav1.ListOptions{})
+	why := map[string]string{}
+	for _, e := range evs.Items {
+		if e.Reason != podexec.ReasonOutcomeUnknown || e.Type != corev1.EventTypeWarning || e.InvolvedObject.UID != types.UID("uid-"+e.InvolvedObject.Name) ||
+			e.Labels[nodeexec.LabelManagedBy] != nodeexec.ManagedByValue || !strings.HasPrefix(e.Message, "outcome unknown: ") {
+			t.Errorf("event %+v: want a Warning %s on the pod, labelled", e, podexec.ReasonOutcomeUnknown)
+		}
+		why[e.InvolvedObject.Name] = e.Message
+	}
+	if len(why) != 3 || !strings.Contains(why["dead-pod"], "stopped renewing the run Lease nodeexec-run-dead (last renewed ") ||
+		!strings.Contains(why["orphan-pod"], "its run Lease nodeexec-run-gone no longer exists") {
+		t.Errorf("events by pod: %v; want one per collected pod saying why", why)
+	}
 	got, err = podexec.CollectExpired(t.Context(), cs, "", now)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,10 +32,13 @@ const resumeScript = `i=1; while [ $i -le 30 ]; do echo "line$i"; if [ $((i % 5)
 // the cut, and says so. debugpod runs the command in the user's image
 // under a copy of the agent (busybox here), so it resumes as nsenter does;
 // without it (--no-agent) the API server restart ends the run as outcome
-// unknown (exit 125): TestAPIServerRestartPodDeleted. Nothing is left behind.
+// unknown (exit 125): TestAPIServerRestartPodDeleted. Nothing is left behind,
+// and who ran what survives the faults: each pod run's command line is in
+// the API server's audit log afterwards (its pod's create), the resident
+// agent's is not (its port-forward: the gap TestAuditTrail documents).
 //
 // The runs of one fault share it (each has its own pod or target, and its
-// own client process): one API server restart instead of four in a row,
+// own client process): one API server restart instead of five in a row,
 // whose kubelet pod-watch backoffs (see kubeletsWatching) were most of this
 // test's time.
 func TestAPIServerRestartResumes(t *testing.T) {
@@ -111,6 +116,14 @@ func TestAPIServerRestartResumes(t *testing.T) {
 			{"API server frozen 6s/debugpod", []string{"--node", node, "--image", env.image}, false, false},
 		}},
 	}
+	// Each run's command line carries a mark of its own, to find it in the
+	// API server's audit log afterwards.
+	auditFrom, err := os.Stat(env.cluster.AuditLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := uniqueName("resume-")
+	auditMark := func(name string) string { return mark + "-" + strings.NewReplacer(" ", "-", "/", "-").Replace(name) }
 	var want strings.Builder
 	for i := 1; i <= 30; i++ {
 		fmt.Fprintf(&want, "line%d\n", i)
@@ -136,7 +149,7 @@ func TestAPIServerRestartResumes(t *testing.T) {
 			}
 		}
 		for i, tc := range g.cases {
-			args := append(append(append([]string{}, base...), tc.args...), "--", "sh", "-c", resumeScript)
+			args := append(append(append([]string{}, base...), tc.args...), "--", "sh", "-c", resumeScript+"; : "+auditMark(tc.name))
 			r := &running{cmd: exec.CommandContext(ctx, env.cli, args...), out: &syncBuffer{}, errOut: &syncBuffer{}}
 			r.cmd.Stdout, r.cmd.Stderr = r.out, r.errOut
 			r.start = time.Now()
@@ -204,5 +217,19 @@ func TestAPIServerRestartResumes(t *testing.T) {
 	}
 	if !waitFor(60*time.Second, func() bool { return len(managedPods(ctx, t, ns)) == 0 }) {
 		t.Errorf("%d managed pods left in %s", len(managedPods(ctx, t, ns)), ns)
+	}
+	// Who ran what survives the faults: each pod run's command line is in
+	// the audit log (its pod's create, or the ephemeral container's patch,
+	// recorded when that request ended, before the fault), whatever became
+	// of its exec; the resident agent's port-forward holds none (the gap
+	// TestAuditTrail documents).
+	all := string(mustJSON(auditEventsOf(t, auditFrom.Size(), "")))
+	for _, g := range groups {
+		for _, tc := range g.cases {
+			resident := slices.Contains(tc.args, "--use-resident")
+			if got := strings.Contains(all, auditMark(tc.name)); got == resident {
+				t.Errorf("%s: command in the audit log: %v, want %v", tc.name, got, !resident)
+			}
+		}
 	}
 }

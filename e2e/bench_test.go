@@ -42,7 +42,8 @@ type trial struct {
 
 // BenchmarkRunVsKubectlDebug compares `nodeexec run --node X -- CMD` (the
 // default path: the nsenter backend) and `nodeexec run --backend debugpod
-// --image IMG` (the same pod as kubectl's) with `kubectl debug node/X -i
+// --image IMG` (kubectl's pod plus nodeexec's agent container; with
+// --no-agent, kubectl's pod alone) with `kubectl debug node/X -i
 // --image=IMG --profile=sysadmin -- CMD` on the same node, interleaved
 // (ABBA order), one trial of each per
 // iteration: run with -benchtime=10x or more. It reports medians, the ratios
@@ -57,7 +58,7 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 	}
 	ctx := b.Context()
 	node := env.nodes[0]
-	var ours, theirs, oursTrue, theirsTrue, debugPod, debugPodTrue []trial
+	var ours, theirs, oursTrue, theirsTrue, debugPod, debugPodTrue, debugPodNoAgent, debugPodNoAgentTrue []trial
 	for i := 0; i < b.N; i++ {
 		runOurs := func() {
 			// The default path: no --backend, no --image (the nsenter backend, see backendName).
@@ -66,6 +67,10 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 			// The kubectl-faithful debug pod, the same image and profile as the peer.
 			debugPod = append(debugPod, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
 			debugPodTrue = append(debugPodTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--image", env.image, "--", "true"}))
+			// kubectl's pod exactly, without nodeexec's agent container:
+			// what the agent's spool costs.
+			debugPodNoAgent = append(debugPodNoAgent, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--no-agent", "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
+			debugPodNoAgentTrue = append(debugPodNoAgentTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--no-agent", "--image", env.image, "--", "true"}))
 		}
 		runTheirs := func() {
 			theirs = append(theirs, timeCLI(ctx, b, kubectlPath, []string{"--kubeconfig", env.kubeconfig, "-v=6", "debug", "node/" + node, "-i", "--image=" + env.image, "--profile=sysadmin", "--", "echo", "ready"}))
@@ -122,26 +127,28 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 	b.ReportMetric(0, "ns/op") // the ratios are the result, not the loop time
 
 	summary := map[string]any{
-		"trials":                              len(ours),
-		"node":                                node,
-		"image":                               env.image,
-		"echo_first_output_ms":                map[string]any{"nodeexec": ms(med(ours, first)), "kubectl": ms(theirFirst), "ratio": rFirst, "kubectl_trials_with_output": len(theirsWithOutput)},
-		"kubectl_lost_output_trials":          lost,
-		"echo_total_ms":                       map[string]any{"nodeexec": ms(med(ours, total)), "kubectl": ms(med(theirs, total)), "ratio": rTotal},
-		"echo_total_ms_kubectl_delivered":     map[string]any{"nodeexec": ms(med(ours, total)), "kubectl": ms(theirTotalDelivered), "ratio": rTotalDelivered},
-		"true_total_ms":                       map[string]any{"nodeexec": ms(med(oursTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": rTrue},
-		"default_backend":                     "nsenter (no --backend, no --image)",
-		"debugpod_echo_first_output_ms":       map[string]any{"nodeexec": ms(med(debugPod, first)), "kubectl": ms(theirFirst), "ratio": ratioOrNone(med(debugPod, first), theirFirst)},
-		"debugpod_true_total_ms":              map[string]any{"nodeexec": ms(med(debugPodTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodTrue, total)) / float64(med(theirsTrue, total))},
-		"kubectl_client_requests_per_run":     medInt(theirs, reqs),
-		"server_requests_per_run_median":      map[string]any{"nodeexec": medInt(ours, sreqs), "kubectl": medInt(theirs, sreqs)},
-		"nodeexec_library_requests_one_node":  lib.oneNode,
-		"nodeexec_library_requests_fanout":    lib.fanout,
-		"nodeexec_library_requests_per_node":  lib.perNode,
-		"nodeexec_library_requests_per_run":   lib.shared,
-		"nodeexec_library_requests_by_call":   lib.byCall,
-		"kubectl_deletes_its_pod":             false,
-		"nodeexec_pod_deleted_within_the_run": true,
+		"trials":                                 len(ours),
+		"node":                                   node,
+		"image":                                  env.image,
+		"echo_first_output_ms":                   map[string]any{"nodeexec": ms(med(ours, first)), "kubectl": ms(theirFirst), "ratio": rFirst, "kubectl_trials_with_output": len(theirsWithOutput)},
+		"kubectl_lost_output_trials":             lost,
+		"echo_total_ms":                          map[string]any{"nodeexec": ms(med(ours, total)), "kubectl": ms(med(theirs, total)), "ratio": rTotal},
+		"echo_total_ms_kubectl_delivered":        map[string]any{"nodeexec": ms(med(ours, total)), "kubectl": ms(theirTotalDelivered), "ratio": rTotalDelivered},
+		"true_total_ms":                          map[string]any{"nodeexec": ms(med(oursTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": rTrue},
+		"default_backend":                        "nsenter (no --backend, no --image)",
+		"debugpod_echo_first_output_ms":          map[string]any{"nodeexec": ms(med(debugPod, first)), "kubectl": ms(theirFirst), "ratio": ratioOrNone(med(debugPod, first), theirFirst)},
+		"debugpod_true_total_ms":                 map[string]any{"nodeexec": ms(med(debugPodTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodTrue, total)) / float64(med(theirsTrue, total))},
+		"debugpod_no_agent_echo_first_output_ms": map[string]any{"nodeexec": ms(med(debugPodNoAgent, first)), "kubectl": ms(theirFirst), "ratio": ratioOrNone(med(debugPodNoAgent, first), theirFirst)},
+		"debugpod_no_agent_true_total_ms":        map[string]any{"nodeexec": ms(med(debugPodNoAgentTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodNoAgentTrue, total)) / float64(med(theirsTrue, total))},
+		"kubectl_client_requests_per_run":        medInt(theirs, reqs),
+		"server_requests_per_run_median":         map[string]any{"nodeexec": medInt(ours, sreqs), "kubectl": medInt(theirs, sreqs)},
+		"nodeexec_library_requests_one_node":     lib.oneNode,
+		"nodeexec_library_requests_fanout":       lib.fanout,
+		"nodeexec_library_requests_per_node":     lib.perNode,
+		"nodeexec_library_requests_per_run":      lib.shared,
+		"nodeexec_library_requests_by_call":      lib.byCall,
+		"kubectl_deletes_its_pod":                false,
+		"nodeexec_pod_deleted_within_the_run":    true,
 	}
 	out, _ := json.MarshalIndent(summary, "", "  ")
 	b.Logf("\n%s", out)

@@ -32,7 +32,8 @@ import (
 // namespace, whose PID 1 is the test cluster's pause (the sandbox's init, so that
 // the nsenter agent's `nsenter -t 1` enters the sandbox) and whose root is a tmpfs
 // (pivot_root) holding read-only binds of the host's /usr and /etc, the static
-// nodeexec binary at /usr/local/bin/nodeexec (where the agent image has it), the
+// nodeexec binary at /usr/local/bin/nodeexec (where the agent image has it) and
+// at /nodeexec-agent/nodeexec (where the debugpod backend's pods have it), the
 // agents' spool directory (/tmp/nodeexec/spool) and /host, the node root the
 // debug pod chroots into (read-only binds of /usr and /etc again). Its hostname is
 // KwokSandboxHostname.
@@ -55,7 +56,12 @@ const (
 	// kwok's TLS server for the API server, inside the hub network namespace
 	kwokKubeletPort = 10250
 	kwokAgentPath   = "/usr/local/bin/nodeexec"
-	kwokLogsFile    = "/var/log/kwok/container.log"
+	// where the debugpod backend's agent container copies nodeexec
+	// (agent.CopiedPath), which kwok's simulated container does not run:
+	// the sandbox has it from the start
+	kwokCopiedAgentDir  = "/nodeexec-agent"
+	kwokCopiedAgentPath = kwokCopiedAgentDir + "/nodeexec"
+	kwokLogsFile        = "/var/log/kwok/container.log"
 
 	procKwokSandbox = "init-kwok-sandbox"
 	procKwokAgent   = "kwok-agent"
@@ -327,6 +333,9 @@ rootfs "$R/host"
 mount -t tmpfs -o mode=0755,size=1m nodeexec-kwok-bin "$R/usr/local/bin"
 touch "$R` + kwokAgentPath + `"
 mount --bind "$AGENT" "$R` + kwokAgentPath + `"
+mkdir -p "$R` + kwokCopiedAgentDir + `"
+touch "$R` + kwokCopiedAgentPath + `"
+mount --bind "$AGENT" "$R` + kwokCopiedAgentPath + `"
 mkdir -p "$R$STATE" "$R$(dirname "$KWOK")" "$R$(dirname ` + kwokLogsFile + `)" "$R/tmp/nodeexec/spool"
 mount --bind "$STATE" "$R$STATE"
 mount -o remount,bind,ro "$R$STATE"

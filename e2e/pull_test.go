@@ -60,15 +60,16 @@ func TestAgentInstallImagePullFailsFast(t *testing.T) {
 }
 
 // TestBackendImagePullFailsFast: the nsenter and debugpod backends fail in
-// seconds on an image the node cannot pull, with the image, the registry's
+// seconds on an image the node cannot pull (debugpod: the user's image, or
+// nodeexec's for its agent container), with the image, the registry's
 // reason and the flag that fixes it, and leave no pod.
 func TestBackendImagePullFailsFast(t *testing.T) {
 	ctx := t.Context()
 	node := env.nodes[0]
 	for _, c := range []struct {
 		backend, flag string
-	}{{"nsenter", "--agent-image"}, {"debugpod", "--image"}} {
-		t.Run(c.backend, func(t *testing.T) {
+	}{{"nsenter", "--agent-image"}, {"debugpod", "--image"}, {"debugpod", "--agent-image"}} {
+		t.Run(c.backend+c.flag, func(t *testing.T) {
 			before := managedPodCount(ctx, t)
 			start := time.Now()
 			_, stderr, code := cli(ctx, "", "run", "--node", node, "--backend", c.backend, c.flag, missingImage, "--timeout", "2m", "--", "true")

@@ -516,3 +516,23 @@ func TestSplitCSV(t *testing.T) {
 		t.Errorf("splitCSV(nil) = %q, want nil", got)
 	}
 }
+
+// TestPullHintDebugpodContainers: a debugpod run's pull hint names the flag
+// of the image that failed: --image for the debugging container's,
+// --agent-image (and --no-agent) for the agent container's.
+func TestPullHintDebugpodContainers(t *testing.T) {
+	pull := func(msg string) error {
+		return fmt.Errorf("x: %w", &nodeexec.PodError{Node: "a", Namespace: "default", Pod: "p", Reason: "ErrImagePull", Image: "reg.test/x:1", Message: msg})
+	}
+	user := pullHint(pull("failed to pull and unpack image"), "run", "debugpod")
+	if !strings.Contains(user, "--image (or $NODEEXEC_IMAGE)") || strings.Contains(user, "--agent-image") {
+		t.Errorf("the debugging container's image: %q", user)
+	}
+	agent := pullHint(pull(`container "nodeexec-agent", which puts the command in place, cannot start: failed to pull`), "run", "debugpod")
+	if !strings.Contains(agent, "--agent-image") || !strings.Contains(agent, "--no-agent") {
+		t.Errorf("the agent container's image: %q", agent)
+	}
+	if h := pullHint(pull("failed to pull"), "run", "nsenter"); !strings.Contains(h, "--agent-image") {
+		t.Errorf("nsenter: %q", h)
+	}
+}

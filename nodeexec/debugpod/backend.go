@@ -188,7 +188,9 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
 	}
 	argv, resume := agent.SpoolAt(agent.CopiedPath, agent.RunArgv(agent.CopiedPath, b.Argv(req)), pod.Name, req)
-	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume, Stager: AgentContainerName}, nil
+	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume, Stager: AgentContainerName,
+		// the copy answers once it is whole
+		StagedProbe: []string{agent.CopiedPath, "version", "--client"}}, nil
 }
 
 // Run runs req on req.Node in a new debug pod and deletes the pod. See

@@ -130,6 +130,12 @@ type Launch struct {
 	// run's timeout; the stager failing (its image not pulled, a non-zero
 	// exit) fails the run with a *nodeexec.PodError naming it.
 	Stager string
+	// StagedProbe, with Stager, is a command line of Argv[0] that exits 0
+	// once it is in place, run first (with no stdin, output discarded)
+	// when the request has stdin: an exec refused after its stream was set
+	// up may have read stdin that no command received, so the command's
+	// own exec waits until Argv[0] is there. Requests without stdin skip it.
+	StagedProbe []string
 }
 
 // PodBackend is the part of a pod backend that is not its pod: its

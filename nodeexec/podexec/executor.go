@@ -214,6 +214,8 @@ func (e *executor) RunResumable(ctx context.Context, l Launch, req nodeexec.Requ
 		due = timer.C()
 	}
 	attemptNow, retrying := false, false
+	// probe: run l.StagedProbe before the command (see Launch.StagedProbe)
+	probe := l.Stager != "" && req.Stdin != nil && len(l.StagedProbe) > 0 && l.StagedProbe[0] == argv[0]
 	for {
 		cur := e.o.Tracker.Get(pod.Name)
 		if cur != nil && cur.UID == created.UID {
@@ -230,6 +232,24 @@ func (e *executor) RunResumable(ctx context.Context, l Launch, req nodeexec.Requ
 				attemptNow = true
 			case due == nil && cur.Status.StartTime != nil:
 				schedule(e.o.FirstAttemptDelay)
+			}
+		}
+		if attemptNow && probe {
+			// Argv[0] first, with nothing to lose: stdin waits for it.
+			attemptNow = false
+			attempts++
+			perr := e.o.Streamer.Exec(ctx, pod.Namespace, pod.Name, &corev1.PodExecOptions{Container: container, Command: l.StagedProbe, Stdout: true, Stderr: true},
+				remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+			if (IsContainerNotReady(perr) || notStaged(perr, l)) && ctxErr(ctx) == nil {
+				log.V(2).Info("command not in place yet", "attempt", attempts, "err", perr)
+				retrying = true
+				schedule(interval)
+				interval = min(interval*3/2, e.o.MaxRetryInterval)
+			} else {
+				// In place (or failing otherwise, which the command's
+				// own exec reports): the command now.
+				probe, attemptNow = false, true
+				continue
 			}
 		}
 		if attemptNow {

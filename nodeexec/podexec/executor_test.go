@@ -1079,6 +1079,44 @@ func TestRunStaged(t *testing.T) {
 		}
 		h.checkCleanedUp(t, "p")
 	})
+	t.Run("stdin waits for the probe", func(t *testing.T) {
+		// An exec refused after its stream was set up may have read stdin:
+		// with stdin, only the probe is retried, and the command's exec,
+		// made once, gets all of it.
+		h := newHarness(t)
+		var got string
+		probes := 0
+		h.streamer.fn = func(_ context.Context, call int, s remotecommand.StreamOptions) error {
+			if s.Stdin == nil { // a probe
+				if probes++; probes <= 2 {
+					return notFound(prog)
+				}
+				return nil
+			}
+			b, _ := io.ReadAll(s.Stdin)
+			got = string(b)
+			return nil
+		}
+		h.clock.autoStep(t, time.Second)
+		l := launch(testPod("p", withStager(corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})))
+		l.StagedProbe = []string{prog, "version", "--client"}
+		ch := make(chan outcome, 1)
+		go func() {
+			res, err := h.exec.RunResumable(t.Context(), l, nodeexec.Request{Node: testNode, Command: []string{"x"}, Stdin: strings.NewReader("input\n")})
+			ch <- outcome{res, err}
+		}()
+		if o := wait(t, ch); o.err != nil {
+			t.Fatalf("Run: %v", o.err)
+		}
+		if n := h.streamer.numCalls(); n != 4 || probes != 3 || got != "input\n" {
+			t.Errorf("%d exec calls (%d probes), stdin %q; want 2 refused probes, 1 good, then the command with all of stdin", n, probes, got)
+		}
+		h.streamer.mu.Lock()
+		defer h.streamer.mu.Unlock()
+		if c := h.streamer.calls[0].Opts.Command; len(c) != 3 || c[1] != "version" || h.streamer.calls[0].Opts.Stdin {
+			t.Errorf("first exec %q (stdin %v): want the probe, without stdin", c, h.streamer.calls[0].Opts.Stdin)
+		}
+	})
 	t.Run("the command's own not found", func(t *testing.T) {
 		h := newHarness(t)
 		h.streamer.fn = func(context.Context, int, remotecommand.StreamOptions) error { return notFound("/bin/nosuch") }

@@ -120,7 +120,12 @@ const SpoolMissingExitCode = 3
 // AttachArgv (see package nodeexec/spool). ok is false, and argv returned as
 // is, when argv is not an agent command line.
 func WithSpool(argv []string, dir string) (out []string, ok bool) {
-	if !isAgentArgv(argv) {
+	return withSpoolAt(Path, argv, dir)
+}
+
+// withSpoolAt is WithSpool for the nodeexec binary at bin.
+func withSpoolAt(bin string, argv []string, dir string) (out []string, ok bool) {
+	if !isAgentArgvAt(bin, argv) {
 		return argv, false
 	}
 	out = append(slices.Clone(argv[:3]), "--spool", dir)
@@ -186,12 +191,14 @@ func SpoolFor(argv []string, name string, req nodeexec.Request) ([]string, *pode
 // backend's copy at CopiedPath), and the Resume's command lines run bin
 // too.
 func SpoolAt(bin string, argv []string, name string, req nodeexec.Request) ([]string, *podexec.Resume) {
-	if req.TTY || !isAgentArgvAt(bin, argv) {
+	if req.TTY {
 		return argv, nil
 	}
 	dir := spool.Path(name)
-	out := append(slices.Clone(argv[:3]), "--spool", dir)
-	out = append(out, argv[3:]...)
+	out, ok := withSpoolAt(bin, argv, dir)
+	if !ok {
+		return argv, nil
+	}
 	return out, &podexec.Resume{
 		Check:        checkSpoolArgv(bin, dir),
 		CheckMissing: SpoolMissingExitCode,

@@ -214,6 +214,12 @@ func (e *executor) RunResumable(ctx context.Context, l Launch, req nodeexec.Requ
 		due = timer.C()
 	}
 	attemptNow, retrying := false, false
+	// backoff waits for the next attempt after a refused one.
+	backoff := func() {
+		retrying = true
+		schedule(interval)
+		interval = min(interval*3/2, e.o.MaxRetryInterval)
+	}
 	// probe: run l.StagedProbe before the command (see Launch.StagedProbe)
 	probe := l.Stager != "" && req.Stdin != nil && len(l.StagedProbe) > 0 && l.StagedProbe[0] == argv[0]
 	for {
@@ -242,9 +248,7 @@ func (e *executor) RunResumable(ctx context.Context, l Launch, req nodeexec.Requ
 				remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
 			if (IsContainerNotReady(perr) || notStaged(perr, l)) && ctxErr(ctx) == nil {
 				log.V(2).Info("command not in place yet", "attempt", attempts, "err", perr)
-				retrying = true
-				schedule(interval)
-				interval = min(interval*3/2, e.o.MaxRetryInterval)
+				backoff()
 			} else {
 				// In place (or failing otherwise, which the command's
 				// own exec reports): the command now.
@@ -262,9 +266,7 @@ func (e *executor) RunResumable(ctx context.Context, l Launch, req nodeexec.Requ
 				return e.finish(ctx, res, created, container, req.Node, strings.Join(argv[:min(len(argv), 1)], ""), xerr)
 			}
 			log.V(2).Info("container not ready for exec yet", "attempt", attempts, "err", xerr)
-			retrying = true
-			schedule(interval)
-			interval = min(interval*3/2, e.o.MaxRetryInterval)
+			backoff()
 		}
 		select {
 		case <-changed:
@@ -289,30 +291,23 @@ func notStaged(err error, l Launch) bool {
 }
 
 // stagerFailure reports why pod's container stager (Launch.Stager) will
-// not put the command in place: it cannot start (PodFailure's waiting
-// reasons) or it exited non-zero. Nil when stager is empty, or still may.
+// not put the command in place: PodFailure's reasons for it (it cannot
+// start, or it exited), but for an exit 0, which is its job done. Nil when
+// stager is empty, or still may.
 func stagerFailure(pod *corev1.Pod, stager, node string) *nodeexec.PodError {
 	if stager == "" {
 		return nil
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != stager {
-			continue
-		}
-		if w := cs.State.Waiting; fatalWaiting(w) {
-			pe := &nodeexec.PodError{Node: node, Namespace: pod.Namespace, Pod: pod.Name, Reason: w.Reason,
-				Message: fmt.Sprintf("container %q, which puts the command in place, cannot start: %s", stager, w.Message)}
-			if nodeexec.IsImagePullReason(w.Reason) {
-				pe.Image = ContainerImage(pod, stager)
-			}
-			return pe
-		}
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-			return &nodeexec.PodError{Node: node, Namespace: pod.Namespace, Pod: pod.Name, Reason: t.Reason,
-				Message: fmt.Sprintf("container %q, which puts the command in place, exited with code %d: %s", stager, t.ExitCode, t.Message)}
+		if t := cs.State.Terminated; cs.Name == stager && t != nil && t.ExitCode == 0 {
+			return nil
 		}
 	}
-	return nil
+	pe := PodFailure(pod, stager, node)
+	if pe != nil {
+		pe.Message = fmt.Sprintf("container %q, which puts the command in place, cannot: %s", stager, pe.Message)
+	}
+	return pe
 }
 
 // deletePod deletes pod, retrying with backoff until it is gone or the

@@ -110,6 +110,12 @@ func checkBackendFlags(c *ucli.Context) error {
 	if err := checkImage(e.ImageFlag, c.String(e.ImageFlag)); err != nil {
 		return err
 	}
+	// debugpod's agent container runs --agent-image beside it.
+	if e.ImageFlag != "agent-image" && e.RunsAgentImage() && !c.Bool("no-agent") {
+		if err := checkImage("agent-image", c.String("agent-image")); err != nil {
+			return err
+		}
+	}
 	switch p := corev1.PullPolicy(c.String("image-pull-policy")); p {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:

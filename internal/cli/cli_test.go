@@ -215,6 +215,7 @@ func TestRunBadInput(t *testing.T) {
 		{name: "image with space", args: []string{"run", "--all", "--image", "busy box", "--", "true"}, want: []string{`--image "busy box"`, "image reference"}},
 		{name: "uppercase image", args: []string{"run", "--all", "--image", "BusyBox:1", "--", "true"}, want: []string{`--image "BusyBox:1"`}},
 		{name: "bad agent image", args: []string{"run", "--all", "--backend", "nsenter", "--agent-image", "x@sha256:12", "--", "true"}, want: []string{`--agent-image "x@sha256:12"`}},
+		{name: "bad agent image for debugpod", args: []string{"run", "--all", "--backend", "debugpod", "--agent-image", "a b", "--", "true"}, want: []string{`--agent-image "a b"`}},
 		{name: "qps NaN", args: []string{"--qps", "NaN", "run", "--all", "--", "true"}, want: []string{"--qps NaN"}},
 		{name: "negative cpu", args: []string{"run", "--all", "--cpu-request", "-1", "--", "true"}, want: []string{`--cpu-request "-1"`, "negative"}},
 		{name: "bad priority class", args: []string{"run", "--all", "--priority-class", "Top Prio", "--", "true"}, want: []string{`--priority-class "Top Prio"`}},

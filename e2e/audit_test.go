@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodeexec/nodeexec/nodeexec/watcher/api/v1alpha1"
 )
 
@@ -85,7 +87,10 @@ func auditEventsOf(t *testing.T, offset int64, user string) []auditEvent {
 //
 // The resident agents' default transport, a port-forward, records the user
 // and the agent pod but not the command: that is the gap `agent install
-// --transport exec` closes, checked here too. A shell's typed commands are
+// --transport exec` and `--transport recorded` close, checked here too:
+// with recorded agents the run's record (a Lease create, its body at the
+// Request level) holds the command line and the node, under the user's
+// name, next to the port-forward; the agent consumed it (none is left). A shell's typed commands are
 // in no audit record (the login shell's command line is): shell --record
 // keeps them on the client (TestShellInteractive).
 //
@@ -107,9 +112,9 @@ func TestAuditTrail(t *testing.T) {
 	}
 	ns := tempNamespace(ctx, t, "nodeexec-e2e-audit-", nil)
 	target := startTargetPod(ctx, t, ns, node, "audit-target", "exec sleep 3600")
-	// two sets of resident agents: the default transport and exec
-	agentsPF, agentsExec := uniqueName("nodeexec-e2e-apf-"), uniqueName("nodeexec-e2e-aex-")
-	for _, a := range []struct{ ns, transport string }{{agentsPF, "portforward"}, {agentsExec, "exec"}} {
+	// three sets of resident agents: the default transport, exec and recorded
+	agentsPF, agentsExec, agentsRec := uniqueName("nodeexec-e2e-apf-"), uniqueName("nodeexec-e2e-aex-"), uniqueName("nodeexec-e2e-arc-")
+	for _, a := range []struct{ ns, transport string }{{agentsPF, "portforward"}, {agentsExec, "exec"}, {agentsRec, "recorded"}} {
 		t.Cleanup(func() { cli(context.WithoutCancel(ctx), "", "agent", "uninstall", "--namespace", a.ns) })
 		if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", a.ns, "--transport", a.transport, "--timeout", "3m"); code != 0 {
 			t.Fatalf("agent install --transport %s: exit %d: %s", a.transport, code, stderr)
@@ -137,6 +142,7 @@ func TestAuditTrail(t *testing.T) {
 		{name: "ephemeral", where: "spec", args: []string{"run", "-n", ns, "--backend", "ephemeral", "--pod", ns + "/" + target.Name, "--", "echo", marker("ephemeral")}},
 		{name: "resident-portforward", where: "", args: []string{"run", "--use-resident", "--resident-namespace", agentsPF, "--node", node, "--", "echo", marker("resident-portforward")}},
 		{name: "resident-exec", where: "exec", args: []string{"run", "--use-resident", "--resident-namespace", agentsExec, "--node", node, "--", "echo", marker("resident-exec")}},
+		{name: "resident-recorded", where: "record", args: []string{"run", "--use-resident", "--resident-namespace", agentsRec, "--node", node, "--", "echo", marker("resident-recorded")}},
 		{name: "shell", where: "", stdin: "echo " + marker("shell") + "\n", args: []string{"shell", "-n", ns, node}},
 	}
 	for _, p := range paths {
@@ -182,31 +188,41 @@ func TestAuditTrail(t *testing.T) {
 		return true
 	})
 	var report strings.Builder
-	fmt.Fprintf(&report, "%-22s %-7s %-30s %-56s %s\n", "PATH", "VERB", "RESOURCE", "POD", "COMMAND RECORDED")
+	fmt.Fprintf(&report, "%-22s %-7s %-30s %-56s %s\n", "PATH", "VERB", "RESOURCE", "OBJECT", "COMMAND RECORDED")
 	for _, p := range paths {
 		m := marker(p.name)
 		var where []string
-		var podEvents int
+		var podEvents, portForwards int
 		for _, e := range events {
 			// pods and their subresources; of pods themselves only the
 			// writes (exec, attach and port-forward upgrade as "get")
-			if !strings.HasPrefix(e.resource(), "pods") && e.resource() != "nodescripts" || e.resource() == "pods" && (e.Verb == "list" || e.Verb == "watch" || e.Verb == "get") {
+			if !strings.HasPrefix(e.resource(), "pods") && e.resource() != "nodescripts" && e.resource() != "leases" || e.resource() == "pods" && (e.Verb == "list" || e.Verb == "watch" || e.Verb == "get") {
 				continue
 			}
 			inURI := strings.Contains(e.RequestURI, m)
 			inBody := strings.Contains(string(e.RequestObject), m)
 			// the events of this path: those that hold its marker, and the
 			// resident port-forwards (which hold none) of its agents
-			mine := inURI || inBody || (p.name == "resident-portforward" && e.ObjectRef.Namespace == agentsPF && e.resource() == "pods/portforward")
+			mine := inURI || inBody || (e.resource() == "pods/portforward" &&
+				(p.name == "resident-portforward" && e.ObjectRef.Namespace == agentsPF || p.name == "resident-recorded" && e.ObjectRef.Namespace == agentsRec))
 			if !mine {
 				continue
 			}
 			podEvents++
+			if e.resource() == "pods/portforward" {
+				portForwards++
+			}
 			rec := "no"
 			switch {
 			case inURI:
 				rec = "yes, requestURI"
 				where = append(where, "exec")
+			case inBody && e.resource() == "leases":
+				rec = "yes, requestObject (run record)"
+				where = append(where, "record")
+				if e.ObjectRef.Namespace != agentsRec || !strings.Contains(string(e.RequestObject), `"nodeexec.io/node":"`+node+`"`) {
+					t.Errorf("%s: the run record %s/%s is not in the agents' namespace %s or does not name node %s: %s", p.name, e.ObjectRef.Namespace, e.ObjectRef.Name, agentsRec, node, e.RequestObject)
+				}
 			case inBody:
 				rec = "yes, requestObject"
 				where = append(where, "spec")
@@ -221,6 +237,16 @@ func TestAuditTrail(t *testing.T) {
 		}
 		if p.name == "resident-portforward" && podEvents == 0 {
 			t.Errorf("resident-portforward: no pods/portforward event of %s on the agents in %s", user, agentsPF)
+		}
+		if p.name == "resident-recorded" {
+			// through the port-forward (not exec's fallback), and the record used up
+			if slices.Contains(where, "exec") || portForwards == 0 {
+				t.Errorf("resident-recorded: want the run over pods/portforward, not exec (recorded: %v)", where)
+			}
+			left, err := env.client.CoordinationV1().Leases(agentsRec).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=run-record"})
+			if err != nil || len(left.Items) != 0 {
+				t.Errorf("resident-recorded: run records left in %s after the run: %v %v", agentsRec, left, err)
+			}
 		}
 		if p.name == "shell" && podEvents != 0 {
 			t.Errorf("shell: a typed command is in the audit log")

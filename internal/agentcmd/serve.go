@@ -17,6 +17,8 @@ import (
 
 	"github.com/creack/pty"
 	ucli "github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 )
@@ -29,10 +31,11 @@ func agentServeCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "serve",
 		Usage:     "run the agent's command lines for port-forwarded clients until SIGTERM (the resident agents' main process)",
-		UsageText: "serve [--listen 127.0.0.1:7710]",
+		UsageText: "serve [--listen 127.0.0.1:7710] [--require-record]",
 		Hidden:    true,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: agent.ServeAddress(), Usage: "loopback `ADDRESS` to listen on"},
+			&ucli.BoolFlag{Name: "require-record", Usage: "start a command only with its run record (a Lease in this pod's namespace, read and deleted with the pod's service account; the node and namespace from $" + agent.EnvNodeName + " and $" + agent.EnvNamespace + ")"},
 		},
 		Action: func(c *ucli.Context) error {
 			if c.NArg() > 0 {
@@ -50,6 +53,13 @@ func agentServeCommand() *ucli.Command {
 				return fmt.Errorf("agent serve: %w", err)
 			}
 			s := &Server{Exe: agent.Path, Warm: true}
+			if c.Bool("require-record") {
+				records, err := inClusterRecords()
+				if err != nil {
+					return fmt.Errorf("--require-record: %w", err)
+				}
+				s.Records = records
+			}
 			go func() {
 				<-c.Context.Done()
 				ln.Close()
@@ -63,6 +73,33 @@ func agentServeCommand() *ucli.Command {
 	}
 }
 
+// inClusterRecords is Server.Records for an agent pod of
+// resident.TransportRecorded: agent.ConsumeRecord with the pod's
+// service account, in its namespace, for its node.
+func inClusterRecords() (func(context.Context, agent.WireRequest) error, error) {
+	node, ns := os.Getenv(agent.EnvNodeName), os.Getenv(agent.EnvNamespace)
+	if node == "" || ns == "" {
+		return nil, fmt.Errorf("$%s and $%s must name the agent's node and namespace (the DaemonSet sets them from the downward API)", agent.EnvNodeName, agent.EnvNamespace)
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("the pod's service account: %w", err)
+	}
+	cfg.UserAgent = "nodeexec-agent"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, req agent.WireRequest) error {
+		ctx, cancel := context.WithTimeout(ctx, recordCheckTimeout)
+		defer cancel()
+		return agent.ConsumeRecord(ctx, client, ns, req.Record, node, req, time.Now())
+	}, nil
+}
+
+// recordCheckTimeout bounds the API requests that check one run record.
+const recordCheckTimeout = 10 * time.Second
+
 // Server runs the agent's command lines for the connections it accepts.
 type Server struct {
 	// Exe replaces the command line's first word (agent.Path) when it is
@@ -74,6 +111,11 @@ type Server struct {
 	// HandshakeTimeout bounds the wait for a connection's request frame.
 	// Defaults to 10 s.
 	HandshakeTimeout time.Duration
+	// Records, when set, checks (and consumes) the run record of each
+	// request whose command line starts a command (agent.NeedsRecord);
+	// an error refuses the request with agent.RecordRefusedPrefix and the
+	// error, and nothing is started. Nil: no record is asked for.
+	Records func(ctx context.Context, req agent.WireRequest) error
 	// Warm keeps one `agent warm` process started ahead (Exe, else
 	// agent.Path), which the next request without a TTY gets: the request
 	// does not wait for a process start. Set before Serve.
@@ -148,6 +190,12 @@ func (s *Server) Handle(ctx context.Context, conn net.Conn) {
 	if err != nil {
 		_ = fw.Write(agent.FrameError, []byte(err.Error()))
 		return
+	}
+	if s.Records != nil && agent.NeedsRecord(req.Command) {
+		if err := s.Records(ctx, req); err != nil {
+			_ = fw.Write(agent.FrameError, []byte(agent.RecordRefusedPrefix+err.Error()))
+			return
+		}
 	}
 	if !req.TTY {
 		if w := s.takeWarm(); w != nil {

@@ -210,6 +210,10 @@ func TestServeCommandValidation(t *testing.T) {
 			t.Errorf("--listen %s: %v", listen, err)
 		}
 	}
+	t.Setenv(agent.EnvNodeName, "")
+	if err := runApp(t, cmd, "serve", "--listen", "127.0.0.1:0", "--require-record"); err == nil || !strings.Contains(err.Error(), "--require-record") || !strings.Contains(err.Error(), agent.EnvNodeName) {
+		t.Errorf("--require-record without its node: %v", err)
+	}
 }
 
 // runApp runs cmd as the only command of an app, with args after the
@@ -334,5 +338,53 @@ func TestContainerExecEnvFromAgent(t *testing.T) {
 	t.Setenv(agent.ExecEnvVar, `{"A":"1"}`)
 	if code, stderr := runAgentCmd(t, args...); code != agent.ErrorExitCode || strings.Contains(stderr, agent.ExecEnvVar) || strings.Contains(stderr, "env-from-agent") {
 		t.Errorf("good %s: exit %d, stderr %q", agent.ExecEnvVar, code, stderr)
+	}
+}
+
+// TestServeRequiresRecord: with Records set, a command line that starts a
+// command runs only when its record is accepted; the refusal names the
+// reason with agent.RecordRefusedPrefix and nothing runs. attach (read or
+// stop a recorded command's spool) needs no record.
+func TestServeRequiresRecord(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	marker := filepath.Join(t.TempDir(), "ran")
+	var asked []string
+	s := &Server{Exe: "/bin/sh", Allow: func([]string) error { return nil }, HandshakeTimeout: 2 * time.Second,
+		Records: func(_ context.Context, req agent.WireRequest) error {
+			asked = append(asked, req.Record)
+			if req.Record != "nodeexec-record-good" {
+				return errors.New("run record " + req.Record + " not found")
+			}
+			return nil
+		}}
+	go func() { _ = s.Serve(t.Context(), ln) }()
+	addr := ln.Addr().String()
+	// /bin/sh gets argv[1:]: "agent nsenter -c ..." is not what sh wants,
+	// so the stand-in command line is sh's own: `sh -c 'touch MARKER'`.
+	touch := []string{agent.Path, "-c", "touch " + marker + "; echo ran"}
+
+	_, _, code, refused := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: touch}).result()
+	if !strings.HasPrefix(refused, agent.RecordRefusedPrefix) || !strings.Contains(refused, "not found") || code != -1 {
+		t.Errorf("no record: refused %q, code %d", refused, code)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran without its record")
+	}
+	out, _, code, refused := dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: touch, Record: "nodeexec-record-good"}).result()
+	if refused != "" || code != 0 || out != "ran\n" {
+		t.Errorf("with its record: out %q code %d refused %q", out, code, refused)
+	}
+	n := len(asked)
+	attach := []string{agent.Path, "agent", "attach", "-c", "echo attached"}
+	if !agent.NeedsRecord(touch) || agent.NeedsRecord(attach) {
+		t.Fatal("NeedsRecord: want true for a command, false for attach")
+	}
+	_, _, _, refused = dialSession(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: attach}).result()
+	if len(asked) != n || strings.HasPrefix(refused, agent.RecordRefusedPrefix) {
+		t.Errorf("attach: records asked %v, refused %q: want no record check", asked[n:], refused)
 	}
 }

@@ -38,9 +38,14 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 			"rolls back what it created. `nodeexec agent uninstall` removes what it created, nothing else.\n" +
 			"--transport exec: the agents do not listen; every run reaches them over pods/exec, so the API server's audit\n" +
 			"log records each command line with its user and pod (with portforward, the default and fastest, it records\n" +
-			"the port-forward, not the command).",
+			"the port-forward, not the command).\n" +
+			"--transport recorded: port-forward, but before each command the client creates a run record (a Lease\n" +
+			"nodeexec-record-... in the namespace naming the node and the command line), which the API server's audit log\n" +
+			"attributes to the user; the agent reads and deletes it (service account " + resident.RecordServiceAccount + ": get and delete\n" +
+			"leases there, nothing else) and refuses a command without one. Record Lease creations at the Request level in\n" +
+			"the audit policy to keep the command lines (docs/security.md). Users need create and delete on leases there.",
 		Flags: append(residentFlags(),
-			&ucli.StringFlag{Name: "transport", Value: string(resident.TransportPortForward), Usage: "how runs reach the agents: portforward (fastest; the audit log records the port-forward) or exec (the audit log records every command line)"},
+			&ucli.StringFlag{Name: "transport", Value: string(resident.TransportPortForward), Usage: "how runs reach the agents: portforward (fastest; the audit log records the port-forward), recorded (port-forward, each command first in a run record the audit log attributes to its user) or exec (the audit log records every command line)"},
 			&ucli.StringFlag{Name: "priority-class", Usage: "priorityClassName of the agent pods (e.g. system-node-critical)"},
 			&ucli.StringFlag{Name: "agent-image", Value: envOr("NODEEXEC_AGENT_IMAGE", agent.DefaultImage), Usage: "the agent image (default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
 			&ucli.StringFlag{Name: "image-pull-policy", Value: string(corev1.PullIfNotPresent), Usage: "Always, IfNotPresent or Never"},
@@ -51,8 +56,10 @@ func agentInstallCommand(streams Streams) *ucli.Command {
 				return err
 			}
 			transport := resident.Transport(c.String("transport"))
-			if transport != resident.TransportPortForward && transport != resident.TransportExec {
-				return fmt.Errorf("--transport %q: want %s or %s", c.String("transport"), resident.TransportPortForward, resident.TransportExec)
+			switch transport {
+			case resident.TransportPortForward, resident.TransportExec, resident.TransportRecorded:
+			default:
+				return fmt.Errorf("--transport %q: want %s, %s or %s", c.String("transport"), resident.TransportPortForward, resident.TransportRecorded, resident.TransportExec)
 			}
 			cs, _, _, err := client(c)
 			if err != nil {

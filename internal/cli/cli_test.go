@@ -233,7 +233,7 @@ func TestRunBadInput(t *testing.T) {
 		{name: "agent install negative timeout", args: []string{"agent", "install", "--timeout", "-1s"}, want: []string{"--timeout -1s"}},
 		{name: "agent install bad image", args: []string{"agent", "install", "--agent-image", "a b"}, want: []string{`--agent-image "a b"`}},
 		{name: "agent install bad namespace", args: []string{"agent", "install", "--namespace", "Bad_NS"}, want: []string{`--namespace "Bad_NS"`}},
-		{name: "agent install bad transport", args: []string{"agent", "install", "--transport", "ssh"}, want: []string{`--transport "ssh": want portforward or exec`}},
+		{name: "agent install bad transport", args: []string{"agent", "install", "--transport", "ssh"}, want: []string{`--transport "ssh": want portforward, recorded or exec`}},
 		{name: "agent uninstall zero timeout", args: []string{"agent", "uninstall", "--timeout", "0s"}, want: []string{"--timeout 0s"}},
 		{name: "agent uninstall argument", args: []string{"agent", "uninstall", "now"}, want: []string{"uninstall takes no arguments"}},
 		{name: "watch bad success lines", args: []string{"watch", "--success-log-lines", "-5"}, want: []string{"--success-log-lines -5"}},

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -22,7 +23,8 @@ func gcCommand(streams Streams) *ucli.Command {
 			"its run's Lease (renewed every 10s) expires 30s later, and gc - like every later run and shell in\n" +
 			"the namespace, and the watcher cluster-wide - deletes its pods and the Lease. Pods past their\n" +
 			"deadline are deleted too. Pods without a deadline (resident agents) and the watcher's run pods\n" +
-			"(owned by a NodeScript) are never touched. Prints each object it deleted.",
+			"(owned by a NodeScript) are never touched. Run records (Leases nodeexec-record-..., see agent install\n" +
+			"--transport recorded) that no agent used are deleted after their deadline. Prints each object it deleted.",
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "every namespace instead of -n's"},
 		},
@@ -54,7 +56,11 @@ func gcCommand(streams Streams) *ucli.Command {
 			for _, p := range deleted {
 				fmt.Fprintf(streams.Out, "pod/%s deleted\n", p)
 			}
-			return errors.Join(cerr, err)
+			records, rerr := agent.CollectRecords(c.Context, client, ns, now)
+			for _, r := range records {
+				fmt.Fprintf(streams.Out, "lease/%s deleted\n", r)
+			}
+			return errors.Join(cerr, err, rerr)
 		},
 	}
 }

@@ -51,7 +51,7 @@ func (c *Cluster) AuditedUser(ctx context.Context, name, dir string) (kubeconfig
 	if !bytes.Equal(cur, []byte(auditPolicy)) {
 		// Never restarted from here: the cluster is shared, and a restart
 		// under load can fail to bind its port (seen twice).
-		return "", false, fmt.Errorf("testcluster: %w: %s is not this build's (the %s rule, Request level for pods, ephemeral containers and NodeScripts); recreate the cluster (make cluster-down cluster-up) when nobody else uses it", ErrAuditPolicyStale, l.auditPolicyFile(), AuditAllGroup)
+		return "", false, fmt.Errorf("testcluster: %w: %s is not this build's (the %s rule, Request level for pods, ephemeral containers, NodeScripts and Lease creations); recreate the cluster (make cluster-down cluster-up) when nobody else uses it", ErrAuditPolicyStale, l.auditPolicyFile(), AuditAllGroup)
 	}
 	authority, err := ensureCA(l.pki)
 	if err != nil {

@@ -10,7 +10,8 @@ import (
 )
 
 // The audit policy records pod, ephemeral container and NodeScript writes
-// with their bodies first (the commands they carry, whoever sends them), then every
+// with their bodies first (the commands they carry, whoever sends them), then
+// Lease creations with theirs (the resident agents' run records), then every
 // request of AuditAllGroup's members, then its other pod rules, then
 // nothing.
 func TestAuditPolicyAuditAllGroup(t *testing.T) {
@@ -18,8 +19,8 @@ func TestAuditPolicyAuditAllGroup(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte(auditPolicy), &p); err != nil {
 		t.Fatalf("auditPolicy: %v", err)
 	}
-	if p.Kind != "Policy" || p.APIVersion != "audit.k8s.io/v1" || len(p.Rules) != 5 {
-		t.Fatalf("kind %q, %d rules, want Policy and 5:\n%s", p.Kind, len(p.Rules), auditPolicy)
+	if p.Kind != "Policy" || p.APIVersion != "audit.k8s.io/v1" || len(p.Rules) != 6 {
+		t.Fatalf("kind %q, %d rules, want Policy and 6:\n%s", p.Kind, len(p.Rules), auditPolicy)
 	}
 	if r := p.Rules[0]; r.Level != auditv1.LevelRequest || len(r.UserGroups) != 0 || len(r.Resources) != 2 ||
 		strings.Join(r.Resources[0].Resources, ",") != "pods,pods/ephemeralcontainers" ||
@@ -27,9 +28,13 @@ func TestAuditPolicyAuditAllGroup(t *testing.T) {
 		strings.Join(r.Verbs, ",") != "create,update,patch" {
 		t.Errorf("first rule %+v, want Request for pod, ephemeral container and NodeScript writes", r)
 	}
-	r := p.Rules[1]
+	if r := p.Rules[1]; r.Level != auditv1.LevelRequest || len(r.UserGroups) != 0 || len(r.Resources) != 1 ||
+		r.Resources[0].Group != "coordination.k8s.io" || strings.Join(r.Resources[0].Resources, ",") != "leases" || strings.Join(r.Verbs, ",") != "create" {
+		t.Errorf("second rule %+v, want Request for Lease creations", r)
+	}
+	r := p.Rules[2]
 	if r.Level != auditv1.LevelMetadata || len(r.UserGroups) != 1 || r.UserGroups[0] != AuditAllGroup || len(r.Verbs) != 0 || len(r.Resources) != 0 {
-		t.Errorf("second rule %+v, want Metadata for every request of group %s", r, AuditAllGroup)
+		t.Errorf("third rule %+v, want Metadata for every request of group %s", r, AuditAllGroup)
 	}
 	if last := p.Rules[len(p.Rules)-1]; last.Level != auditv1.LevelNone || len(last.UserGroups) != 0 {
 		t.Errorf("last rule %+v, want level None for everyone else", last)

@@ -204,7 +204,9 @@ func apiserverArgs(l layout) []string {
 // auditPolicy has kube-apiserver record each finished request that creates,
 // updates or patches a pod, an ephemeral container or a NodeScript at the
 // Request level (who, what, when, and the body: the pod's or the ephemeral
-// container's command, the NodeScript's script), each pod deletion and each exec, attach and port-forward into a
+// container's command, the NodeScript's script), each Lease creation at the
+// Request level too (a resident agent's run record: node and command line;
+// the Lease of a run; a node's first heartbeat), each pod deletion and each exec, attach and port-forward into a
 // pod at the Metadata level (who, what, when; an exec's command is in its
 // requestURI), as a security team's policy would: what benchmarks attribute
 // to a client or to the kubelets, and what the e2e tests read to say who ran
@@ -222,6 +224,11 @@ rules:
     resources: [pods, pods/ephemeralcontainers]
   - group: nodeexec.io
     resources: [nodescripts]
+- level: Request
+  verbs: [create]
+  resources:
+  - group: coordination.k8s.io
+    resources: [leases]
 - level: Metadata
   userGroups: [` + AuditAllGroup + `]
 - level: Metadata

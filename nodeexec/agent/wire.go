@@ -33,6 +33,14 @@ const (
 	// serves WireVersion on. A pod without it (an agent image from before
 	// the listener) is reached over exec.
 	AnnotationServe = "nodeexec.io/agent-serve-port"
+	// AnnotationRecord, on an agent pod, set to RecordRequired: its agent
+	// starts a command for a port-forwarded client only with the run record
+	// the request names (WireRequest.Record, see package
+	// nodeexec/resident). Absent: no record is asked for.
+	AnnotationRecord = "nodeexec.io/agent-run-record"
+	// RecordRequired is AnnotationRecord's value on agents that require
+	// run records.
+	RecordRequired = "required"
 	// WireVersion is the version of the protocol below; the agent refuses
 	// other versions with a FrameError naming both.
 	WireVersion = 1
@@ -92,6 +100,13 @@ type WireRequest struct {
 	// starts for Command, never on its command line. An agent from before
 	// this field ignores it, and its container-exec refuses the flag.
 	Env map[string]string `json:"env,omitempty"`
+	// Record names the run record of Command: a Lease in the agent's
+	// namespace that the client created for this node and command line
+	// just before (see package nodeexec/resident). An agent that requires
+	// records (AnnotationRecord) refuses, with RecordRefusedPrefix, a
+	// command line that starts a command (NeedsRecord) without a valid one;
+	// other agents ignore the field.
+	Record string `json:"record,omitempty"`
 }
 
 // Validate checks r's version, that its command line is the agent's, and
@@ -165,6 +180,35 @@ func spoolArgs(args []string) []string {
 // cannot run anything until its container restarts, and exec into its pod
 // fails the same way. The rest of the payload says why.
 const CannotExecPrefix = "the agent cannot execute its binary: "
+
+// RecordRefusedPrefix starts the FrameError payload of a request that an
+// agent requiring run records refused for its record: none named, none
+// found, or one that does not match the request. Nothing ran; the rest of
+// the payload says why.
+const RecordRefusedPrefix = "run record refused: "
+
+// NeedsRecord reports whether the agent command line argv starts a
+// command, and so needs a run record where records are required: every
+// subcommand but attach, which reads (--check, offsets) or stops (--stop)
+// the spool of a command that was recorded when it started.
+func NeedsRecord(argv []string) bool {
+	return !(len(argv) >= 3 && argv[2] == "attach")
+}
+
+// recordedCommand is the agent command line argv as a run record holds
+// it: without the `--spool DIR` and `--timeout D` that SpoolFor and
+// WithTimeout insert right after the subcommand, which differ from node to
+// node and from try to try. A pure function; argv is not modified.
+func recordedCommand(argv []string) []string {
+	if len(argv) < 3 {
+		return slices.Clone(argv)
+	}
+	rest := argv[3:]
+	for len(rest) >= 2 && (rest[0] == "--spool" || rest[0] == "--timeout") {
+		rest = rest[2:]
+	}
+	return append(slices.Clone(argv[:3]), rest...)
+}
 
 // FrameWriter writes frames; it is safe for concurrent use.
 type FrameWriter struct {

@@ -281,3 +281,33 @@ func TestAgentPodFailureTemplates(t *testing.T) {
 		t.Errorf("pull failure: %v", pe)
 	}
 }
+
+// TestInstallRecordedRollsBackItsRBAC: a recorded install in an existing
+// namespace whose agent cannot start deletes the DaemonSet and the service
+// account, Role and RoleBinding it created; one that finds a service
+// account it does not own refuses before creating anything else.
+func TestInstallRecordedRollsBackItsRBAC(t *testing.T) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agents-r"}}
+	client := fake.NewClientset(ns, pullingPod("agents-r", "ErrImagePull", "not found"))
+	uidOnCreate(client)
+	err := Install(t.Context(), client, Options{Namespace: "agents-r", Transport: TransportRecorded, Timeout: time.Minute})
+	if !errors.Is(err, nodeexec.ErrImagePull) || !strings.Contains(err.Error(), "deleted the agents' serviceaccount, role, rolebinding") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := client.CoreV1().ServiceAccounts("agents-r").Get(t.Context(), RecordServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the service account is left: %v", err)
+	}
+	if _, err := client.RbacV1().RoleBindings("agents-r").Get(t.Context(), RecordServiceAccount, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the RoleBinding is left: %v", err)
+	}
+
+	foreign := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: RecordServiceAccount, Namespace: "agents-r"}}
+	client = fake.NewClientset(ns, foreign)
+	err = Install(t.Context(), client, Options{Namespace: "agents-r", Transport: TransportRecorded, Timeout: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "serviceaccount agents-r/nodeexec-agent exists and is not nodeexec's") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := client.AppsV1().DaemonSets("agents-r").Get(t.Context(), DaemonSetName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a DaemonSet was created: %v", err)
+	}
+}

@@ -11,14 +11,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/utils/clock"
 
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
@@ -100,10 +104,63 @@ type portForwardStreamer struct {
 	// no other: the run's own command, not its spool's attach or stop.
 	env    map[string]string
 	envFor []string
+	// record, when set, creates the run record of the command line envFor
+	// before it is sent (an agent that requires records).
+	record *recorder
 }
 
-func (s *portForwardStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
+// recorder creates run records (agent.CreateRecord) for one node's command line.
+type recorder struct {
+	client kubernetes.Interface
+	clock  clock.PassiveClock
+	name   func() string    // a random name, after RecordNamePrefix
+	spec   agent.RecordSpec // but Name
+}
+
+// create creates a run record and returns its name.
+func (r *recorder) create(ctx context.Context) (string, error) {
+	s := r.spec
+	s.Name = agent.RecordNamePrefix + r.name()
+	return s.Name, agent.CreateRecord(ctx, r.client, s, r.clock.Now())
+}
+
+// delete deletes the record name that no agent consumed, whatever ctx's
+// state, and logs a failure (the collector deletes it after its deadline).
+func (r *recorder) delete(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordDeleteTimeout)
+	defer cancel()
+	if err := agent.DeleteRecord(ctx, r.client, r.spec.Namespace, name); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "could not delete the unused run record: nodeexec gc deletes it after its deadline", "namespace", r.spec.Namespace, "name", name)
+	}
+}
+
+// recordDeleteTimeout bounds the deletion of an unused run record.
+const recordDeleteTimeout = 10 * time.Second
+
+func (s *portForwardStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) (err error) {
+	main := slices.Equal(opts.Command, s.envFor)
+	var (
+		record    string
+		recordErr error
+		recorded  sync.WaitGroup
+	)
+	if s.record != nil && main {
+		// The record is created while the port-forward is dialled: the
+		// agent reads it when the request arrives, after both.
+		recorded.Go(func() { record, recordErr = s.record.create(ctx) })
+		defer func() {
+			recorded.Wait()
+			if recordErr == nil && err != nil && errors.Is(err, podexec.ErrNotStarted) {
+				s.record.delete(ctx, record) // no agent consumed it
+			}
+		}()
+	}
 	conn, err := s.dialer.Dial(ctx, namespace, pod)
+	recorded.Wait()
+	if err == nil && recordErr != nil {
+		conn.Close()
+		err = recordErr
+	}
 	if err != nil {
 		return fmt.Errorf("port-forward to %s/%s: %w: %w", namespace, pod, podexec.ErrNotStarted, err)
 	}
@@ -132,10 +189,10 @@ func (s *portForwardStreamer) Exec(ctx context.Context, namespace, pod string, o
 	defer stop()
 
 	var env map[string]string
-	if len(s.env) > 0 && slices.Equal(opts.Command, s.envFor) {
+	if len(s.env) > 0 && main {
 		env = s.env
 	}
-	err = runOverConn(data, opts, streams, env)
+	err = runOverConn(data, opts, streams, env, record)
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
@@ -175,9 +232,9 @@ func (e *cutError) Unwrap() error { return e.err }
 // for `container-exec --env-from-agent`), its standard input and
 // terminal sizes, and writes what comes back to streams, until the exit
 // frame.
-func runOverConn(conn io.ReadWriter, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions, env map[string]string) error {
+func runOverConn(conn io.ReadWriter, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions, env map[string]string, record string) error {
 	fw := agent.NewFrameWriter(conn)
-	req, err := agent.EncodeRequest(agent.WireRequest{Version: agent.WireVersion, Command: opts.Command, Stdin: opts.Stdin && streams.Stdin != nil, TTY: opts.TTY, Env: env})
+	req, err := agent.EncodeRequest(agent.WireRequest{Version: agent.WireVersion, Command: opts.Command, Stdin: opts.Stdin && streams.Stdin != nil, TTY: opts.TTY, Env: env, Record: record})
 	if err != nil {
 		return err
 	}
@@ -247,6 +304,9 @@ func runOverConn(conn io.ReadWriter, opts *corev1.PodExecOptions, streams remote
 		case agent.FrameError:
 			if strings.HasPrefix(string(p), agent.CannotExecPrefix) {
 				return fmt.Errorf("%w: %w: %s", ErrAgentUnusable, errRefused, p)
+			}
+			if why, ok := strings.CutPrefix(string(p), agent.RecordRefusedPrefix); ok {
+				return fmt.Errorf("%w: %s", ErrRecordRefused, why)
 			}
 			return fmt.Errorf("%w: the agent refused the request: %s", errRefused, p)
 		default:

@@ -55,6 +55,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +63,9 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,7 +160,32 @@ const (
 	// pod of the wrapped backend instead. RBAC for clients: create
 	// pods/exec.
 	TransportExec Transport = "exec"
+	// TransportRecorded: as TransportPortForward, but each agent starts a
+	// port-forwarded command only with its run record (see agent.ConsumeRecord):
+	// a Lease the client creates in the agents' namespace for the node and
+	// the command line just before it connects, which the API server's
+	// audit log attributes to the user, with the command line when the
+	// audit policy records Lease creations at the Request level. The agent
+	// reads and deletes it (one command per record) with its own service
+	// account (RecordServiceAccount: get and delete leases in the
+	// namespace, nothing else). Commands over the exec fallback need no
+	// record: an exec's audit event holds its command line. RBAC for
+	// clients: create (and delete, for records no agent used) leases in
+	// the namespace, and TransportPortForward's.
+	TransportRecorded Transport = "recorded"
 )
+
+// RecordServiceAccount is the service account of TransportRecorded's
+// agent pods, bound to the Role of the same name (get and delete leases in
+// the agents' namespace: the run records).
+const RecordServiceAccount = "nodeexec-agent"
+
+// ErrRecordRefused is wrapped by the error of a run that an agent requiring
+// run records refused for its record (none found, used already, stale, or
+// for another node or command line; see agent.ConsumeRecord): nothing ran.
+// It wraps podexec.ErrNotStarted; Run does not fall back to exec or a pod
+// for it.
+var ErrRecordRefused = fmt.Errorf("the resident agent refused the run's record: %w", errRefused)
 
 // withDefaults fills in defaults and validates o.
 func (o Options) withDefaults(now time.Time) (Options, error) {
@@ -195,9 +223,9 @@ func (o Options) withDefaults(now time.Time) (Options, error) {
 	switch o.Transport {
 	case "":
 		o.Transport = TransportPortForward
-	case TransportPortForward, TransportExec:
+	case TransportPortForward, TransportExec, TransportRecorded:
 	default:
-		return o, fmt.Errorf("resident: invalid transport %q: want %s or %s", o.Transport, TransportPortForward, TransportExec)
+		return o, fmt.Errorf("resident: invalid transport %q: want %s, %s or %s", o.Transport, TransportPortForward, TransportExec, TransportRecorded)
 	}
 	return o, nil
 }
@@ -251,6 +279,14 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 		AutomountServiceAccountToken:  ptr.To(false),
 		TerminationGracePeriodSeconds: ptr.To(int64(5)),
 	}
+	if o.Transport == TransportRecorded {
+		pod.ServiceAccountName = RecordServiceAccount
+		pod.AutomountServiceAccountToken = ptr.To(true)
+		pod.Containers[0].Env = []corev1.EnvVar{
+			{Name: agent.EnvNodeName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			{Name: agent.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		}
+	}
 	for _, name := range o.ImagePullSecrets {
 		pod.ImagePullSecrets = append(pod.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
@@ -273,8 +309,11 @@ func BuildDaemonSet(o Options) *appsv1.DaemonSet {
 // agentCommand is the agent container's command for transport t: serve
 // (listening for port-forwarded clients) or, for TransportExec, hold.
 func agentCommand(t Transport) []string {
-	if t == TransportExec {
+	switch t {
+	case TransportExec:
 		return []string{agent.Path, "agent", "hold"}
+	case TransportRecorded:
+		return []string{agent.Path, "agent", "serve", "--listen", agent.ServeAddress(), "--require-record"}
 	}
 	return []string{agent.Path, "agent", "serve", "--listen", agent.ServeAddress()}
 }
@@ -283,10 +322,173 @@ func agentCommand(t Transport) []string {
 // port clients port-forward to (agent.AnnotationServe), none for
 // TransportExec, whose clients then use exec (Agent.ServePort 0).
 func agentAnnotations(t Transport) map[string]string {
-	if t == TransportExec {
+	switch t {
+	case TransportExec:
 		return nil
+	case TransportRecorded:
+		return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort), agent.AnnotationRecord: agent.RecordRequired}
 	}
 	return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort)}
+}
+
+// BuildRecordRBAC returns TransportRecorded's service account for the
+// agent pods, its Role (get and delete leases in the namespace: the run
+// records; nothing else) and the RoleBinding between them, all named
+// RecordServiceAccount. o must have its defaults filled in. A pure function.
+func BuildRecordRBAC(o Options) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: RecordServiceAccount, Namespace: o.Namespace, Labels: objectLabels(o.InstallID)}
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: meta()}
+	role := &rbacv1.Role{ObjectMeta: meta(), Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{coordinationv1.GroupName},
+		Resources: []string{"leases"},
+		Verbs:     []string{"get", "delete"},
+	}}}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: meta(),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: RecordServiceAccount},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: RecordServiceAccount, Namespace: o.Namespace}},
+	}
+	return sa, role, binding
+}
+
+// applyRecordRBAC creates BuildRecordRBAC's objects, or updates those that
+// carry the agent labels; it refuses one that exists without them. It
+// returns the kinds it created, for the rollback.
+func applyRecordRBAC(ctx context.Context, client kubernetes.Interface, o Options) (created []string, err error) {
+	sa, role, binding := BuildRecordRBAC(o)
+	ns := o.Namespace
+	type object struct {
+		kind   string
+		create func() error
+		get    func() (metav1.Object, error)
+		update func(cur metav1.Object) error
+	}
+	objects := []object{
+		{"serviceaccount",
+			func() error {
+				_, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+				return err
+			},
+			func() (metav1.Object, error) {
+				return client.CoreV1().ServiceAccounts(ns).Get(ctx, sa.Name, metav1.GetOptions{})
+			},
+			func(cur metav1.Object) error {
+				c := cur.(*corev1.ServiceAccount)
+				c.Labels = sa.Labels
+				_, err := client.CoreV1().ServiceAccounts(ns).Update(ctx, c, metav1.UpdateOptions{})
+				return err
+			}},
+		{"role",
+			func() error {
+				_, err := client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
+				return err
+			},
+			func() (metav1.Object, error) {
+				return client.RbacV1().Roles(ns).Get(ctx, role.Name, metav1.GetOptions{})
+			},
+			func(cur metav1.Object) error {
+				c := cur.(*rbacv1.Role)
+				c.Labels, c.Rules = role.Labels, role.Rules
+				_, err := client.RbacV1().Roles(ns).Update(ctx, c, metav1.UpdateOptions{})
+				return err
+			}},
+		{"rolebinding",
+			func() error {
+				_, err := client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
+				return err
+			},
+			func() (metav1.Object, error) {
+				return client.RbacV1().RoleBindings(ns).Get(ctx, binding.Name, metav1.GetOptions{})
+			},
+			func(cur metav1.Object) error {
+				c := cur.(*rbacv1.RoleBinding)
+				if c.RoleRef != binding.RoleRef { // immutable: recreate
+					if err := client.RbacV1().RoleBindings(ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+						return err
+					}
+					_, err := client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
+					return err
+				}
+				c.Labels, c.Subjects = binding.Labels, binding.Subjects
+				_, err := client.RbacV1().RoleBindings(ns).Update(ctx, c, metav1.UpdateOptions{})
+				return err
+			}},
+	}
+	for _, obj := range objects {
+		err := obj.create()
+		if err == nil {
+			created = append(created, obj.kind)
+			continue
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return created, apiError("creating "+obj.kind+" "+ns+"/"+RecordServiceAccount, err)
+		}
+		cur, err := obj.get()
+		if err != nil {
+			return created, apiError("getting "+obj.kind+" "+ns+"/"+RecordServiceAccount, err)
+		}
+		if !isAgentObject(cur.GetLabels()) {
+			return created, fmt.Errorf("resident: %s %s/%s exists and is not nodeexec's (labels %s=%s, %s=%s missing): choose another namespace (--namespace)",
+				obj.kind, ns, RecordServiceAccount, nodeexec.LabelManagedBy, nodeexec.ManagedByValue, LabelComponent, ComponentAgent)
+		}
+		if err := obj.update(cur); err != nil {
+			return created, apiError("updating "+obj.kind+" "+ns+"/"+RecordServiceAccount, err)
+		}
+	}
+	return created, nil
+}
+
+// deleteRecordRBAC deletes BuildRecordRBAC's objects in namespace that
+// carry the agent labels (of kinds, or all three when kinds is nil).
+// Absent ones are not an error.
+func deleteRecordRBAC(ctx context.Context, client kubernetes.Interface, namespace string, kinds []string) error {
+	var errs []error
+	for _, kind := range []string{"rolebinding", "role", "serviceaccount"} {
+		if kinds != nil && !slices.Contains(kinds, kind) {
+			continue
+		}
+		var (
+			cur metav1.Object
+			err error
+		)
+		switch kind {
+		case "rolebinding":
+			cur, err = client.RbacV1().RoleBindings(namespace).Get(ctx, RecordServiceAccount, metav1.GetOptions{})
+		case "role":
+			cur, err = client.RbacV1().Roles(namespace).Get(ctx, RecordServiceAccount, metav1.GetOptions{})
+		default:
+			cur, err = client.CoreV1().ServiceAccounts(namespace).Get(ctx, RecordServiceAccount, metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) || (kinds == nil && apierrors.IsForbidden(err)) {
+			// Forbidden for Uninstall: a client without rights on RBAC
+			// objects installed none (the namespace's deletion, when
+			// Install created it, takes any with it).
+			continue
+		}
+		if err != nil {
+			errs = append(errs, apiError("getting "+kind+" "+namespace+"/"+RecordServiceAccount, err))
+			continue
+		}
+		if !isAgentObject(cur.GetLabels()) {
+			continue
+		}
+		uid := cur.GetUID()
+		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+		switch kind {
+		case "rolebinding":
+			err = client.RbacV1().RoleBindings(namespace).Delete(ctx, RecordServiceAccount, opts)
+		case "role":
+			err = client.RbacV1().Roles(namespace).Delete(ctx, RecordServiceAccount, opts)
+		default:
+			err = client.CoreV1().ServiceAccounts(namespace).Delete(ctx, RecordServiceAccount, opts)
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, apiError("deleting "+kind+" "+namespace+"/"+RecordServiceAccount, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Install creates (or updates) the namespace and the DaemonSet, then waits
@@ -347,6 +549,13 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 	} else {
 		rb.namespace = o.Namespace
 		log.V(1).Info("created namespace", "namespace", o.Namespace)
+	}
+	if o.Transport == TransportRecorded {
+		created, err := applyRecordRBAC(ctx, client, o)
+		rb.rbac, rb.rbacNamespace = created, o.Namespace
+		if err != nil {
+			return rb.undo(ctx, client, err)
+		}
 	}
 	ds := BuildDaemonSet(o)
 	dss := client.AppsV1().DaemonSets(o.Namespace)
@@ -569,6 +778,9 @@ type rollback struct {
 	namespace string            // created, with everything in it
 	daemonSet string            // namespace of the DaemonSet created in an existing namespace
 	previous  *appsv1.DaemonSet // the DaemonSet before Install updated it
+	rbac      []string          // kinds of BuildRecordRBAC's objects created
+	// rbacNamespace is the namespace of rbac.
+	rbacNamespace string
 }
 
 // undo rolls back and returns cause extended with what was done or is left.
@@ -577,6 +789,13 @@ func (rb rollback) undo(ctx context.Context, client kubernetes.Interface, cause 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultRollbackTimeout)
 	defer cancel()
 	prop := metav1.DeletePropagationForeground
+	if rb.namespace == "" && len(rb.rbac) > 0 {
+		if err := deleteRecordRBAC(ctx, client, rb.rbacNamespace, rb.rbac); err != nil {
+			cause = fmt.Errorf("%w; rolling back failed: the agents' service account, Role or RoleBinding %s may be left: %w", cause, RecordServiceAccount, err)
+		} else {
+			cause = fmt.Errorf("%w; rolled back: deleted the agents' %s %s, which this install created", cause, strings.Join(rb.rbac, ", "), RecordServiceAccount)
+		}
+	}
 	switch {
 	case rb.namespace != "":
 		if err := client.CoreV1().Namespaces().Delete(ctx, rb.namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -636,6 +855,9 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 			return apiError("deleting daemonset", err)
 		}
 		log.V(1).Info("deleted daemonset", "namespace", o.Namespace, "name", DaemonSetName)
+	}
+	if err := deleteRecordRBAC(ctx, client, o.Namespace, nil); err != nil {
+		return err
 	}
 	ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{})
 	switch {
@@ -707,6 +929,9 @@ type Agent struct {
 	// does not listen (an agent image from before the listener): it is
 	// reached over exec.
 	ServePort int
+	// RequiresRecord: its agent starts a port-forwarded command only with
+	// a run record (TransportRecorded; the pod's agent.AnnotationRecord).
+	RequiresRecord bool
 }
 
 // Find returns the name of a running, ready agent pod on node in namespace
@@ -829,7 +1054,7 @@ func agentOf(p *corev1.Pod) Agent {
 	if port <= 0 || port > 65535 {
 		port = 0
 	}
-	return Agent{Pod: p.Name, ServePort: port}
+	return Agent{Pod: p.Name, ServePort: port, RequiresRecord: p.Annotations[agent.AnnotationRecord] == agent.RecordRequired}
 }
 
 // usable: p is an agent of ds that takes runs (running, ready, not being

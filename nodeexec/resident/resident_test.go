@@ -31,7 +31,11 @@ func TestBuildGolden(t *testing.T) {
 	}
 	oe := o
 	oe.Transport = TransportExec
-	for name, obj := range map[string]any{"daemonset": BuildDaemonSet(o), "namespace": BuildNamespace(o), "daemonset-transport-exec": BuildDaemonSet(oe)} {
+	or := o
+	or.Transport = TransportRecorded
+	sa, role, binding := BuildRecordRBAC(or)
+	for name, obj := range map[string]any{"daemonset": BuildDaemonSet(o), "namespace": BuildNamespace(o), "daemonset-transport-exec": BuildDaemonSet(oe),
+		"daemonset-transport-recorded": BuildDaemonSet(or), "recorded-serviceaccount": sa, "recorded-role": role, "recorded-rolebinding": binding} {
 		t.Run(name, func(t *testing.T) {
 			golden.CheckYAML(t, name+".yaml", obj)
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,13 @@ type WrapOptions struct {
 	// them again (see Wrap). Defaults to DefaultAgentListMaxAge; negative
 	// is refused.
 	AgentListMaxAge time.Duration
+	// RunID labels the run records this backend creates for agents that
+	// require them (TransportRecorded; nodeexec.LabelRunID). Defaults to
+	// 10 random lowercase letters and digits.
+	RunID string
+	// Holder is recorded as the run records' spec.holderIdentity. Defaults
+	// to "<hostname>/<pid>".
+	Holder string
 }
 
 // DefaultAgentListMaxAge is WrapOptions.AgentListMaxAge's default.
@@ -154,6 +162,13 @@ func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 	}
 	if o.SpoolName == nil {
 		o.SpoolName = func() string { return utilrand.String(16) }
+	}
+	if o.RunID == "" {
+		o.RunID = utilrand.String(10)
+	}
+	if o.Holder == "" {
+		host, _ := os.Hostname()
+		o.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	if o.Dialer == nil && o.Config != nil {
 		o.Dialer = NewDialer(o.Config, o.Client.CoreV1().RESTClient())
@@ -493,12 +508,22 @@ func (s agentExecStreamer) Exec(ctx context.Context, namespace, pod string, opts
 // listen. env goes with the command line main only (WireRequest.Env), and
 // never over exec: main is not run over exec when env is set
 // (errEnvOverExec).
-func (b *Backend) streamer(a Agent, main []string, env map[string]string) podexec.Streamer {
+func (b *Backend) streamer(a Agent, node string, main []string, env map[string]string) podexec.Streamer {
 	execStreamer := agentExecStreamer{b.o.Streamer}
 	if a.ServePort == 0 || b.o.Dialer == nil {
 		return execStreamer
 	}
-	f := &fallbackStreamer{primary: &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort, env: env, envFor: main}, secondary: execStreamer}
+	pf := &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort, env: env, envFor: main}
+	if a.RequiresRecord {
+		names := make([]string, 0, len(env))
+		for k := range env {
+			names = append(names, k)
+		}
+		pf.record = &recorder{client: b.o.Client, clock: b.o.Clock, name: b.o.SpoolName, spec: agent.RecordSpec{
+			Namespace: b.o.Namespace, Node: node, Command: main, EnvNames: names, RunID: b.o.RunID, Holder: b.o.Holder,
+		}}
+	}
+	f := &fallbackStreamer{primary: pf, secondary: execStreamer}
 	if len(env) > 0 {
 		f.primaryOnly = main
 	}
@@ -519,8 +544,10 @@ var errEnvOverExec = fmt.Errorf("the request's environment variables go only thr
 
 func (f *fallbackStreamer) Exec(ctx context.Context, namespace, pod string, opts *corev1.PodExecOptions, streams remotecommand.StreamOptions) error {
 	err := f.primary.Exec(ctx, namespace, pod, opts, streams)
-	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || errors.Is(err, ErrAgentUnusable) || ctx.Err() != nil {
-		return err // an agent that cannot execute its binary fails the same over exec
+	if err == nil || !errors.Is(err, podexec.ErrNotStarted) || errors.Is(err, ErrAgentUnusable) || errors.Is(err, ErrRecordRefused) || ctx.Err() != nil {
+		// An agent that cannot execute its binary fails the same over
+		// exec; a refused record is to be seen, not hidden by a fallback.
+		return err
 	}
 	if agentGone(err, pod) {
 		return err // the pod is gone: exec cannot reach it either
@@ -577,7 +604,7 @@ func (b *Backend) exec(ctx context.Context, a Agent, argv []string, req nodeexec
 		return res, fmt.Errorf("resident: WrapOptions.SpoolName: %w", err)
 	}
 	bounded, resume := agent.SpoolFor(bounded, name, req)
-	streamer := b.streamer(a, bounded, req.Env)
+	streamer := b.streamer(a, req.Node, bounded, req.Env)
 	opts := &corev1.PodExecOptions{
 		Container: agent.ContainerName,
 		Command:   bounded,

@@ -1,0 +1,198 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
+	"github.com/nodeexec/nodeexec/nodeexec/resident"
+	"github.com/nodeexec/nodeexec/nsenter"
+)
+
+// TestResidentRecorded: agents installed with --transport recorded start a
+// port-forwarded command only with its run record:
+//   - a user who may create leases in the agents' namespace runs over the
+//     port-forward (exit status and output kept), and no record is left;
+//   - a user who may not, but may exec, runs over exec (whose audit event
+//     holds the command line);
+//   - by hand, through `kubectl port-forward` to the agent's port: a
+//     request naming no record, a record for another node, for another
+//     command line, or one used already is refused, saying which, and
+//     nothing runs; the matching record runs the command once.
+func TestResidentRecorded(t *testing.T) {
+	ctx := t.Context()
+	ns := "nodeexec-e2e-rec-" + randomSuffix()
+	node := env.nodes[0]
+	t.Cleanup(func() { _, _, _ = cli(context.WithoutCancel(ctx), "", "agent", "uninstall", "--namespace", ns) })
+	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", ns, "--transport", "recorded", "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
+		t.Fatalf("agent install --transport recorded: exit %d\n%s", code, stderr)
+	}
+	a, ok, err := resident.FindAgent(ctx, env.client, ns, node)
+	if err != nil || !ok || !a.RequiresRecord || a.ServePort != agent.ServePort {
+		t.Fatalf("agent on %s: %+v %v %v", node, a, ok, err)
+	}
+	host, _ := os.Hostname()
+	run := func(args ...string) []string {
+		return append([]string{"-v", "1", "run", "--node", node, "--use-resident", "--resident-namespace", ns, "--no-prefix"}, args...)
+	}
+	find := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, Verbs: []string{"create", "get"}},
+	}
+	recordsLeft := func(t *testing.T) {
+		t.Helper()
+		left, err := env.client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=" + agent.ComponentRunRecord})
+		if err != nil || len(left.Items) != 0 {
+			t.Errorf("run records left: %v %v", left, err)
+		}
+	}
+
+	t.Run("recorded", func(t *testing.T) {
+		kc := residentUser(ctx, t, ns, append(find, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "delete"}}))
+		stdout, stderr, code := cliAs(ctx, kc, "", run("--", "sh", "-c", "cat /etc/hostname; echo to-stderr >&2; exit 5")...)
+		if code != 5 || stdout != host+"\n" || !strings.Contains(stderr, "to-stderr") {
+			t.Errorf("exit %d (want 5), stdout %q\nstderr: %s", code, stdout, stderr)
+		}
+		if !strings.Contains(stderr, `"servePort"=7710`) || strings.Contains(stderr, "using exec") || strings.Contains(stderr, "created pod") {
+			t.Errorf("not the port-forward path:\n%s", stderr)
+		}
+		recordsLeft(t)
+	})
+
+	t.Run("no lease rights: exec", func(t *testing.T) {
+		kc := residentUser(ctx, t, ns, append(find, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create", "get"}}))
+		stdout, stderr, code := cliAs(ctx, kc, "", run("--", "sh", "-c", "cat /etc/hostname; exit 6")...)
+		if code != 6 || stdout != host+"\n" || !strings.Contains(stderr, "using exec") || !strings.Contains(stderr, "creating run record") {
+			t.Errorf("exit %d (want 6), stdout %q, want the exec fallback after the forbidden record\nstderr: %s", code, stdout, stderr)
+		}
+		recordsLeft(t)
+	})
+
+	t.Run("refused by hand", func(t *testing.T) {
+		addr := kubectlPortForward(ctx, t, ns, a.Pod, agent.ServePort)
+		token := "recorded" + randomSuffix()
+		marker := "/tmp/" + token
+		t.Cleanup(func() { os.Remove(marker) })
+		argv := agent.NsenterArgv(nsenter.DefaultNamespaces(), []string{"sh", "-c", "echo " + token + " >> " + marker})
+		other := agent.NsenterArgv(nsenter.DefaultNamespaces(), []string{"sh", "-c", "echo other"})
+		record := func(node string, argv []string) string {
+			name := agent.RecordNamePrefix + randomSuffix()
+			s := agent.RecordSpec{Name: name, Namespace: ns, Node: node, Command: argv, RunID: "e2e", Holder: "e2e"}
+			if err := agent.CreateRecord(ctx, env.client, s, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			return name
+		}
+		good := record(node, argv)
+		for _, tc := range []struct {
+			name, record, want string
+		}{
+			{"none named", "", "names no run record"},
+			{"never created", agent.RecordNamePrefix + "nosuch", "not found"},
+			{"another node", record("some-other-node", argv), `is for node "some-other-node"`},
+			{"another command line", record(node, other), "holds another command line"},
+			{"the matching record", good, ""},
+			{"used already", good, "not found (never created, or used already)"},
+		} {
+			code, refused := rawAgentRequest(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: argv, Record: tc.record})
+			if tc.want == "" {
+				if code != 0 || refused != "" {
+					t.Errorf("%s: exit %d, refused %q: want the command run", tc.name, code, refused)
+				}
+				continue
+			}
+			if !strings.HasPrefix(refused, agent.RecordRefusedPrefix) || !strings.Contains(refused, tc.want) {
+				t.Errorf("%s: exit %d, refused %q: want %q", tc.name, code, refused, tc.want)
+			}
+		}
+		b, _ := os.ReadFile(marker)
+		if n := strings.Count(string(b), token); n != 1 {
+			t.Errorf("the command ran %d times, want once (the matching record's):\n%s", n, b)
+		}
+	})
+}
+
+// kubectlPortForward runs `kubectl port-forward` to pod's port in ns
+// until the test ends, and returns the local address.
+func kubectlPortForward(ctx context.Context, t *testing.T, ns, pod string, port int) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, kubectlPath, "--kubeconfig", env.kubeconfig, "port-forward", "-n", ns, "pod/"+pod, fmt.Sprintf(":%d", port))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	re := regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) ->`)
+	lines := bufio.NewScanner(out)
+	found := make(chan string, 1)
+	go func() {
+		for lines.Scan() {
+			if m := re.FindStringSubmatch(lines.Text()); m != nil {
+				found <- m[1]
+				break
+			}
+		}
+		for lines.Scan() { // keep draining
+		}
+	}()
+	select {
+	case addr := <-found:
+		return addr
+	case <-time.After(30 * time.Second):
+		t.Fatal("kubectl port-forward printed no local address in 30s")
+	}
+	return ""
+}
+
+// rawAgentRequest sends req to the agent listening at addr (through a port
+// forward) and returns the exit status, or -1 and the refusal.
+func rawAgentRequest(t *testing.T, addr string, req agent.WireRequest) (code int, refused string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	p, err := agent.EncodeRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.NewFrameWriter(conn).Write(agent.FrameRequest, p); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	for {
+		typ, p, err := agent.ReadFrame(r, nil)
+		if err != nil {
+			t.Fatalf("reading the agent's answer: %v", err)
+		}
+		switch typ {
+		case agent.FrameExit:
+			code, err := agent.ExitCodeOf(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return code, ""
+		case agent.FrameError:
+			return -1, string(p)
+		}
+	}
+}

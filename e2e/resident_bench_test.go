@@ -26,7 +26,10 @@ import (
 //
 // The same run through agents installed with --transport exec (every run
 // over pods/exec, so the audit log holds each command line) is timed too,
-// as nodeexec_transport_exec, against the same peers.
+// as nodeexec_transport_exec, and through agents installed with
+// --transport recorded (port-forward, each command first in a run record
+// the audit log attributes to the user), as nodeexec_transport_recorded,
+// against the same peers: the audited warm paths.
 //
 // CMD is `echo ready` (time to first output) and `true` (process total).
 // It also times the shell's prompt through the agent against kubectl
@@ -50,6 +53,13 @@ func BenchmarkResident(b *testing.B) {
 	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", nsExec, "--transport", "exec", "--agent-image", agentImage()); code != 0 {
 		b.Fatalf("agent install --transport exec: exit %d\n%s", code, stderr)
 	}
+	// a third with --transport recorded: port-forward, each command in its
+	// run record
+	nsRec := "nodeexec-bench-rrc-" + randomSuffix()
+	b.Cleanup(func() { _, _, _ = cli(context.WithoutCancel(ctx), "", "agent", "uninstall", "--namespace", nsRec) })
+	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", nsRec, "--transport", "recorded", "--agent-image", agentImage()); code != 0 {
+		b.Fatalf("agent install --transport recorded: exit %d\n%s", code, stderr)
+	}
 	a, ok, err := resident.FindAgent(ctx, env.client, ns, node)
 	if err != nil || !ok {
 		b.Fatalf("no agent on %s: %v", node, err)
@@ -72,7 +82,7 @@ func BenchmarkResident(b *testing.B) {
 		args []string
 	}
 	sides := func(cmd ...string) []side {
-		return []side{{"nodeexec", env.cli, ours(cmd...)}, {"nodeexec_transport_exec", env.cli, oursIn(nsExec, cmd...)},
+		return []side{{"nodeexec", env.cli, ours(cmd...)}, {"nodeexec_transport_exec", env.cli, oursIn(nsExec, cmd...)}, {"nodeexec_transport_recorded", env.cli, oursIn(nsRec, cmd...)},
 			{"kubectl_exec", kubectlPath, bare(cmd...)}, {"kubectl_debug", kubectlPath, debug(cmd...)}}
 	}
 	echo, tru := sides("echo", "ready"), sides("true")
@@ -108,7 +118,8 @@ func BenchmarkResident(b *testing.B) {
 	fo := func(t trial) time.Duration { return t.firstOutput }
 	tot := func(t trial) time.Duration { return t.total }
 	report := map[string]any{"node": node, "image": env.image, "trials": b.N, "agent_transport": "pods/portforward to the agent's loopback listener",
-		"nodeexec_transport_exec": "agent install --transport exec: every run over pods/exec, its command line in the API server's audit log"}
+		"nodeexec_transport_exec":     "agent install --transport exec: every run over pods/exec, its command line in the API server's audit log",
+		"nodeexec_transport_recorded": "agent install --transport recorded: pods/portforward, each command first in a run record (Lease create, its body in the API server's audit log), checked and deleted by the agent"}
 	ratios := map[string]float64{}
 	for _, m := range []struct {
 		name string
@@ -123,6 +134,13 @@ func BenchmarkResident(b *testing.B) {
 			r["nodeexec_transport_exec"] = ms(e)
 			r["transport_exec_ratio_vs_kubectl_exec"] = float64(e) / float64(x)
 			r["transport_exec_ratio_vs_kubectl_debug"] = float64(e) / float64(d)
+		}
+		if tr := m.data["nodeexec_transport_recorded"]; len(tr) > 0 {
+			e := med(tr, m.f)
+			r["nodeexec_transport_recorded"] = ms(e)
+			r["transport_recorded_ratio_vs_kubectl_exec"] = float64(e) / float64(x)
+			r["transport_recorded_ratio_vs_kubectl_debug"] = float64(e) / float64(d)
+			ratios[m.name+"/recorded-exec"], ratios[m.name+"/recorded-debug"] = float64(e)/float64(x), float64(e)/float64(d)
 		}
 		report[m.name] = r
 		ratios[m.name+"/exec"], ratios[m.name+"/debug"] = float64(o)/float64(x), float64(o)/float64(d)
@@ -139,6 +157,8 @@ func BenchmarkResident(b *testing.B) {
 	b.ReportMetric(ratios["echo_first_output_ms/debug"], "first-output-vs-debug")
 	b.ReportMetric(ratios["echo_first_output_ms/exec"], "first-output-vs-exec")
 	b.ReportMetric(ratios["shell_prompt_ms/debug"], "prompt-vs-debug")
+	b.ReportMetric(ratios["echo_first_output_ms/recorded-exec"], "recorded-first-output-vs-exec")
+	b.ReportMetric(ratios["echo_first_output_ms/recorded-debug"], "recorded-first-output-vs-debug")
 	b.ReportMetric(0, "ns/op")
 	out, _ := json.MarshalIndent(report, "", "  ")
 	b.Logf("\n%s", out)

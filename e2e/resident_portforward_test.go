@@ -190,8 +190,10 @@ func TestResidentPortForward(t *testing.T) {
 	})
 
 	t.Run("shell", func(t *testing.T) {
-		s := startTmux(t, fmt.Sprintf("sh -c '%s --kubeconfig %s shell %s --backend nsenter --use-resident --resident-namespace %s; echo EXIT=$?; sleep 600'",
-			env.cli, env.kubeconfig, node, ns))
+		// The terminal's TERM goes with the request to the agent: no pod.
+		logFile := filepath.Join(t.TempDir(), "shell.log")
+		s := startTmux(t, fmt.Sprintf("sh -c '%s --kubeconfig %s -v 1 shell %s --backend nsenter --use-resident --resident-namespace %s 2>%s; echo EXIT=$?; sleep 600'",
+			env.cli, env.kubeconfig, node, ns, logFile))
 		s.waitScreen(30*time.Second, promptRE)
 		s.typeLine("echo SIZE=$(stty size | tr ' ' x)")
 		s.waitScreen(10*time.Second, `(?m)^SIZE=40x120\s*$`)
@@ -199,8 +201,13 @@ func TestResidentPortForward(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		s.typeLine("echo NEWSIZE=$(stty size | tr ' ' x)")
 		s.waitScreen(10*time.Second, `(?m)^NEWSIZE=30x100\s*$`)
+		s.typeLine("echo TERM=$TERM")
+		s.waitScreen(10*time.Second, `(?m)^TERM=[a-z]`)
 		s.typeLine("exit 3")
 		s.waitScreen(20*time.Second, `(?m)^EXIT=3\s*$`)
+		if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), `"servePort"=7710`) || strings.Contains(string(log), "created pod") {
+			t.Errorf("the shell did not go through the resident agent's listener:\n%s", log)
+		}
 	})
 
 	t.Run("not listening falls back to exec", func(t *testing.T) {

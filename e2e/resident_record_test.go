@@ -3,13 +3,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"regexp"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +25,8 @@ import (
 //     port-forward (exit status and output kept), and no record is left;
 //   - a user who may not, but may exec, runs over exec (whose audit event
 //     holds the command line);
-//   - by hand, through `kubectl port-forward` to the agent's port: a
+//   - a shell (TTY, TERM) through the recorded agent;
+//   - by hand, speaking the agent's protocol through a port-forward: a
 //     request naming no record, a record for another node, for another
 //     command line, or one used already is refused, saying which, and
 //     nothing runs; the matching record runs the command once.
@@ -82,8 +80,23 @@ func TestResidentRecorded(t *testing.T) {
 		recordsLeft(t)
 	})
 
+	t.Run("shell", func(t *testing.T) {
+		// A terminal session: its record, its TERM, its exit status.
+		logFile := filepath.Join(t.TempDir(), "shell.log")
+		s := startTmux(t, fmt.Sprintf("sh -c '%s --kubeconfig %s -v 1 shell %s --backend nsenter --use-resident --resident-namespace %s 2>%s; echo EXIT=$?; sleep 600'",
+			env.cli, env.kubeconfig, node, ns, logFile))
+		s.waitScreen(30*time.Second, promptRE)
+		s.typeLine("echo TERM=$TERM")
+		s.waitScreen(10*time.Second, `(?m)^TERM=[a-z]`)
+		s.typeLine("exit 3")
+		s.waitScreen(20*time.Second, `(?m)^EXIT=3\s*$`)
+		if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), `"servePort"=7710`) || strings.Contains(string(log), "created pod") || strings.Contains(string(log), "refused") {
+			t.Errorf("the shell did not go through the recorded agent's listener:\n%s", log)
+		}
+		recordsLeft(t)
+	})
+
 	t.Run("refused by hand", func(t *testing.T) {
-		addr := kubectlPortForward(ctx, t, ns, a.Pod, agent.ServePort)
 		token := "recorded" + randomSuffix()
 		marker := "/tmp/" + token
 		t.Cleanup(func() { os.Remove(marker) })
@@ -108,7 +121,7 @@ func TestResidentRecorded(t *testing.T) {
 			{"the matching record", good, ""},
 			{"used already", good, "not found (never created, or used already)"},
 		} {
-			code, refused := rawAgentRequest(t, addr, agent.WireRequest{Version: agent.WireVersion, Command: argv, Record: tc.record})
+			_, _, code, refused := agentRequest(ctx, t, ns, a.Pod, agent.WireRequest{Version: agent.WireVersion, Command: argv, Record: tc.record})
 			if tc.want == "" {
 				if code != 0 || refused != "" {
 					t.Errorf("%s: exit %d, refused %q: want the command run", tc.name, code, refused)
@@ -124,75 +137,4 @@ func TestResidentRecorded(t *testing.T) {
 			t.Errorf("the command ran %d times, want once (the matching record's):\n%s", n, b)
 		}
 	})
-}
-
-// kubectlPortForward runs `kubectl port-forward` to pod's port in ns
-// until the test ends, and returns the local address.
-func kubectlPortForward(ctx context.Context, t *testing.T, ns, pod string, port int) string {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, kubectlPath, "--kubeconfig", env.kubeconfig, "port-forward", "-n", ns, "pod/"+pod, fmt.Sprintf(":%d", port))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	re := regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) ->`)
-	lines := bufio.NewScanner(out)
-	found := make(chan string, 1)
-	go func() {
-		for lines.Scan() {
-			if m := re.FindStringSubmatch(lines.Text()); m != nil {
-				found <- m[1]
-				break
-			}
-		}
-		for lines.Scan() { // keep draining
-		}
-	}()
-	select {
-	case addr := <-found:
-		return addr
-	case <-time.After(30 * time.Second):
-		t.Fatal("kubectl port-forward printed no local address in 30s")
-	}
-	return ""
-}
-
-// rawAgentRequest sends req to the agent listening at addr (through a port
-// forward) and returns the exit status, or -1 and the refusal.
-func rawAgentRequest(t *testing.T, addr string, req agent.WireRequest) (code int, refused string) {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	p, err := agent.EncodeRequest(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.NewFrameWriter(conn).Write(agent.FrameRequest, p); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(conn)
-	for {
-		typ, p, err := agent.ReadFrame(r, nil)
-		if err != nil {
-			t.Fatalf("reading the agent's answer: %v", err)
-		}
-		switch typ {
-		case agent.FrameExit:
-			code, err := agent.ExitCodeOf(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return code, ""
-		case agent.FrameError:
-			return -1, string(p)
-		}
-	}
 }

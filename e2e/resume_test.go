@@ -34,7 +34,8 @@ const resumeScript = `i=1; while [ $i -le 30 ]; do echo "line$i"; if [ $((i % 5)
 // without it (--no-agent) the API server restart ends the run as outcome
 // unknown (exit 125): TestAPIServerRestartPodDeleted. Nothing is left behind,
 // and who ran what survives the faults: each pod run's command line is in
-// the API server's audit log afterwards (its pod's create), the resident
+// the API server's audit log afterwards (its pod's create), and so is a
+// recorded resident agent's (its run record's create); the default resident
 // agent's is not (its port-forward: the gap TestAuditTrail documents).
 //
 // The runs of one fault share it (each has its own pod or target, and its
@@ -57,6 +58,13 @@ func TestAPIServerRestartResumes(t *testing.T) {
 	})
 	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", agentNS, "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
 		t.Fatalf("agent install: exit %d\n%s", code, stderr)
+	}
+	recordedNS := uniqueName("nodeexec-e2e-resume-rec-")
+	t.Cleanup(func() {
+		_, _, _ = cli(context.WithoutCancel(ctx), "", "agent", "uninstall", "--namespace", recordedNS, "--timeout", "2m")
+	})
+	if _, stderr, code := cli(ctx, "", "agent", "install", "--namespace", recordedNS, "--transport", "recorded", "--agent-image", agentImage(), "--timeout", "2m"); code != 0 {
+		t.Fatalf("agent install --transport recorded: exit %d\n%s", code, stderr)
 	}
 	// The runtime and ephemeral runs are at once: a target pod each.
 	rtTarget := rtTargetPod(ctx, t, node, "exec sleep 3600", true)
@@ -101,6 +109,7 @@ func TestAPIServerRestartResumes(t *testing.T) {
 			{"API server restart/runtime", []string{"--backend", "runtime", "--pod", "default/" + rtTarget.Name, "--container", "app",
 				"--runtime-endpoint", "/run/nodeexec-testcluster/containerd-" + node + ".sock"}, true, false},
 			{"API server restart/resident", []string{"--backend", "nsenter", "--node", node, "--use-resident", "--resident-namespace", agentNS}, true, false},
+			{"API server restart/recorded", []string{"--backend", "nsenter", "--node", node, "--use-resident", "--resident-namespace", recordedNS}, true, false},
 			{"API server restart/ephemeral", []string{"--backend", "ephemeral", "--pod", "default/" + ephTarget.Name, "--container", "app", "--image", env.image}, false, true},
 			{"API server restart/debugpod", []string{"--backend", "debugpod", "--node", node, "--image", env.image}, true, false},
 		}},
@@ -221,14 +230,15 @@ func TestAPIServerRestartResumes(t *testing.T) {
 	// Who ran what survives the faults: each pod run's command line is in
 	// the audit log (its pod's create, or the ephemeral container's patch,
 	// recorded when that request ended, before the fault), whatever became
-	// of its exec; the resident agent's port-forward holds none (the gap
-	// TestAuditTrail documents).
+	// of its exec, and so is the recorded resident agent's (its run
+	// record's create); the default resident agent's port-forward holds
+	// none (the gap TestAuditTrail documents).
 	all := string(mustJSON(auditEventsOf(t, auditFrom.Size(), "")))
 	for _, g := range groups {
 		for _, tc := range g.cases {
-			resident := slices.Contains(tc.args, "--use-resident")
-			if got := strings.Contains(all, auditMark(tc.name)); got == resident {
-				t.Errorf("%s: command in the audit log: %v, want %v", tc.name, got, !resident)
+			want := !slices.Contains(tc.args, "--use-resident") || slices.Contains(tc.args, recordedNS)
+			if got := strings.Contains(all, auditMark(tc.name)); got != want {
+				t.Errorf("%s: command in the audit log: %v, want %v", tc.name, got, want)
 			}
 		}
 	}

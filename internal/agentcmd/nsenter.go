@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 
 	"github.com/moby/term"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
@@ -45,6 +49,8 @@ func agentNsenterCommand(streams Streams) *ucli.Command {
 				Usage: "namespaces to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all (user only when the target shares ours)"},
 			agentTimeoutFlag(),
 			agentSpoolFlag(),
+			&ucli.BoolFlag{Name: strings.TrimPrefix(agent.EnvFromAgentFlag, "--"), Usage: "add the variables of this agent's own " + agent.ExecEnvVar +
+				" (a JSON object, set by a resident agent from its client's request) to COMMAND's environment"},
 		},
 		Action: func(c *ucli.Context) error {
 			return spooled(c, streams, func(streams Streams) error {
@@ -60,10 +66,15 @@ func agentNsenterCommand(streams Streams) *ucli.Command {
 				if len(argv) == 0 || argv[0] == "" {
 					return errors.New("no command: give it after --, as in `nsenter --target 1 -- hostname`")
 				}
+				env, err := nsenterEnv(c)
+				if err != nil {
+					return err
+				}
 				cmd := nsenter.Cmd{
 					Target:     target,
 					Namespaces: nss,
 					Args:       argv,
+					Env:        env,
 					Stdin:      streams.In,
 					Stdout:     streams.Out,
 					Stderr:     streams.ErrOut,
@@ -94,6 +105,30 @@ func agentNsenterCommand(streams Streams) *ucli.Command {
 			})
 		},
 	}
+}
+
+// nsenterEnv is nsenter's command environment: nil (the agent's own) or,
+// with --env-from-agent, the agent's own without ExecEnvVar, and the
+// variables it carries.
+func nsenterEnv(c *ucli.Context) ([]string, error) {
+	if !c.Bool(strings.TrimPrefix(agent.EnvFromAgentFlag, "--")) {
+		return nil, nil
+	}
+	vars, err := commandEnv(c)
+	if err != nil {
+		return nil, err
+	}
+	env := make([]string, 0, len(os.Environ())+len(vars))
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, set := vars[k]; !set && k != agent.ExecEnvVar {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		env = append(env, k+"="+vars[k])
+	}
+	return env, nil
 }
 
 // agentTimedOut is the exit status of the agent's subcommands when their

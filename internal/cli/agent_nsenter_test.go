@@ -219,3 +219,20 @@ func TestAgentSpoolAndAttach(t *testing.T) {
 		t.Errorf("bad --target under --spool: exit %d, stderr %q", r.code, r.errOut)
 	}
 }
+
+// TestAgentNsenterEnvFromAgent: --env-from-agent gives the command the
+// variables of the agent's own ExecEnvVar (a resident agent sets it from
+// its client's request, such as a shell's TERM), without ExecEnvVar itself;
+// without the flag the command has the agent's environment as it is.
+func TestAgentNsenterEnvFromAgent(t *testing.T) {
+	self := strconv.Itoa(os.Getpid())
+	t.Setenv(agent.ExecEnvVar, agent.EncodeExecEnv(map[string]string{"TERM": "xterm-test", "NODEEXEC_E2E_X": "1"}))
+	code, out, errOut := runAgent(t, "", "--target", self, "--namespaces", "uts", agent.EnvFromAgentFlag, "--", "sh", "-c", `echo "$TERM/$NODEEXEC_E2E_X/${`+agent.ExecEnvVar+`:-unset}"`)
+	if code != 0 || out != "xterm-test/1/unset\n" {
+		t.Errorf("--env-from-agent: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	t.Setenv(agent.ExecEnvVar, "not json")
+	if code, _, errOut := runAgent(t, "", "--target", self, "--namespaces", "uts", agent.EnvFromAgentFlag, "--", "true"); code == 0 || !strings.Contains(errOut, agent.EnvFromAgentFlag) {
+		t.Errorf("bad %s: exit %d, stderr %q", agent.ExecEnvVar, code, errOut)
+	}
+}

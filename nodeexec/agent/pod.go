@@ -283,6 +283,18 @@ func ContainerExecArgv(a ContainerExecArgs) []string {
 	return append(append(out, "--"), a.Argv...)
 }
 
+// WithEnvFromAgent returns a copy of the agent command line argv
+// (NsenterArgv's) with EnvFromAgentFlag inserted after the subcommand: the
+// agent adds the variables of its ExecEnvVar to the command's environment
+// (a resident agent's listener sets it from WireRequest.Env). A pure
+// function.
+func WithEnvFromAgent(argv []string) []string {
+	if !isAgentArgv(argv) {
+		return slices.Clone(argv)
+	}
+	return append(append(slices.Clone(argv[:3]), EnvFromAgentFlag), argv[3:]...)
+}
+
 // ExecEnvVar is the variable of the agent's own environment that carries a
 // request's variables (nodeexec.Request.Env, -e) to `agent container-exec
 // --env-from-agent` (EnvFromAgentFlag): a JSON object of names to values

@@ -41,6 +41,11 @@ const (
 	// RecordRequired is AnnotationRecord's value on agents that require
 	// run records.
 	RecordRequired = "required"
+	// AnnotationNsenterEnv, on an agent pod, set to "true": its agent's
+	// nsenter takes EnvFromAgentFlag, so a request's Env (a shell's TERM)
+	// reaches it through the listener. Absent (agents from before): such a
+	// request gets the backend's pod.
+	AnnotationNsenterEnv = "nodeexec.io/agent-nsenter-env"
 	// WireVersion is the version of the protocol below; the agent refuses
 	// other versions with a FrameError naming both.
 	WireVersion = 1

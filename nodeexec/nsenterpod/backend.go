@@ -141,14 +141,21 @@ func (b *Backend) Requirements() nodeexec.Requirements {
 }
 
 // AgentCommand is the node (req.Node) and the agent command line (Argv) to
-// run req in a resident agent (it implements resident.Commander). A request
-// with Env or SecretEnv wraps nodeexec.ErrUnsupported: the backend passes
-// them as the pod's environment, which a resident agent pod does not have.
+// run req in a resident agent (it implements resident.Commander). req.Env
+// goes with the request to the agent's listener (agent.WireRequest.Env,
+// never on the command line, which then has agent.EnvFromAgentFlag), as a
+// shell's TERM does; a request with SecretEnv wraps nodeexec.ErrUnsupported:
+// the backend passes it as the pod's environment from the Secret, which a
+// resident agent pod does not have.
 func (b *Backend) AgentCommand(_ context.Context, req nodeexec.Request) (string, []string, error) {
-	if len(req.Env) > 0 || len(req.SecretEnv) > 0 {
-		return "", nil, fmt.Errorf("%w: environment variables for the nsenter backend in a resident agent", nodeexec.ErrUnsupported)
+	if len(req.SecretEnv) > 0 {
+		return "", nil, fmt.Errorf("%w: environment variables from Secrets for the nsenter backend in a resident agent", nodeexec.ErrUnsupported)
 	}
-	return req.Node, b.Argv(req), nil
+	argv := b.Argv(req)
+	if len(req.Env) > 0 {
+		argv = agent.WithEnvFromAgent(argv)
+	}
+	return req.Node, argv, nil
 }
 
 // Argv is what runs in the agent container for req: agent.NsenterArgv with

@@ -1,6 +1,8 @@
 package nsenterpod
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +133,28 @@ func TestRunValidatesBeforeCreating(t *testing.T) {
 	}
 	if n := len(client.Actions()); n != 0 {
 		t.Errorf("%d API calls made for invalid requests: %v", n, client.Actions())
+	}
+}
+
+// TestAgentCommandEnv: a resident agent gets req.Env through its listener
+// (--env-from-agent on the command line, no value on it); SecretEnv, which
+// only a pod's spec can take from its Secret, is unsupported there.
+func TestAgentCommandEnv(t *testing.T) {
+	b, err := newTestBackend(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, argv, err := b.AgentCommand(t.Context(), nodeexec.Request{Node: "n1", Command: []string{"sh"}, TTY: true, Env: map[string]string{"TERM": "xterm-256color"}})
+	line := strings.Join(argv, " ")
+	if err != nil || node != "n1" || !strings.HasPrefix(line, agent.Path+" agent nsenter "+agent.EnvFromAgentFlag+" ") || strings.Contains(line, "xterm") {
+		t.Errorf("Env: node %q argv %q err %v", node, argv, err)
+	}
+	_, argv, err = b.AgentCommand(t.Context(), nodeexec.Request{Node: "n1", Command: []string{"sh"}})
+	if err != nil || slices.Contains(argv, agent.EnvFromAgentFlag) {
+		t.Errorf("no Env: argv %q err %v", argv, err)
+	}
+	_, _, err = b.AgentCommand(t.Context(), nodeexec.Request{Node: "n1", Command: []string{"id"}, SecretEnv: []nodeexec.SecretEnv{{Secret: "s", Key: "k"}}})
+	if !errors.Is(err, nodeexec.ErrUnsupported) {
+		t.Errorf("SecretEnv: %v, want ErrUnsupported", err)
 	}
 }

@@ -79,3 +79,45 @@ func TestWrapEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestWrapNsenterEnv: an nsenter command line with environment variables
+// (a shell's TERM) goes to an agent whose pod says its nsenter takes them
+// (agent.AnnotationNsenterEnv), with the variables in the request frame;
+// an agent from before gets none of it: the wrapped backend's pod runs it.
+func TestWrapNsenterEnv(t *testing.T) {
+	argv := agent.WithEnvFromAgent(agent.NsenterArgv(nil, []string{"sh"}))
+	for name, annotated := range map[string]bool{"current agent": true, "older agent": false} {
+		t.Run(name, func(t *testing.T) {
+			pod := agentPod("a-1", "node-1", true)
+			pod.Annotations = map[string]string{agent.AnnotationServe: "7710"}
+			if annotated {
+				pod.Annotations[agent.AnnotationNsenterEnv] = "true"
+			}
+			dir := t.TempDir()
+			trailer := filepath.Join(dir, "trailer")
+			if err := os.WriteFile(trailer, spool.End{Stdout: 3}.Trailer(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fakeAgent := filepath.Join(dir, "agent")
+			script := "#!/bin/sh\nprintf '%s' \"$" + agent.ExecEnvVar + "\" > " + dir + "/env\necho hi\ncat " + trailer + " >&2\n"
+			if err := os.WriteFile(fakeAgent, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			exec, inner := &fakeStreamer{}, &fakeInner{name: "nsenter"}
+			b, err := Wrap(inner, WrapOptions{Client: fake.NewClientset(agentDS(), pod), Streamer: exec,
+				Dialer: &fakeDialer{server: &agentcmd.Server{Exe: fakeAgent}}, Commander: fixedCommander{node: "node-1", rawArgv: argv}, SpoolName: func() string { return "s1" }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			_, err = b.Run(t.Context(), nodeexec.Request{Command: []string{"sh"}, Env: map[string]string{"TERM": "xterm"}, Stdout: &out, Timeout: 10 * time.Second})
+			env, _ := os.ReadFile(filepath.Join(dir, "env"))
+			switch {
+			case annotated && (err != nil || inner.ran || string(env) != `{"TERM":"xterm"}`):
+				t.Errorf("err %v, inner ran %v, the agent's %s %q: want the agent with TERM", err, inner.ran, agent.ExecEnvVar, env)
+			case !annotated && (!inner.ran || len(env) > 0):
+				t.Errorf("inner ran %v, the agent got %q: want the pod", inner.ran, env)
+			}
+		})
+	}
+}

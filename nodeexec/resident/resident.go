@@ -326,9 +326,9 @@ func agentAnnotations(t Transport) map[string]string {
 	case TransportExec:
 		return nil
 	case TransportRecorded:
-		return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort), agent.AnnotationRecord: agent.RecordRequired}
+		return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort), agent.AnnotationNsenterEnv: "true", agent.AnnotationRecord: agent.RecordRequired}
 	}
-	return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort)}
+	return map[string]string{agent.AnnotationServe: strconv.Itoa(agent.ServePort), agent.AnnotationNsenterEnv: "true"}
 }
 
 // BuildRecordRBAC returns TransportRecorded's service account for the
@@ -932,6 +932,9 @@ type Agent struct {
 	// RequiresRecord: its agent starts a port-forwarded command only with
 	// a run record (TransportRecorded; the pod's agent.AnnotationRecord).
 	RequiresRecord bool
+	// NsenterEnv: its agent's nsenter takes agent.EnvFromAgentFlag (the
+	// pod's agent.AnnotationNsenterEnv).
+	NsenterEnv bool
 }
 
 // Find returns the name of a running, ready agent pod on node in namespace
@@ -1054,7 +1057,8 @@ func agentOf(p *corev1.Pod) Agent {
 	if port <= 0 || port > 65535 {
 		port = 0
 	}
-	return Agent{Pod: p.Name, ServePort: port, RequiresRecord: p.Annotations[agent.AnnotationRecord] == agent.RecordRequired}
+	return Agent{Pod: p.Name, ServePort: port, RequiresRecord: p.Annotations[agent.AnnotationRecord] == agent.RecordRequired,
+		NsenterEnv: p.Annotations[agent.AnnotationNsenterEnv] == "true"}
 }
 
 // usable: p is an agent of ds that takes runs (running, ready, not being

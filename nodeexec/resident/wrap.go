@@ -420,6 +420,10 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		log.V(1).Info("no resident agent: creating a pod", "node", node, "err", err)
 		return b.inner.Run(ctx, req)
 	}
+	if !a.NsenterEnv && len(argv) > 3 && argv[2] == "nsenter" && argv[3] == agent.EnvFromAgentFlag {
+		log.V(1).Info("the resident agent's nsenter is older than environment variables (its pod lacks "+agent.AnnotationNsenterEnv+"): creating a pod", "node", node, "pod", a.Pod)
+		return b.inner.Run(ctx, req)
+	}
 	on := req
 	on.Node = node
 	res, tried, err := b.execIn(ctx, a, argv, on)

@@ -58,7 +58,15 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 	}
 	ctx := b.Context()
 	node := env.nodes[0]
-	var ours, theirs, oursTrue, theirsTrue, debugPod, debugPodTrue, debugPodNoAgent, debugPodNoAgentTrue []trial
+	var ours, theirs, oursTrue, theirsTrue, debugPod, debugPodTrue, debugPodNoAgent, debugPodNoAgentTrue, debugPodVolume, debugPodVolumeTrue []trial
+	// --agent-image-volume where the node has image volumes (containerd
+	// 2.1+: make test-matrix's containerd 2 columns, or a cluster brought up
+	// with --containerd-version)
+	n, err := env.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	imageVolumeErr := debugpod.ImageVolumeSupport(n.Status.NodeInfo)
 	for i := 0; i < b.N; i++ {
 		runOurs := func() {
 			// The default path: no --backend, no --image (the nsenter backend, see backendName).
@@ -71,6 +79,11 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 			// what the agent's spool costs.
 			debugPodNoAgent = append(debugPodNoAgent, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--no-agent", "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
 			debugPodNoAgentTrue = append(debugPodNoAgentTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--no-agent", "--image", env.image, "--", "true"}))
+			if imageVolumeErr == nil {
+				// the agent's binary from the image, mounted: no agent container, no copy
+				debugPodVolume = append(debugPodVolume, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--agent-image-volume", "--agent-image", agentImage(), "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
+				debugPodVolumeTrue = append(debugPodVolumeTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--agent-image-volume", "--agent-image", agentImage(), "--image", env.image, "--", "true"}))
+			}
 		}
 		runTheirs := func() {
 			theirs = append(theirs, timeCLI(ctx, b, kubectlPath, []string{"--kubeconfig", env.kubeconfig, "-v=6", "debug", "node/" + node, "-i", "--image=" + env.image, "--profile=sysadmin", "--", "echo", "ready"}))
@@ -140,6 +153,7 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 		"debugpod_true_total_ms":                 map[string]any{"nodeexec": ms(med(debugPodTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodTrue, total)) / float64(med(theirsTrue, total))},
 		"debugpod_no_agent_echo_first_output_ms": map[string]any{"nodeexec": ms(med(debugPodNoAgent, first)), "kubectl": ms(theirFirst), "ratio": ratioOrNone(med(debugPodNoAgent, first), theirFirst)},
 		"debugpod_no_agent_true_total_ms":        map[string]any{"nodeexec": ms(med(debugPodNoAgentTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodNoAgentTrue, total)) / float64(med(theirsTrue, total))},
+		"container_runtime":                      n.Status.NodeInfo.ContainerRuntimeVersion,
 		"kubectl_client_requests_per_run":        medInt(theirs, reqs),
 		"server_requests_per_run_median":         map[string]any{"nodeexec": medInt(ours, sreqs), "kubectl": medInt(theirs, sreqs)},
 		"nodeexec_library_requests_one_node":     lib.oneNode,
@@ -149,6 +163,12 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 		"nodeexec_library_requests_by_call":      lib.byCall,
 		"kubectl_deletes_its_pod":                false,
 		"nodeexec_pod_deleted_within_the_run":    true,
+	}
+	if imageVolumeErr == nil {
+		summary["debugpod_image_volume_echo_first_output_ms"] = map[string]any{"nodeexec": ms(med(debugPodVolume, first)), "kubectl": ms(theirFirst), "ratio": ratioOrNone(med(debugPodVolume, first), theirFirst)}
+		summary["debugpod_image_volume_true_total_ms"] = map[string]any{"nodeexec": ms(med(debugPodVolumeTrue, total)), "kubectl": ms(med(theirsTrue, total)), "ratio": float64(med(debugPodVolumeTrue, total)) / float64(med(theirsTrue, total))}
+	} else {
+		summary["debugpod_image_volume"] = "not measured: " + imageVolumeErr.Error()
 	}
 	out, _ := json.MarshalIndent(summary, "", "  ")
 	b.Logf("\n%s", out)

@@ -233,6 +233,8 @@ func TestRunBadInput(t *testing.T) {
 		{name: "agent install negative timeout", args: []string{"agent", "install", "--timeout", "-1s"}, want: []string{"--timeout -1s"}},
 		{name: "agent install bad image", args: []string{"agent", "install", "--agent-image", "a b"}, want: []string{`--agent-image "a b"`}},
 		{name: "agent install bad namespace", args: []string{"agent", "install", "--namespace", "Bad_NS"}, want: []string{`--namespace "Bad_NS"`}},
+		{name: "run agent image volume without agent", args: []string{"run", "--node", "n1", "--backend", "debugpod", "--no-agent", "--agent-image-volume", "--", "true"}, want: []string{"--agent-image-volume and --no-agent: give one of them"}},
+		{name: "run agent image volume other backend", args: []string{"run", "--node", "n1", "--backend", "nsenter", "--agent-image-volume", "--", "true"}, want: []string{"--agent-image-volume"}},
 		{name: "agent install bad transport", args: []string{"agent", "install", "--transport", "ssh"}, want: []string{`--transport "ssh": want portforward, recorded or exec`}},
 		{name: "agent uninstall zero timeout", args: []string{"agent", "uninstall", "--timeout", "0s"}, want: []string{"--timeout 0s"}},
 		{name: "agent uninstall argument", args: []string{"agent", "uninstall", "now"}, want: []string{"uninstall takes no arguments"}},

@@ -215,6 +215,10 @@ func SpoolAt(bin string, argv []string, name string, req nodeexec.Request) ([]st
 const (
 	CopiedDir  = "/nodeexec-agent"
 	CopiedPath = CopiedDir + "/nodeexec"
+	// ImageVolumePath is the binary when the agent image itself is
+	// mounted at CopiedDir (an image volume, debugpod.Options.AgentImageVolume):
+	// Path inside it.
+	ImageVolumePath = CopiedDir + Path
 )
 
 // CopyArgv is the command of the debugpod backend's agent container: it

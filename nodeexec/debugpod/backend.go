@@ -15,8 +15,10 @@
 // and the command runs as `agent run` with its spool (agent.RunArgv,
 // agent.SpoolAt), so that a cut exec stream is resumed, or reported as
 // nodeexec.ErrOutcomeUnknown, never taken for a success (client-go reports
-// a connection to the kubelet dropped mid-stream as one). Options.NoAgent
-// turns it off.
+// a connection to the kubelet dropped mid-stream as one). With
+// Options.AgentImageVolume the agent image is mounted as an image volume
+// instead (no agent container, no copy; nodes with containerd 2.1+ or
+// CRI-O 1.31+). Options.NoAgent turns the agent off.
 //
 // # Permissions
 //
@@ -30,11 +32,15 @@ package debugpod
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/kubectl/pkg/cmd/debug"
 
 	"github.com/nodeexec/nodeexec/nodeexec"
@@ -93,6 +99,15 @@ type Options struct {
 	// reports as a normal end (kubernetes/kubernetes#124571) cannot be told
 	// from a whole one. For clusters that cannot pull AgentImage.
 	NoAgent bool
+	// AgentImageVolume mounts AgentImage in the pod as an image volume
+	// (PodSpec.AgentImageVolume) instead of copying its binary with an
+	// agent container: one container start and the copy fewer per run.
+	// The node needs the ImageVolume feature (Kubernetes 1.35 and later)
+	// and a runtime that implements it (containerd 2.1 or later, CRI-O
+	// 1.31 or later); elsewhere the pod does not start (its debugging
+	// container waits, with the kubelet's reason, until Timeout).
+	// Ignored with NoAgent.
+	AgentImageVolume bool
 }
 
 // Backend is the debug-pod backend. It is safe for concurrent use; all its
@@ -164,7 +179,7 @@ func (b *Backend) build(req nodeexec.Request, name string, now time.Time, withAg
 		Profile: b.o.Profile, Stdin: req.Stdin != nil, TTY: req.TTY,
 	}
 	if withAgent {
-		s.AgentImage = b.o.AgentImage
+		s.AgentImage, s.AgentImageVolume = b.o.AgentImage, b.o.AgentImageVolume
 	}
 	return BuildPod(s)
 }
@@ -187,6 +202,11 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 	if err != nil || !b.spooled(req) {
 		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
 	}
+	if b.o.AgentImageVolume {
+		// The binary is there when the container starts: nothing to wait for.
+		argv, resume := agent.SpoolAt(agent.ImageVolumePath, agent.RunArgv(agent.ImageVolumePath, b.Argv(req)), pod.Name, req)
+		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume}, nil
+	}
 	argv, resume := agent.SpoolAt(agent.CopiedPath, agent.RunArgv(agent.CopiedPath, b.Argv(req)), pod.Name, req)
 	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume, Stager: AgentContainerName,
 		// the copy answers once it is whole
@@ -202,6 +222,49 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 // Preflight asks the API server to admit the pod for node without creating
 // it (a server-side dry-run create), so that an RBAC refusal or a Pod Security
 // rejection is reported before any pod exists. Errors wrap nodeexec.ErrForbidden.
+//
+// With Options.AgentImageVolume it first reads the node (RBAC: list nodes,
+// with a metadata.name field selector) and refuses one whose kubelet or
+// container runtime has no image volumes (ImageVolumeSupport), naming them
+// and the fix, before anything is created.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
+	if b.o.AgentImageVolume && !b.o.NoAgent {
+		list, err := b.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String()})
+		if err != nil {
+			return fmt.Errorf("debugpod: reading node %q for --agent-image-volume: %w", node, err)
+		}
+		if len(list.Items) == 1 {
+			if err := ImageVolumeSupport(list.Items[0].Status.NodeInfo); err != nil {
+				return fmt.Errorf("--agent-image-volume: node %q: %w: drop --agent-image-volume (Options.AgentImageVolume; the agent container then copies the binary)", node, err)
+			}
+		}
+	}
 	return b.podBackend.Preflight(ctx, node, b.launch)
+}
+
+// ErrNoImageVolumes is wrapped by ImageVolumeSupport's error (and so by
+// Preflight's, with Options.AgentImageVolume): the node's kubelet or
+// container runtime has no image volumes.
+var ErrNoImageVolumes = errors.New("no image volumes")
+
+// ImageVolumeSupport returns nil when a node with info mounts image
+// volumes (Options.AgentImageVolume): a kubelet 1.35 or later (the
+// ImageVolume feature on by default; GA in 1.36) and containerd 2.1 or
+// later or CRI-O 1.31 or later; else an error wrapping ErrNoImageVolumes
+// naming what the node runs.
+// A runtime it does not know is given the benefit of the doubt (nil). A
+// pure function.
+func ImageVolumeSupport(info corev1.NodeSystemInfo) error {
+	if v, err := utilversion.ParseGeneric(info.KubeletVersion); err == nil && v.LessThan(utilversion.MajorMinor(1, 35)) {
+		return fmt.Errorf("its kubelet %s has %w (Kubernetes 1.35 or later)", info.KubeletVersion, ErrNoImageVolumes)
+	}
+	runtime, ver, _ := strings.Cut(info.ContainerRuntimeVersion, "://")
+	minVersion := map[string]*utilversion.Version{"containerd": utilversion.MajorMinor(2, 1), "cri-o": utilversion.MajorMinor(1, 31)}[runtime]
+	if minVersion == nil {
+		return nil
+	}
+	if v, err := utilversion.ParseGeneric(ver); err == nil && v.LessThan(minVersion) {
+		return fmt.Errorf("its container runtime %s has %w (%s %s or later)", info.ContainerRuntimeVersion, ErrNoImageVolumes, runtime, minVersion)
+	}
+	return nil
 }

@@ -52,6 +52,13 @@ type PodSpec struct {
 	// (agent.RunArgv) in the user's image; see BuildPod. Empty: the pod is
 	// kubectl debug's, plus nodeexec's labels, annotations and limits.
 	AgentImage string
+	// AgentImageVolume, with AgentImage: no agent container; AgentImage
+	// is mounted read-only at agent.CopiedDir as an image volume (the
+	// binary at agent.ImageVolumePath), which needs the ImageVolume
+	// feature (Kubernetes 1.35 and later, GA in 1.36) and a container
+	// runtime that implements it (containerd 2.1 or later, CRI-O 1.31 or
+	// later) on the node.
+	AgentImageVolume bool
 }
 
 // AgentContainerName names the agent container BuildPod adds for
@@ -78,7 +85,10 @@ const agentUser = 65532
 // Security level), with the debugging container's requests; the emptyDir
 // volume it writes, mounted read-only in the debugging container at
 // agent.CopiedDir; and the kubectl.kubernetes.io/default-container
-// annotation naming the debugging container. It is a pure function.
+// annotation naming the debugging container. With s.AgentImageVolume it
+// has, instead of the agent container and its emptyDir, an image volume of
+// s.AgentImage (pull policy s.ImagePullPolicy) mounted read-only at
+// agent.CopiedDir. It is a pure function.
 func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	pod, err := podexec.HolderPod(podexec.HolderPodSpec{PodBase: s.PodBase, Container: ContainerName, Stdin: s.Stdin, TTY: s.TTY})
 	if err != nil {
@@ -97,17 +107,23 @@ func BuildPod(s PodSpec) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-// addAgent adds the agent container and its volume to pod (BuildPod).
+// addAgent adds the agent container and its volume, or the agent image's
+// volume, to pod (BuildPod).
 func addAgent(pod *corev1.Pod, s PodSpec) {
-	pod.Annotations[defaultContainerAnnotation] = ContainerName
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
-		Name: AgentVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
-	})
+	source := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if s.AgentImageVolume {
+		source = corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: s.AgentImage, PullPolicy: s.ImagePullPolicy}}
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: AgentVolumeName, VolumeSource: source})
 	for i := range pod.Spec.Containers {
 		if c := &pod.Spec.Containers[i]; c.Name == ContainerName {
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: AgentVolumeName, MountPath: agent.CopiedDir, ReadOnly: true})
 		}
 	}
+	if s.AgentImageVolume {
+		return
+	}
+	pod.Annotations[defaultContainerAnnotation] = ContainerName
 	a := corev1.Container{
 		Name:                     AgentContainerName,
 		Image:                    s.AgentImage,

@@ -1,16 +1,22 @@
 package debugpod
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
 
 	"github.com/nodeexec/nodeexec/internal/golden"
 	"github.com/nodeexec/nodeexec/nodeexec"
+	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
 )
 
@@ -82,6 +88,58 @@ func TestBuildPodAgentGolden(t *testing.T) {
 			}
 			if diff := cmp.Diff(without.Spec.Containers[0], *d); diff != "" {
 				t.Errorf("debugging container changed by the agent (-without +with):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestBuildPodAgentImageVolumeGolden pins the pod of a run under the agent
+// from an image volume: one container, the agent image mounted read-only
+// at agent.CopiedDir, nothing else changed; and the pod passes the
+// restricted Pod Security level with the restricted profile.
+func TestBuildPodAgentImageVolumeGolden(t *testing.T) {
+	for _, profile := range []string{"sysadmin", "restricted"} {
+		t.Run(profile, func(t *testing.T) {
+			s := spec(profile)
+			s.AgentImage, s.AgentImageVolume = "registry.example/nodeexec:0.2.0", true
+			pod, err := BuildPod(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.CheckYAML(t, profile+"-agent-image-volume.yaml", pod)
+			if profile == "restricted" {
+				ev, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range ev.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec) {
+					if !r.Allowed {
+						t.Errorf("Pod Security restricted refuses the pod: %s (%s)", r.ForbiddenReason, r.ForbiddenDetail)
+					}
+				}
+			}
+			if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != ContainerName {
+				t.Fatalf("containers %+v: want the debugging container alone", pod.Spec.Containers)
+			}
+			v := pod.Spec.Volumes[len(pod.Spec.Volumes)-1]
+			if v.Image == nil || v.Image.Reference != s.AgentImage || v.Image.PullPolicy != s.ImagePullPolicy {
+				t.Errorf("volume %+v: want an image volume of %s", v, s.AgentImage)
+			}
+			without, err := BuildPod(spec(profile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := pod.Spec.Containers[0].DeepCopy()
+			m := d.VolumeMounts[len(d.VolumeMounts)-1]
+			if m.MountPath != agent.CopiedDir || !m.ReadOnly {
+				t.Errorf("mount %+v: want read-only at %s", m, agent.CopiedDir)
+			}
+			d.VolumeMounts = d.VolumeMounts[:len(d.VolumeMounts)-1]
+			if len(d.VolumeMounts) == 0 {
+				d.VolumeMounts = nil
+			}
+			if diff := cmp.Diff(without.Spec.Containers[0], *d); diff != "" {
+				t.Errorf("debugging container changed by the agent's volume (-without +with):\n%s", diff)
 			}
 		})
 	}
@@ -224,6 +282,72 @@ func TestArgv(t *testing.T) {
 		}
 		if diff := cmp.Diff(tc.want, b.Argv(tc.req)); diff != "" {
 			t.Errorf("%s %+v (-want +got):\n%s", tc.profile, tc.req, diff)
+		}
+	}
+}
+
+// TestLaunchAgentImageVolume: with AgentImageVolume the command runs the
+// binary inside the mounted image (agent.ImageVolumePath) under its spool,
+// with no stager to wait for; by default it runs the agent container's copy.
+func TestLaunchAgentImageVolume(t *testing.T) {
+	req := nodeexec.Request{Node: "node-a", Command: []string{"id"}}
+	for _, tc := range []struct {
+		volume      bool
+		bin, stager string
+	}{{false, agent.CopiedPath, AgentContainerName}, {true, agent.ImageVolumePath, ""}} {
+		b, err := New(Options{PodOptions: podexec.PodOptions{Client: fake.NewClientset(), Streamer: nopStreamer{}}, AgentImageVolume: tc.volume})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := b.launch(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Argv) < 3 || l.Argv[0] != tc.bin || l.Argv[2] != "run" || l.Stager != tc.stager || l.Resume == nil || l.Resume.Attach(0, 0)[0] != tc.bin {
+			t.Errorf("AgentImageVolume %v: argv %q, stager %q, resume %+v", tc.volume, l.Argv, l.Stager, l.Resume)
+		}
+		if n := len(l.Pod.Spec.Containers); (n == 1) != tc.volume {
+			t.Errorf("AgentImageVolume %v: %d containers", tc.volume, n)
+		}
+	}
+}
+
+func TestImageVolumeSupport(t *testing.T) {
+	for _, tc := range []struct {
+		kubelet, runtime, want string
+	}{
+		{"v1.37.1", "containerd://2.3.7", ""},
+		{"v1.35.0", "containerd://2.1.0", ""},
+		{"v1.37.1", "cri-o://1.31.2", ""},
+		{"v1.37.1", "someruntime://0.1", ""},
+		{"v1.37.1", "containerd://1.6.20", "containerd://1.6.20 has no image volumes (containerd 2.1 or later)"},
+		{"v1.37.1", "containerd://2.0.5", "containerd 2.1 or later"},
+		{"v1.37.1", "cri-o://1.30.4", "cri-o 1.31 or later"},
+		{"v1.34.4", "containerd://2.3.7", "kubelet v1.34.4 has no image volumes"},
+	} {
+		err := ImageVolumeSupport(corev1.NodeSystemInfo{KubeletVersion: tc.kubelet, ContainerRuntimeVersion: tc.runtime})
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: %v, want %q", tc.kubelet, tc.runtime, err, tc.want)
+		}
+	}
+}
+
+// TestPreflightImageVolume: --agent-image-volume on a node whose runtime
+// has no image volumes is refused before anything is created.
+func TestPreflightImageVolume(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://1.6.20"}}}
+	client := fake.NewClientset(node)
+	b, err := New(Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}}, AgentImageVolume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Preflight(t.Context(), "node-a")
+	if !errors.Is(err, ErrNoImageVolumes) || !strings.Contains(err.Error(), "containerd://1.6.20") || !strings.Contains(err.Error(), "drop --agent-image-volume") {
+		t.Errorf("err %v", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" {
+			t.Errorf("created something: %v", a)
 		}
 	}
 }

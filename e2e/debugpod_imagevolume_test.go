@@ -5,6 +5,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,7 +21,8 @@ import (
 // under the binary from the volume (there, at agent.ImageVolumePath), with
 // its own exit status and both streams; on a node without (the default
 // cluster's containerd 1.6) the run is refused before any pod is created,
-// naming the node's runtime and the fix.
+// naming the node's runtime and the fix; an agent image the node cannot
+// pull fails the run within seconds, naming it and the fix.
 func TestDebugpodAgentImageVolume(t *testing.T) {
 	ctx := t.Context()
 	node := env.nodes[0]
@@ -45,6 +47,15 @@ func TestDebugpodAgentImageVolume(t *testing.T) {
 	}
 	if code != 3 || stdout != "in-place\n" || !strings.Contains(stderr, "to-stderr") {
 		t.Errorf("exit %d (want 3), stdout %q (want the binary in place)\nstderr: %s", code, stdout, stderr)
+	}
+	// An agent image the node cannot pull: the run fails fast, naming it
+	// and the flags that fix it; nothing left.
+	missing := "nodeexec.local/agent:missing-" + randomSuffix()
+	start := time.Now()
+	bad := []string{"run", "-n", ns, "--backend", "debugpod", "--agent-image-volume", "--agent-image", missing, "--image", env.image, "--node", node, "--timeout", "2m", "--", "true"}
+	_, stderr, code = cli(ctx, "", bad...)
+	if code == 0 || time.Since(start) > 60*time.Second || !strings.Contains(stderr, `image "`+missing+`"`) || !strings.Contains(stderr, "--agent-image-volume") {
+		t.Errorf("unpullable agent image: exit %d after %s, want a fast failure naming %s and --agent-image-volume\nstderr: %s", code, time.Since(start).Round(time.Second), missing, stderr)
 	}
 	// A long output through the spool: every line, in order.
 	stdout, stderr, code = cli(ctx, "", append(args, "sh", "-c", "seq 1 20000")...)

@@ -538,4 +538,8 @@ func TestPullHintDebugpodContainers(t *testing.T) {
 	if h := pullHint(pull("failed to pull"), "run", "nsenter"); !strings.Contains(h, "--agent-image") {
 		t.Errorf("nsenter: %q", h)
 	}
+	volume := pullHint(pull(`image volume "nodeexec-agent": failed to pull and unpack image "reg.test/x:1"`), "run", "debugpod")
+	if !strings.Contains(volume, "--agent-image-volume") || !strings.Contains(volume, "--agent-image (or") {
+		t.Errorf("the agent image volume's image: %q", volume)
+	}
 }

@@ -33,6 +33,9 @@ func pullHint(err error, command, backend string) string {
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s (kubectl create secret docker-registry NAME -n %s ...)", image, pe.Namespace, pe.Namespace)
 	case known && !e.OwnPod: // an ephemeral container
 		return fmt.Sprintf("hint: the node cannot pull %s: give another --image; an ephemeral container pulls with its pod's own imagePullSecrets", image)
+	case backend == debugpod.Name && strings.Contains(pe.Message, fmt.Sprintf("image volume %q", debugpod.AgentVolumeName)):
+		return fmt.Sprintf("hint: the node cannot pull %s, nodeexec's image mounted in the debug pod (--agent-image-volume): give an image it can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE; `nodeexec image push` puts one in your registry), "+
+			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s; or run without the agent: --no-agent", image, pe.Namespace)
 	case backend == debugpod.Name && strings.Contains(pe.Message, fmt.Sprintf("container %q", debugpod.AgentContainerName)):
 		return fmt.Sprintf("hint: the node cannot pull %s, nodeexec's image for the debug pod's agent container: give an image it can pull with --agent-image (or $NODEEXEC_AGENT_IMAGE; `nodeexec image push` puts one in your registry), "+
 			"and for a registry that needs credentials --image-pull-secret NAME, a docker-registry secret in namespace %s; or run without the agent: --no-agent (kubectl debug's pod as it is; a cut stream can then pass for a whole one)", image, pe.Namespace)

@@ -422,6 +422,15 @@ func PodFailure(pod *corev1.Pod, container, node string) *nodeexec.PodError {
 			pe := fail(w.Reason, w.Message)
 			if nodeexec.IsImagePullReason(w.Reason) {
 				pe.Image = ContainerImage(pod, container)
+				// An image volume's pull fails the container that mounts
+				// it: name that image, and the volume.
+				for _, v := range pod.Spec.Volumes {
+					if v.Image != nil && v.Image.Reference != pe.Image && strings.Contains(w.Message, `"`+v.Image.Reference+`"`) {
+						pe.Image = v.Image.Reference
+						pe.Message = fmt.Sprintf("image volume %q: %s", v.Name, w.Message)
+						break
+					}
+				}
 			}
 			return pe
 		}

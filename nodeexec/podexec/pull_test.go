@@ -44,6 +44,30 @@ func TestPodFailureNamesTheImage(t *testing.T) {
 	}
 }
 
+// TestPodFailureNamesTheImageVolume: an image volume that cannot be pulled
+// fails the container mounting it with the volume's image in the message
+// (seen with containerd 2.3.7): the PodError names that image and the
+// volume, not the container's own image.
+func TestPodFailureNamesTheImageVolume(t *testing.T) {
+	msg := `rpc error: code = NotFound desc = failed to pull and unpack image "registry.test/agent:missing": not found`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:stable"}},
+			Volumes: []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "registry.test/agent:missing"}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: msg}},
+		}}},
+	}
+	pe := PodFailure(pod, "c", "n1")
+	if pe == nil || pe.Image != "registry.test/agent:missing" || pe.Message != `image volume "tools": `+msg {
+		t.Fatalf("PodFailure = %#v, want the volume's image", pe)
+	}
+	pod.Status.ContainerStatuses[0].State.Waiting.Message = `failed to pull and unpack image "docker.io/library/busybox:stable"`
+	if pe := PodFailure(pod, "c", "n1"); pe.Image != "busybox:stable" {
+		t.Errorf("the container's own image failing: %#v", pe)
+	}
+}
+
 func TestWithPullReason(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ev := func(name, reason, msg string, at time.Time) *corev1.Event {

@@ -202,15 +202,18 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 	if err != nil || !b.spooled(req) {
 		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
 	}
+	bin := agent.CopiedPath
 	if b.o.AgentImageVolume {
-		// The binary is there when the container starts: nothing to wait for.
-		argv, resume := agent.SpoolAt(agent.ImageVolumePath, agent.RunArgv(agent.ImageVolumePath, b.Argv(req)), pod.Name, req)
-		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume}, nil
+		bin = agent.ImageVolumePath
 	}
-	argv, resume := agent.SpoolAt(agent.CopiedPath, agent.RunArgv(agent.CopiedPath, b.Argv(req)), pod.Name, req)
-	return podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume, Stager: AgentContainerName,
-		// the copy answers once it is whole
-		StagedProbe: []string{agent.CopiedPath, "version", "--client"}}, nil
+	argv, resume := agent.SpoolAt(bin, agent.RunArgv(bin, b.Argv(req)), pod.Name, req)
+	l := podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume}
+	if !b.o.AgentImageVolume {
+		// The agent container copies the binary; the copy answers once it
+		// is whole. (The image volume's is there when the container starts.)
+		l.Stager, l.StagedProbe = AgentContainerName, []string{bin, "version", "--client"}
+	}
+	return l, nil
 }
 
 // Run runs req on req.Node in a new debug pod and deletes the pod. See

@@ -102,13 +102,19 @@ func newLease(o leaseOptions) (*runLease, error) {
 		return nil, fmt.Errorf("podexec: lease RenewInterval %s must be positive and shorter than Duration %s (at least 1s)", o.RenewInterval, o.Duration)
 	}
 	if o.Holder == "" {
-		host, _ := os.Hostname()
-		o.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
+		o.Holder = ClientIdentity()
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	return &runLease{o: o}, nil
+}
+
+// ClientIdentity is "<hostname>/<pid>": this process, as the run Leases'
+// (and the resident agents' run records') spec.holderIdentity names it.
+func ClientIdentity() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
 // Name is the Lease's name.

@@ -353,114 +353,114 @@ func BuildRecordRBAC(o Options) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.R
 	return sa, role, binding
 }
 
+// recordRBACObject is one of BuildRecordRBAC's objects (all named
+// RecordServiceAccount), with the API calls that manage it.
+type recordRBACObject struct {
+	kind   string
+	create func(context.Context) error
+	get    func(context.Context) (metav1.Object, error)
+	update func(ctx context.Context, cur metav1.Object) error // to BuildRecordRBAC's
+	delete func(ctx context.Context, opts metav1.DeleteOptions) error
+}
+
+// recordRBACObjects are BuildRecordRBAC(o)'s objects in the order they are
+// created (the reverse of their deletion).
+func recordRBACObjects(client kubernetes.Interface, o Options) []recordRBACObject {
+	sa, role, binding := BuildRecordRBAC(o)
+	sas, roles, bindings := client.CoreV1().ServiceAccounts(o.Namespace), client.RbacV1().Roles(o.Namespace), client.RbacV1().RoleBindings(o.Namespace)
+	return []recordRBACObject{{
+		kind:   "serviceaccount",
+		create: func(ctx context.Context) error { _, err := sas.Create(ctx, sa, metav1.CreateOptions{}); return err },
+		get:    func(ctx context.Context) (metav1.Object, error) { return sas.Get(ctx, sa.Name, metav1.GetOptions{}) },
+		update: func(ctx context.Context, cur metav1.Object) error {
+			c := cur.(*corev1.ServiceAccount)
+			c.Labels = sa.Labels
+			_, err := sas.Update(ctx, c, metav1.UpdateOptions{})
+			return err
+		},
+		delete: func(ctx context.Context, opts metav1.DeleteOptions) error { return sas.Delete(ctx, sa.Name, opts) },
+	}, {
+		kind:   "role",
+		create: func(ctx context.Context) error { _, err := roles.Create(ctx, role, metav1.CreateOptions{}); return err },
+		get: func(ctx context.Context) (metav1.Object, error) {
+			return roles.Get(ctx, role.Name, metav1.GetOptions{})
+		},
+		update: func(ctx context.Context, cur metav1.Object) error {
+			c := cur.(*rbacv1.Role)
+			c.Labels, c.Rules = role.Labels, role.Rules
+			_, err := roles.Update(ctx, c, metav1.UpdateOptions{})
+			return err
+		},
+		delete: func(ctx context.Context, opts metav1.DeleteOptions) error { return roles.Delete(ctx, role.Name, opts) },
+	}, {
+		kind: "rolebinding",
+		create: func(ctx context.Context) error {
+			_, err := bindings.Create(ctx, binding, metav1.CreateOptions{})
+			return err
+		},
+		get: func(ctx context.Context) (metav1.Object, error) {
+			return bindings.Get(ctx, binding.Name, metav1.GetOptions{})
+		},
+		update: func(ctx context.Context, cur metav1.Object) error {
+			c := cur.(*rbacv1.RoleBinding)
+			if c.RoleRef != binding.RoleRef { // immutable: recreate
+				if err := bindings.Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+					return err
+				}
+				_, err := bindings.Create(ctx, binding, metav1.CreateOptions{})
+				return err
+			}
+			c.Labels, c.Subjects = binding.Labels, binding.Subjects
+			_, err := bindings.Update(ctx, c, metav1.UpdateOptions{})
+			return err
+		},
+		delete: func(ctx context.Context, opts metav1.DeleteOptions) error {
+			return bindings.Delete(ctx, binding.Name, opts)
+		},
+	}}
+}
+
 // applyRecordRBAC creates BuildRecordRBAC's objects, or updates those that
 // carry the agent labels; it refuses one that exists without them. It
 // returns the kinds it created, for the rollback.
 func applyRecordRBAC(ctx context.Context, client kubernetes.Interface, o Options) (created []string, err error) {
-	sa, role, binding := BuildRecordRBAC(o)
-	ns := o.Namespace
-	type object struct {
-		kind   string
-		create func() error
-		get    func() (metav1.Object, error)
-		update func(cur metav1.Object) error
-	}
-	objects := []object{
-		{"serviceaccount",
-			func() error {
-				_, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
-				return err
-			},
-			func() (metav1.Object, error) {
-				return client.CoreV1().ServiceAccounts(ns).Get(ctx, sa.Name, metav1.GetOptions{})
-			},
-			func(cur metav1.Object) error {
-				c := cur.(*corev1.ServiceAccount)
-				c.Labels = sa.Labels
-				_, err := client.CoreV1().ServiceAccounts(ns).Update(ctx, c, metav1.UpdateOptions{})
-				return err
-			}},
-		{"role",
-			func() error {
-				_, err := client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
-				return err
-			},
-			func() (metav1.Object, error) {
-				return client.RbacV1().Roles(ns).Get(ctx, role.Name, metav1.GetOptions{})
-			},
-			func(cur metav1.Object) error {
-				c := cur.(*rbacv1.Role)
-				c.Labels, c.Rules = role.Labels, role.Rules
-				_, err := client.RbacV1().Roles(ns).Update(ctx, c, metav1.UpdateOptions{})
-				return err
-			}},
-		{"rolebinding",
-			func() error {
-				_, err := client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
-				return err
-			},
-			func() (metav1.Object, error) {
-				return client.RbacV1().RoleBindings(ns).Get(ctx, binding.Name, metav1.GetOptions{})
-			},
-			func(cur metav1.Object) error {
-				c := cur.(*rbacv1.RoleBinding)
-				if c.RoleRef != binding.RoleRef { // immutable: recreate
-					if err := client.RbacV1().RoleBindings(ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
-						return err
-					}
-					_, err := client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
-					return err
-				}
-				c.Labels, c.Subjects = binding.Labels, binding.Subjects
-				_, err := client.RbacV1().RoleBindings(ns).Update(ctx, c, metav1.UpdateOptions{})
-				return err
-			}},
-	}
-	for _, obj := range objects {
-		err := obj.create()
+	for _, obj := range recordRBACObjects(client, o) {
+		what := obj.kind + " " + o.Namespace + "/" + RecordServiceAccount
+		err := obj.create(ctx)
 		if err == nil {
 			created = append(created, obj.kind)
 			continue
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return created, apiError("creating "+obj.kind+" "+ns+"/"+RecordServiceAccount, err)
+			return created, apiError("creating "+what, err)
 		}
-		cur, err := obj.get()
+		cur, err := obj.get(ctx)
 		if err != nil {
-			return created, apiError("getting "+obj.kind+" "+ns+"/"+RecordServiceAccount, err)
+			return created, apiError("getting "+what, err)
 		}
 		if !isAgentObject(cur.GetLabels()) {
-			return created, fmt.Errorf("resident: %s %s/%s exists and is not nodeexec's (labels %s=%s, %s=%s missing): choose another namespace (--namespace)",
-				obj.kind, ns, RecordServiceAccount, nodeexec.LabelManagedBy, nodeexec.ManagedByValue, LabelComponent, ComponentAgent)
+			return created, fmt.Errorf("resident: %s exists and is not nodeexec's (labels %s=%s, %s=%s missing): choose another namespace (--namespace)",
+				what, nodeexec.LabelManagedBy, nodeexec.ManagedByValue, LabelComponent, ComponentAgent)
 		}
-		if err := obj.update(cur); err != nil {
-			return created, apiError("updating "+obj.kind+" "+ns+"/"+RecordServiceAccount, err)
+		if err := obj.update(ctx, cur); err != nil {
+			return created, apiError("updating "+what, err)
 		}
 	}
 	return created, nil
 }
 
-// deleteRecordRBAC deletes BuildRecordRBAC's objects in namespace that
-// carry the agent labels (of kinds, or all three when kinds is nil).
-// Absent ones are not an error.
-func deleteRecordRBAC(ctx context.Context, client kubernetes.Interface, namespace string, kinds []string) error {
+// deleteRecordRBAC deletes BuildRecordRBAC's objects in o.Namespace that
+// carry the agent labels (of kinds, or all three when kinds is nil), in
+// the reverse order of their creation. Absent ones are not an error.
+func deleteRecordRBAC(ctx context.Context, client kubernetes.Interface, o Options, kinds []string) error {
 	var errs []error
-	for _, kind := range []string{"rolebinding", "role", "serviceaccount"} {
-		if kinds != nil && !slices.Contains(kinds, kind) {
+	objects := recordRBACObjects(client, o)
+	for _, obj := range slices.Backward(objects) {
+		if kinds != nil && !slices.Contains(kinds, obj.kind) {
 			continue
 		}
-		var (
-			cur metav1.Object
-			err error
-		)
-		switch kind {
-		case "rolebinding":
-			cur, err = client.RbacV1().RoleBindings(namespace).Get(ctx, RecordServiceAccount, metav1.GetOptions{})
-		case "role":
-			cur, err = client.RbacV1().Roles(namespace).Get(ctx, RecordServiceAccount, metav1.GetOptions{})
-		default:
-			cur, err = client.CoreV1().ServiceAccounts(namespace).Get(ctx, RecordServiceAccount, metav1.GetOptions{})
-		}
+		what := obj.kind + " " + o.Namespace + "/" + RecordServiceAccount
+		cur, err := obj.get(ctx)
 		if apierrors.IsNotFound(err) || (kinds == nil && apierrors.IsForbidden(err)) {
 			// Forbidden for Uninstall: a client without rights on RBAC
 			// objects installed none (the namespace's deletion, when
@@ -468,24 +468,15 @@ func deleteRecordRBAC(ctx context.Context, client kubernetes.Interface, namespac
 			continue
 		}
 		if err != nil {
-			errs = append(errs, apiError("getting "+kind+" "+namespace+"/"+RecordServiceAccount, err))
+			errs = append(errs, apiError("getting "+what, err))
 			continue
 		}
 		if !isAgentObject(cur.GetLabels()) {
 			continue
 		}
 		uid := cur.GetUID()
-		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
-		switch kind {
-		case "rolebinding":
-			err = client.RbacV1().RoleBindings(namespace).Delete(ctx, RecordServiceAccount, opts)
-		case "role":
-			err = client.RbacV1().Roles(namespace).Delete(ctx, RecordServiceAccount, opts)
-		default:
-			err = client.CoreV1().ServiceAccounts(namespace).Delete(ctx, RecordServiceAccount, opts)
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, apiError("deleting "+kind+" "+namespace+"/"+RecordServiceAccount, err))
+		if err := obj.delete(ctx, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, apiError("deleting "+what, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -552,7 +543,7 @@ func Install(ctx context.Context, client kubernetes.Interface, o Options) error 
 	}
 	if o.Transport == TransportRecorded {
 		created, err := applyRecordRBAC(ctx, client, o)
-		rb.rbac, rb.rbacNamespace = created, o.Namespace
+		rb.rbac, rb.rbacOptions = created, o
 		if err != nil {
 			return rb.undo(ctx, client, err)
 		}
@@ -779,8 +770,8 @@ type rollback struct {
 	daemonSet string            // namespace of the DaemonSet created in an existing namespace
 	previous  *appsv1.DaemonSet // the DaemonSet before Install updated it
 	rbac      []string          // kinds of BuildRecordRBAC's objects created
-	// rbacNamespace is the namespace of rbac.
-	rbacNamespace string
+	// rbacOptions are the Options rbac was created with.
+	rbacOptions Options
 }
 
 // undo rolls back and returns cause extended with what was done or is left.
@@ -790,7 +781,7 @@ func (rb rollback) undo(ctx context.Context, client kubernetes.Interface, cause 
 	defer cancel()
 	prop := metav1.DeletePropagationForeground
 	if rb.namespace == "" && len(rb.rbac) > 0 {
-		if err := deleteRecordRBAC(ctx, client, rb.rbacNamespace, rb.rbac); err != nil {
+		if err := deleteRecordRBAC(ctx, client, rb.rbacOptions, rb.rbac); err != nil {
 			cause = fmt.Errorf("%w; rolling back failed: the agents' service account, Role or RoleBinding %s may be left: %w", cause, RecordServiceAccount, err)
 		} else {
 			cause = fmt.Errorf("%w; rolled back: deleted the agents' %s %s, which this install created", cause, strings.Join(rb.rbac, ", "), RecordServiceAccount)
@@ -856,7 +847,7 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, o Options) erro
 		}
 		log.V(1).Info("deleted daemonset", "namespace", o.Namespace, "name", DaemonSetName)
 	}
-	if err := deleteRecordRBAC(ctx, client, o.Namespace, nil); err != nil {
+	if err := deleteRecordRBAC(ctx, client, o, nil); err != nil {
 		return err
 	}
 	ns, err := client.CoreV1().Namespaces().Get(ctx, o.Namespace, metav1.GetOptions{})

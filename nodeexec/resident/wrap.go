@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -79,7 +78,7 @@ type WrapOptions struct {
 	// 10 random lowercase letters and digits.
 	RunID string
 	// Holder is recorded as the run records' spec.holderIdentity. Defaults
-	// to "<hostname>/<pid>".
+	// to podexec.ClientIdentity(), "<hostname>/<pid>".
 	Holder string
 }
 
@@ -167,8 +166,7 @@ func Wrap(inner nodeexec.Backend, o WrapOptions) (*Backend, error) {
 		o.RunID = utilrand.String(10)
 	}
 	if o.Holder == "" {
-		host, _ := os.Hostname()
-		o.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
+		o.Holder = podexec.ClientIdentity()
 	}
 	if o.Dialer == nil && o.Config != nil {
 		o.Dialer = NewDialer(o.Config, o.Client.CoreV1().RESTClient())

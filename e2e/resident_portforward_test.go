@@ -190,24 +190,14 @@ func TestResidentPortForward(t *testing.T) {
 	})
 
 	t.Run("shell", func(t *testing.T) {
-		// The terminal's TERM goes with the request to the agent: no pod.
-		logFile := filepath.Join(t.TempDir(), "shell.log")
-		s := startTmux(t, fmt.Sprintf("sh -c '%s --kubeconfig %s -v 1 shell %s --backend nsenter --use-resident --resident-namespace %s 2>%s; echo EXIT=$?; sleep 600'",
-			env.cli, env.kubeconfig, node, ns, logFile))
-		s.waitScreen(30*time.Second, promptRE)
+		s, logFile := startResidentShell(t, node, ns)
 		s.typeLine("echo SIZE=$(stty size | tr ' ' x)")
 		s.waitScreen(10*time.Second, `(?m)^SIZE=40x120\s*$`)
 		s.tmux("resize-window", "-t", s.name, "-x", "100", "-y", "30")
 		time.Sleep(300 * time.Millisecond)
 		s.typeLine("echo NEWSIZE=$(stty size | tr ' ' x)")
 		s.waitScreen(10*time.Second, `(?m)^NEWSIZE=30x100\s*$`)
-		s.typeLine("echo TERM=$TERM")
-		s.waitScreen(10*time.Second, `(?m)^TERM=[a-z]`)
-		s.typeLine("exit 3")
-		s.waitScreen(20*time.Second, `(?m)^EXIT=3\s*$`)
-		if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), `"servePort"=7710`) || strings.Contains(string(log), "created pod") {
-			t.Errorf("the shell did not go through the resident agent's listener:\n%s", log)
-		}
+		endResidentShell(t, s, logFile)
 	})
 
 	t.Run("not listening falls back to exec", func(t *testing.T) {
@@ -227,6 +217,32 @@ func TestResidentPortForward(t *testing.T) {
 			t.Errorf("exit %d (want 7), stdout %q\nstderr: %s", code, stdout, stderr)
 		}
 	})
+}
+
+// startResidentShell starts `nodeexec -v 1 shell NODE --backend nsenter
+// --use-resident --resident-namespace NS` in a terminal (tmux), its log in
+// a file whose path it returns, and waits for the prompt.
+func startResidentShell(t *testing.T, node, ns string) (*tmuxSession, string) {
+	t.Helper()
+	logFile := filepath.Join(t.TempDir(), "shell.log")
+	s := startTmux(t, fmt.Sprintf("sh -c '%s --kubeconfig %s -v 1 shell %s --backend nsenter --use-resident --resident-namespace %s 2>%s; echo EXIT=$?; sleep 600'",
+		env.cli, env.kubeconfig, node, ns, logFile))
+	s.waitScreen(30*time.Second, promptRE)
+	return s, logFile
+}
+
+// endResidentShell checks that the terminal's TERM reached the shell, exits
+// it with status 3, and checks from the client's log that the session went
+// through the agent's listener (no pod created, no record refused).
+func endResidentShell(t *testing.T, s *tmuxSession, logFile string) {
+	t.Helper()
+	s.typeLine("echo TERM=$TERM")
+	s.waitScreen(10*time.Second, `(?m)^TERM=[a-z]`)
+	s.typeLine("exit 3")
+	s.waitScreen(20*time.Second, `(?m)^EXIT=3\s*$`)
+	if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), `"servePort"=7710`) || strings.Contains(string(log), "created pod") || strings.Contains(string(log), "refused") {
+		t.Errorf("the shell did not go through the resident agent's listener:\n%s", log)
+	}
 }
 
 // agentPID is the host PID of the agent pod's main process (`agent serve`).

@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,17 +80,8 @@ func TestResidentRecorded(t *testing.T) {
 
 	t.Run("shell", func(t *testing.T) {
 		// A terminal session: its record, its TERM, its exit status.
-		logFile := filepath.Join(t.TempDir(), "shell.log")
-		s := startTmux(t, fmt.Sprintf("sh -c '%s --kubeconfig %s -v 1 shell %s --backend nsenter --use-resident --resident-namespace %s 2>%s; echo EXIT=$?; sleep 600'",
-			env.cli, env.kubeconfig, node, ns, logFile))
-		s.waitScreen(30*time.Second, promptRE)
-		s.typeLine("echo TERM=$TERM")
-		s.waitScreen(10*time.Second, `(?m)^TERM=[a-z]`)
-		s.typeLine("exit 3")
-		s.waitScreen(20*time.Second, `(?m)^EXIT=3\s*$`)
-		if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), `"servePort"=7710`) || strings.Contains(string(log), "created pod") || strings.Contains(string(log), "refused") {
-			t.Errorf("the shell did not go through the recorded agent's listener:\n%s", log)
-		}
+		s, logFile := startResidentShell(t, node, ns)
+		endResidentShell(t, s, logFile)
 		recordsLeft(t)
 	})
 

@@ -299,6 +299,13 @@ func WithEnvFromAgent(argv []string) []string {
 	return append(append(slices.Clone(argv[:3]), EnvFromAgentFlag), argv[3:]...)
 }
 
+// NsenterEnvFromAgent reports whether argv is an nsenter command line that
+// WithEnvFromAgent made: one an agent from before AnnotationNsenterEnv
+// cannot run. A pure function.
+func NsenterEnvFromAgent(argv []string) bool {
+	return isAgentArgv(argv) && argv[2] == "nsenter" && len(argv) > 3 && argv[3] == EnvFromAgentFlag
+}
+
 // ExecEnvVar is the variable of the agent's own environment that carries a
 // request's variables (nodeexec.Request.Env, -e) to `agent container-exec
 // --env-from-agent` (EnvFromAgentFlag): a JSON object of names to values

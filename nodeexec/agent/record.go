@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -200,11 +201,7 @@ func ConsumeRecord(ctx context.Context, client kubernetes.Interface, namespace, 
 	if got := l.Annotations[nodeexec.AnnotationNode]; got != node {
 		return fmt.Errorf("run record %s/%s is for node %q, not this agent's %q", namespace, name, got, node)
 	}
-	envNames := make([]string, 0, len(req.Env))
-	for k := range req.Env {
-		envNames = append(envNames, k)
-	}
-	if got, want := l.Annotations[AnnotationRecordDigest], RecordDigest(req.Command, envNames); got != want {
+	if got, want := l.Annotations[AnnotationRecordDigest], RecordDigest(req.Command, slices.Collect(maps.Keys(req.Env))); got != want {
 		return fmt.Errorf("run record %s/%s holds another command line (%s %s, the request's %s)", namespace, name, AnnotationRecordDigest, got, want)
 	}
 	ttl := DefaultRecordTTL

@@ -146,11 +146,11 @@ func TestAgentCommandEnv(t *testing.T) {
 	}
 	node, argv, err := b.AgentCommand(t.Context(), nodeexec.Request{Node: "n1", Command: []string{"sh"}, TTY: true, Env: map[string]string{"TERM": "xterm-256color"}})
 	line := strings.Join(argv, " ")
-	if err != nil || node != "n1" || !strings.HasPrefix(line, agent.Path+" agent nsenter "+agent.EnvFromAgentFlag+" ") || strings.Contains(line, "xterm") {
+	if err != nil || node != "n1" || !strings.HasPrefix(line, agent.Path+" agent nsenter "+agent.EnvFromAgentFlag+" ") || strings.Contains(line, "xterm") || !agent.NsenterEnvFromAgent(argv) {
 		t.Errorf("Env: node %q argv %q err %v", node, argv, err)
 	}
 	_, argv, err = b.AgentCommand(t.Context(), nodeexec.Request{Node: "n1", Command: []string{"sh"}})
-	if err != nil || slices.Contains(argv, agent.EnvFromAgentFlag) {
+	if err != nil || slices.Contains(argv, agent.EnvFromAgentFlag) || agent.NsenterEnvFromAgent(argv) {
 		t.Errorf("no Env: argv %q err %v", argv, err)
 	}
 	_, _, err = b.AgentCommand(t.Context(), nodeexec.Request{Node: "n1", Command: []string{"id"}, SecretEnv: []nodeexec.SecretEnv{{Secret: "s", Key: "k"}}})

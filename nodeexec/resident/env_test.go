@@ -14,7 +14,6 @@ import (
 	"github.com/nodeexec/nodeexec/internal/agentcmd"
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
-	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // TestWrapEnv: a request's environment variables reach the resident agent
@@ -33,15 +32,7 @@ func TestWrapEnv(t *testing.T) {
 		// The agent's stand-in records its environment variable and its
 		// arguments, prints, and ends as a spooled agent does.
 		dir := t.TempDir()
-		trailer := filepath.Join(dir, "trailer")
-		if err := os.WriteFile(trailer, spool.End{Stdout: 3}.Trailer(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		fakeAgent := filepath.Join(dir, "agent")
-		script := "#!/bin/sh\nprintf '%s' \"$" + agent.ExecEnvVar + "\" > " + dir + "/env\nprintf '%s ' \"$@\" > " + dir + "/args\necho hi\ncat " + trailer + " >&2\n"
-		if err := os.WriteFile(fakeAgent, []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		fakeAgent := spooledAgent(t, dir, "printf '%s' \"$"+agent.ExecEnvVar+"\" > "+dir+"/env\nprintf '%s ' \"$@\" > "+dir+"/args\n", 0)
 		exec, inner := &fakeStreamer{}, &fakeInner{name: "runtime"}
 		b, err := Wrap(inner, WrapOptions{Client: fake.NewClientset(agentDS(), serving), Streamer: exec,
 			Dialer: &fakeDialer{server: &agentcmd.Server{Exe: fakeAgent}}, Commander: fixedCommander{node: "node-1", rawArgv: argv}, SpoolName: func() string { return "s1" }})
@@ -94,15 +85,7 @@ func TestWrapNsenterEnv(t *testing.T) {
 				pod.Annotations[agent.AnnotationNsenterEnv] = "true"
 			}
 			dir := t.TempDir()
-			trailer := filepath.Join(dir, "trailer")
-			if err := os.WriteFile(trailer, spool.End{Stdout: 3}.Trailer(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			fakeAgent := filepath.Join(dir, "agent")
-			script := "#!/bin/sh\nprintf '%s' \"$" + agent.ExecEnvVar + "\" > " + dir + "/env\necho hi\ncat " + trailer + " >&2\n"
-			if err := os.WriteFile(fakeAgent, []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			fakeAgent := spooledAgent(t, dir, "printf '%s' \"$"+agent.ExecEnvVar+"\" > "+dir+"/env\n", 0)
 			exec, inner := &fakeStreamer{}, &fakeInner{name: "nsenter"}
 			b, err := Wrap(inner, WrapOptions{Client: fake.NewClientset(agentDS(), pod), Streamer: exec,
 				Dialer: &fakeDialer{server: &agentcmd.Server{Exe: fakeAgent}}, Commander: fixedCommander{node: "node-1", rawArgv: argv}, SpoolName: func() string { return "s1" }})

@@ -150,7 +150,7 @@ func (s *portForwardStreamer) Exec(ctx context.Context, namespace, pod string, o
 		recorded.Go(func() { record, recordErr = s.record.create(ctx) })
 		defer func() {
 			recorded.Wait()
-			if recordErr == nil && err != nil && errors.Is(err, podexec.ErrNotStarted) {
+			if recordErr == nil && errors.Is(err, podexec.ErrNotStarted) {
 				s.record.delete(ctx, record) // no agent consumed it
 			}
 		}()

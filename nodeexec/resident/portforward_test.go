@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -123,6 +124,23 @@ func shServer() *agentcmd.Server {
 	return &agentcmd.Server{Allow: func([]string) error { return nil }}
 }
 
+// spooledAgent writes, in dir, a stand-in for the agent's spooled command
+// line: a script that runs prelude (shell lines), prints "hi", then the
+// spool's end mark with exit status code, as a spooled `nodeexec agent
+// nsenter` does, and exits code. It returns the script's path.
+func spooledAgent(t *testing.T, dir, prelude string, code int) string {
+	t.Helper()
+	trailer := filepath.Join(dir, "trailer")
+	if err := os.WriteFile(trailer, spool.End{Code: code, Stdout: 3}.Trailer(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "agent")
+	if err := os.WriteFile(script, fmt.Appendf(nil, "#!/bin/sh\n%secho hi\ncat %s >&2\nexit %d\n", prelude, trailer, code), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
 func pfExec(t *testing.T, ctx context.Context, d Dialer, argv []string, stdin io.Reader) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -235,15 +253,7 @@ func TestWrapUsesPortForward(t *testing.T) {
 	}
 	// The agent's stand-in: prints, then the spool's end mark, as a spooled
 	// `nodeexec agent nsenter` does, and exits 4.
-	dir := t.TempDir()
-	trailer := filepath.Join(dir, "trailer")
-	if err := os.WriteFile(trailer, spool.End{Code: 4, Stdout: 3}.Trailer(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fakeAgent := filepath.Join(dir, "agent")
-	if err := os.WriteFile(fakeAgent, []byte("#!/bin/sh\necho hi\ncat "+trailer+" >&2\nexit 4\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fakeAgent := spooledAgent(t, t.TempDir(), "", 4)
 	b, err = Wrap(inner, WrapOptions{Client: client, Streamer: exec, Dialer: &fakeDialer{server: &agentcmd.Server{Exe: fakeAgent}}, Commander: fixedCommander{node: "node-1"}, SpoolName: func() string { return "s1" }})
 	if err != nil {
 		t.Fatal(err)

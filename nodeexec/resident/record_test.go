@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +18,6 @@ import (
 	"github.com/nodeexec/nodeexec/nodeexec"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/podexec"
-	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
 // recordedAgent is an agent stand-in that, like a TransportRecorded agent,
@@ -28,15 +25,7 @@ import (
 // node-1), then prints "hi" and ends as a spooled command does.
 func recordedAgent(t *testing.T, client *fake.Clientset, consume func(context.Context, agent.WireRequest) error) *agentcmd.Server {
 	t.Helper()
-	dir := t.TempDir()
-	trailer := filepath.Join(dir, "trailer")
-	if err := os.WriteFile(trailer, spool.End{Stdout: 3}.Trailer(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fakeAgent := filepath.Join(dir, "agent")
-	if err := os.WriteFile(fakeAgent, []byte("#!/bin/sh\necho hi\ncat "+trailer+" >&2\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fakeAgent := spooledAgent(t, t.TempDir(), "", 0)
 	if consume == nil {
 		consume = func(ctx context.Context, req agent.WireRequest) error {
 			return agent.ConsumeRecord(ctx, client, DefaultNamespace, req.Record, "node-1", req, time.Now())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -418,7 +419,7 @@ func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Resul
 		log.V(1).Info("no resident agent: creating a pod", "node", node, "err", err)
 		return b.inner.Run(ctx, req)
 	}
-	if !a.NsenterEnv && len(argv) > 3 && argv[2] == "nsenter" && argv[3] == agent.EnvFromAgentFlag {
+	if !a.NsenterEnv && agent.NsenterEnvFromAgent(argv) {
 		log.V(1).Info("the resident agent's nsenter is older than environment variables (its pod lacks "+agent.AnnotationNsenterEnv+"): creating a pod", "node", node, "pod", a.Pod)
 		return b.inner.Run(ctx, req)
 	}
@@ -517,12 +518,8 @@ func (b *Backend) streamer(a Agent, node string, main []string, env map[string]s
 	}
 	pf := &portForwardStreamer{dialer: b.o.Dialer, port: a.ServePort, env: env, envFor: main}
 	if a.RequiresRecord {
-		names := make([]string, 0, len(env))
-		for k := range env {
-			names = append(names, k)
-		}
 		pf.record = &recorder{client: b.o.Client, clock: b.o.Clock, name: b.o.SpoolName, spec: agent.RecordSpec{
-			Namespace: b.o.Namespace, Node: node, Command: main, EnvNames: names, RunID: b.o.RunID, Holder: b.o.Holder,
+			Namespace: b.o.Namespace, Node: node, Command: main, EnvNames: slices.Collect(maps.Keys(env)), RunID: b.o.RunID, Holder: b.o.Holder,
 		}}
 	}
 	f := &fallbackStreamer{primary: pf, secondary: execStreamer}

@@ -9,8 +9,9 @@ GO ?= go
 .PHONY: all build demo docs test lint test-unit test-e2e fuzz bench bench-backends bench-resident bench-fanout bench-rss-floor bench-watcher bench-watcher-safety bench-watcher-jobs bench-agent-scale bench-kwok bench-stream generate clean dist krew-manifest
 all: build
 
-build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec); static, so `nodeexec image push` can push it as the agent image
+build: ## the CLI, also as a kubectl plugin (bin/kubectl-nodeexec), and bin/nodeexec-spool; static, so `nodeexec image push` can push both as the agent image
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nodeexec ./cmd/nodeexec
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/nodeexec-spool ./cmd/nodeexec-spool
 	ln -sf nodeexec bin/kubectl-nodeexec
 
 demo: build ## run `nodeexec run --all` on KUBECONFIG's cluster, or on the local test cluster

@@ -73,8 +73,10 @@ func BenchmarkRunVsKubectlDebug(b *testing.B) {
 			ours = append(ours, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--agent-image", agentImage(), "--no-prefix", "--", "echo", "ready"}))
 			oursTrue = append(oursTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--agent-image", agentImage(), "--", "true"}))
 			// The kubectl-faithful debug pod, the same image and profile as the peer.
-			debugPod = append(debugPod, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
-			debugPodTrue = append(debugPodTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--image", env.image, "--", "true"}))
+			// (--agent-image: this build's image, with nodeexec-spool, not
+			// whatever the node has cached under the default tag)
+			debugPod = append(debugPod, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--agent-image", agentImage(), "--image", env.image, "--no-prefix", "--", "echo", "ready"}))
+			debugPodTrue = append(debugPodTrue, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--agent-image", agentImage(), "--image", env.image, "--", "true"}))
 			// kubectl's pod exactly, without nodeexec's agent container:
 			// what the agent's spool costs.
 			debugPodNoAgent = append(debugPodNoAgent, timeCLI(ctx, b, env.cli, []string{"--kubeconfig", env.kubeconfig, "run", "--node", node, "--backend", "debugpod", "--no-agent", "--image", env.image, "--no-prefix", "--", "echo", "ready"}))

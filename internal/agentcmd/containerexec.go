@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/nodeexec/nodeexec/internal/envflag"
+	"github.com/nodeexec/nodeexec/internal/spoolcmd"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/cri"
 	"github.com/nodeexec/nodeexec/nsenter"
@@ -41,11 +42,11 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 			&ucli.BoolFlag{Name: strings.TrimPrefix(agent.EnvFromAgentFlag, "--"), Usage: "add the variables of this agent's own " + agent.ExecEnvVar +
 				" environment variable (a JSON object of names to values) to the container's, before -e: how the runtime backend and the resident agents pass -e, never on the command line"},
 			&ucli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "say on stderr which runtime socket (or the /proc scan) found the container"},
-			agentTimeoutFlag(),
-			agentSpoolFlag(),
+			spoolcmd.TimeoutFlag(),
+			spoolcmd.SpoolFlag(),
 		},
 		Action: func(c *ucli.Context) error {
-			return spooled(c, streams, func(streams Streams) error {
+			return spoolcmd.Spooled(c, streams, func(streams Streams) error {
 				argv := c.Args().Slice()
 				if len(argv) == 0 || argv[0] == "" {
 					return agentFailure(streams, errors.New("no command: give it after --"))
@@ -94,7 +95,7 @@ func agentContainerExecCommand(streams Streams) *ucli.Command {
 				defer cancel()
 				code, err := cmd.Run(ctx)
 				if err != nil {
-					if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+					if ok, exit := spoolcmd.TimeoutExit(ctx, c, streams); ok {
 						return exit
 					}
 					return agentFailure(streams, fmt.Errorf("container %s (PID %d): %w", res.ID, res.PID, err))

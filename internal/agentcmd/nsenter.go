@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 
-	"github.com/moby/term"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/nodeexec/nodeexec/internal/spoolcmd"
 	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nsenter"
 )
@@ -22,9 +21,9 @@ import (
 // util-linux nsenter and docker run have them; the reason is the last line
 // on stderr. Otherwise the agent exits with the command's own code.
 const (
-	agentNsenterFailed      = 125 // namespaces not entered, command not started or not waited for
-	agentNsenterNotExecable = 126 // the program is not executable
-	agentNsenterNotFound    = 127 // the program is not in the target's filesystem
+	agentNsenterFailed      = spoolcmd.ExitFailed        // namespaces not entered, command not started or not waited for
+	agentNsenterNotExecable = spoolcmd.ExitNotExecutable // the program is not executable
+	agentNsenterNotFound    = spoolcmd.ExitNotFound      // the program is not in the target's filesystem
 )
 
 // agentNsenterCommand is `nodeexec agent nsenter --target PID [--namespaces
@@ -47,13 +46,13 @@ func agentNsenterCommand(streams Streams) *ucli.Command {
 			&ucli.IntFlag{Name: "target", Aliases: []string{"t"}, Required: true, Usage: "`PID` of the process whose namespaces to enter (> 0)"},
 			&ucli.StringFlag{Name: "namespaces", Value: nsenter.JoinNamespaces(nsenter.DefaultNamespaces()),
 				Usage: "namespaces to enter: a comma-separated `LIST` of mnt, uts, ipc, net, pid, cgroup, user, or all (user only when the target shares ours)"},
-			agentTimeoutFlag(),
-			agentSpoolFlag(),
+			spoolcmd.TimeoutFlag(),
+			spoolcmd.SpoolFlag(),
 			&ucli.BoolFlag{Name: strings.TrimPrefix(agent.EnvFromAgentFlag, "--"), Usage: "add the variables of this agent's own " + agent.ExecEnvVar +
 				" (a JSON object, set by a resident agent from its client's request) to COMMAND's environment"},
 		},
 		Action: func(c *ucli.Context) error {
-			return spooled(c, streams, func(streams Streams) error {
+			return spoolcmd.Spooled(c, streams, func(streams Streams) error {
 				target := c.Int("target")
 				if target <= 0 {
 					return fmt.Errorf("--target %d: give the PID (> 0) of the process whose namespaces to enter", target)
@@ -86,7 +85,7 @@ func agentNsenterCommand(streams Streams) *ucli.Command {
 				defer cancel()
 				code, err := cmd.Run(ctx)
 				if err != nil {
-					if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+					if ok, exit := spoolcmd.TimeoutExit(ctx, c, streams); ok {
 						return exit
 					}
 					fmt.Fprintf(streams.ErrOut, "nodeexec agent nsenter: %v\n", err)
@@ -131,22 +130,8 @@ func nsenterEnv(c *ucli.Context) ([]string, error) {
 	return env, nil
 }
 
-// agentTimedOut is the exit status of the agent's subcommands when their
-// --timeout ended the command, as timeout(1)'s.
-const agentTimedOut = 124
-
-// errAgentTimeout is the cause of the agent context's end at --timeout.
-var errAgentTimeout = errors.New("time limit reached")
-
-// agentTimeoutFlag is --timeout of the agent's subcommands that run a
-// command (nsenter, container-exec). The resident agents get it (agent.WithTimeout),
-// so that a command cannot outlive its client for long.
-func agentTimeoutFlag() ucli.Flag {
-	return &ucli.DurationFlag{Name: "timeout", Usage: "end the command after this `DURATION`: SIGTERM to its process group, SIGKILL 5s later; exit status 124 (0: no limit)"}
-}
-
 // agentTimeout applies --timeout to cmd: it returns the context to run cmd
-// with, ending at --timeout with errAgentTimeout as its cause, and puts the
+// with, ending at --timeout with spoolcmd.ErrTimeout as its cause, and puts the
 // command in a process group of its own when its stdin is not a terminal
 // (see nsenter.Cmd.ProcessGroup).
 func agentTimeout(c *ucli.Context, cmd *nsenter.Cmd) (context.Context, context.CancelFunc, error) {
@@ -158,23 +143,7 @@ func agentTimeout(c *ucli.Context, cmd *nsenter.Cmd) (context.Context, context.C
 		ctx, cancel := context.WithCancel(c.Context)
 		return ctx, cancel, nil
 	}
-	cmd.ProcessGroup = !isTerminal(cmd.Stdin)
-	ctx, cancel := context.WithTimeoutCause(c.Context, d, errAgentTimeout)
+	cmd.ProcessGroup = !spoolcmd.IsTerminal(cmd.Stdin)
+	ctx, cancel := context.WithTimeoutCause(c.Context, d, spoolcmd.ErrTimeout)
 	return ctx, cancel, nil
-}
-
-// agentTimeoutExit reports a run that --timeout ended: a line on stderr and
-// exit status agentTimedOut. timedOut is false when ctx did not end by --timeout.
-func agentTimeoutExit(ctx context.Context, c *ucli.Context, streams Streams) (timedOut bool, exit error) {
-	if !errors.Is(context.Cause(ctx), errAgentTimeout) {
-		return false, nil
-	}
-	fmt.Fprintf(streams.ErrOut, "nodeexec agent: the command was ended after --timeout %s (SIGTERM to its process group, SIGKILL after %s)\n", c.Duration("timeout"), nsenter.DefaultKillAfter)
-	return true, ExitStatus{Code: agentTimedOut}
-}
-
-// isTerminal reports whether r is a terminal.
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	return ok && term.IsTerminal(f.Fd())
 }

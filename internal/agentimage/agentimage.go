@@ -1,6 +1,8 @@
 // Package agentimage builds nodeexec's one container image, with
 // go-containerregistry and nothing else: FROM scratch plus the static
-// nodeexec binary at /usr/local/bin/nodeexec (agent.Path). The same
+// nodeexec binary at /usr/local/bin/nodeexec (agent.Path) and, beside it,
+// nodeexec-spool (agent.SpoolPath: the small program the debugpod backend
+// runs in the user's image, cmd/nodeexec-spool). The same
 // image is the agent of the nsenter and runtime backends and of the resident
 // DaemonSet (whose holder process is `nodeexec agent hold`) and the
 // NodeScript watcher's controller (deploy/, `nodeexec watch`), so client,
@@ -8,10 +10,10 @@
 // busybox, no /etc/passwd: the agent runs as root and the controller as a
 // numeric UID (deploy/deployment.yaml), and neither looks up a user name.
 //
-// Image is a pure function of the binary's bytes: one layer with fixed
+// Image is a pure function of the binaries' bytes: one layer with fixed
 // timestamps, owners and modes, entries in order, gzip with a fixed level
 // and no header time, a config with no creation time. Built twice from the
-// same binary it has the same digest.
+// same binaries it has the same digest.
 //
 // `nodeexec image push` (internal/cli) pushes the image of the running
 // executable; BuildBinary and Build serve the e2e suite and `make
@@ -47,6 +49,9 @@ import (
 const (
 	// BinaryPath is where the image holds the nodeexec binary.
 	BinaryPath = agent.Path
+	// SpoolBinaryPath is where the image holds nodeexec-spool, when it
+	// has it (Binaries.Spool).
+	SpoolBinaryPath = agent.SpoolPath
 	// PathEnv is the image's only environment variable. The agent passes its
 	// environment to the commands it starts in the node's namespaces, where
 	// they are looked up in this PATH.
@@ -135,18 +140,42 @@ func goArch(m elf.Machine, c elf.Class) (string, bool) {
 	return "", false
 }
 
-// Image returns the image of the nodeexec binary bin (its bytes): an OCI
-// image for linux/<Check's architecture> with one gzip layer holding
-// /usr/local, /usr/local/bin and BinaryPath (mode 0755, owner 0:0, time the
-// Unix epoch), and a config with Entrypoint(), PathEnv and User. The same
-// bytes always give the same digest. The error is Check's, or wraps a layer
-// or config error from go-containerregistry.
-func Image(bin []byte) (v1.Image, error) {
-	arch, err := Check(bytes.NewReader(bin))
+// Binaries are the programs of one platform's image, by their bytes.
+type Binaries struct {
+	// Nodeexec is the nodeexec binary, at BinaryPath. Required.
+	Nodeexec []byte
+	// Spool is nodeexec-spool, at SpoolBinaryPath, or nil: an image
+	// without it still serves every backend, but the debugpod backend's
+	// agent container then copies the whole nodeexec binary into its pods
+	// (tens of MB, hundreds of milliseconds), and its --agent-image-volume
+	// finds no program to run.
+	Spool []byte
+}
+
+// Image returns the image of the binaries b: an OCI image for
+// linux/<Check's architecture of b.Nodeexec> with one gzip layer holding
+// /usr/local, /usr/local/bin, BinaryPath and, when b.Spool is set,
+// SpoolBinaryPath (mode 0755, owner 0:0, time the Unix epoch), and a config
+// with Entrypoint(), PathEnv and User. The same bytes always give the same
+// digest. Errors: Check's for either binary (b.Spool's names it), one
+// wrapping ErrWrongArch when the two are for different architectures, or
+// a layer or config error from go-containerregistry.
+func Image(b Binaries) (v1.Image, error) {
+	arch, err := Check(bytes.NewReader(b.Nodeexec))
 	if err != nil {
 		return nil, err
 	}
-	layerTar, err := layerTar(bin)
+	if b.Spool != nil {
+		spoolArch, err := Check(bytes.NewReader(b.Spool))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Base(SpoolBinaryPath), err)
+		}
+		if spoolArch != arch {
+			return nil, fmt.Errorf("%s: %w: it is a linux/%s ELF executable, nodeexec a linux/%s one; build both for the same GOARCH",
+				filepath.Base(SpoolBinaryPath), ErrWrongArch, spoolArch, arch)
+		}
+	}
+	layerTar, err := layerTar(b)
 	if err != nil {
 		return nil, err
 	}
@@ -181,22 +210,47 @@ func Image(bin []byte) (v1.Image, error) {
 	return img, nil
 }
 
-// ImageFromFile is Image of the binary at path.
-func ImageFromFile(path string) (v1.Image, error) {
+// ReadBinaries reads the nodeexec binary at path and nodeexec-spool from
+// the same directory (SpoolFile(path)), which may be absent (Binaries.Spool
+// nil). Errors: reading either file.
+func ReadBinaries(path string) (Binaries, error) {
 	bin, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("agentimage: %w", err)
+		return Binaries{}, fmt.Errorf("agentimage: %w", err)
 	}
-	img, err := Image(bin)
+	spool, err := os.ReadFile(SpoolFile(path))
+	if errors.Is(err, os.ErrNotExist) {
+		return Binaries{Nodeexec: bin}, nil
+	}
+	if err != nil {
+		return Binaries{}, fmt.Errorf("agentimage: %w", err)
+	}
+	return Binaries{Nodeexec: bin, Spool: spool}, nil
+}
+
+// SpoolFile is where nodeexec-spool is for the nodeexec binary at path:
+// beside it, as `make build` (bin/), BuildBinary and the release archives
+// put it.
+func SpoolFile(path string) string {
+	return filepath.Join(filepath.Dir(path), filepath.Base(SpoolBinaryPath))
+}
+
+// ImageFromFile is Image of ReadBinaries(path).
+func ImageFromFile(path string) (v1.Image, error) {
+	b, err := ReadBinaries(path)
+	if err != nil {
+		return nil, err
+	}
+	img, err := Image(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return img, nil
 }
 
-// layerTar is the uncompressed layer: the directories down to the binary,
-// then the binary, in that (sorted) order, with fixed metadata.
-func layerTar(bin []byte) ([]byte, error) {
+// layerTar is the uncompressed layer: the directories down to the
+// binaries, then the binaries, in that (sorted) order, with fixed metadata.
+func layerTar(b Binaries) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := strings.TrimPrefix(filepath.Dir(BinaryPath), "/")
@@ -209,12 +263,24 @@ func layerTar(bin []byte) ([]byte, error) {
 			return nil, fmt.Errorf("agentimage: layer: %w", err)
 		}
 	}
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(BinaryPath, "/"), Mode: 0o755, Size: int64(len(bin)), ModTime: layerModTime, Format: tar.FormatPAX}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return nil, fmt.Errorf("agentimage: layer: %w", err)
+	files := []struct {
+		path string
+		data []byte
+	}{{BinaryPath, b.Nodeexec}}
+	if b.Spool != nil {
+		files = append(files, struct {
+			path string
+			data []byte
+		}{SpoolBinaryPath, b.Spool})
 	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, fmt.Errorf("agentimage: layer: %w", err)
+	for _, f := range files {
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.path, "/"), Mode: 0o755, Size: int64(len(f.data)), ModTime: layerModTime, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("agentimage: layer: %w", err)
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, fmt.Errorf("agentimage: layer: %w", err)
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("agentimage: layer: %w", err)
@@ -223,20 +289,23 @@ func layerTar(bin []byte) ([]byte, error) {
 }
 
 // BuildBinary compiles ./cmd/nodeexec of the module in moduleDir into
-// dir/nodeexec as a static Linux binary for GOARCH of the environment
-// (CGO_ENABLED=0, -trimpath, -ldflags "-s -w") and returns its path. The
-// error carries `go build`'s output.
+// dir/nodeexec and ./cmd/nodeexec-spool into dir/nodeexec-spool, static
+// Linux binaries for GOARCH of the environment (CGO_ENABLED=0, -trimpath,
+// -ldflags "-s -w"), and returns the nodeexec binary's path (ReadBinaries
+// reads both). The error carries `go build`'s output.
 func BuildBinary(ctx context.Context, moduleDir, dir string) (string, error) {
 	goBin, err := goTool()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "nodeexec")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/nodeexec")
-	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("agentimage: go build ./cmd/nodeexec in %s: %w\n%s", moduleDir, err, strings.TrimSpace(string(b)))
+	for _, b := range []struct{ out, pkg string }{{bin, "./cmd/nodeexec"}, {SpoolFile(bin), "./cmd/nodeexec-spool"}} {
+		cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", b.out, b.pkg)
+		cmd.Dir = moduleDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("agentimage: go build %s in %s: %w\n%s", b.pkg, moduleDir, err, strings.TrimSpace(string(out)))
+		}
 	}
 	return bin, nil
 }

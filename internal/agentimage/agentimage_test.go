@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestImageReproducible(t *testing.T) {
 	bin := fakeELF(elf.EM_X86_64, false, strings.Repeat("nodeexec", 1000))
 	digest := func(b []byte) v1.Hash {
 		t.Helper()
-		img, err := Image(b)
+		img, err := Image(Binaries{Nodeexec: b})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,9 +99,11 @@ func TestImageReproducible(t *testing.T) {
 	}
 }
 
+// TestImageLayout: one layer with the directories, nodeexec and
+// nodeexec-spool, fixed metadata; the config's platform from the binaries.
 func TestImageLayout(t *testing.T) {
-	bin := fakeELF(elf.EM_AARCH64, false, "agent")
-	img, err := Image(bin)
+	bin, small := fakeELF(elf.EM_AARCH64, false, "agent"), fakeELF(elf.EM_AARCH64, false, "spool")
+	img, err := Image(Binaries{Nodeexec: bin, Spool: small})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,18 +158,63 @@ func TestImageLayout(t *testing.T) {
 		{"usr/local/", tar.TypeDir, 0o755, 0, 0, 0, ""},
 		{"usr/local/bin/", tar.TypeDir, 0o755, 0, 0, 0, ""},
 		{"usr/local/bin/nodeexec", tar.TypeReg, 0o755, 0, 0, 0, string(bin)},
+		{"usr/local/bin/nodeexec-spool", tar.TypeReg, 0o755, 0, 0, 0, string(small)},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("layer (-want +got):\n%s", diff)
 	}
-	if _, err := Image(fakeELF(elf.EM_X86_64, true, "x")); !errors.Is(err, ErrNotStatic) {
+	if _, err := Image(Binaries{Nodeexec: fakeELF(elf.EM_X86_64, true, "x")}); !errors.Is(err, ErrNotStatic) {
 		t.Errorf("Image of a dynamic binary: %v, want ErrNotStatic", err)
+	}
+	x86 := fakeELF(elf.EM_X86_64, false, "x")
+	if _, err := Image(Binaries{Nodeexec: x86, Spool: fakeELF(elf.EM_X86_64, true, "x")}); !errors.Is(err, ErrNotStatic) || !strings.Contains(err.Error(), "nodeexec-spool") {
+		t.Errorf("Image with a dynamic nodeexec-spool: %v, want ErrNotStatic naming it", err)
+	}
+	if _, err := Image(Binaries{Nodeexec: x86, Spool: small}); !errors.Is(err, ErrWrongArch) || !strings.Contains(err.Error(), "nodeexec-spool") {
+		t.Errorf("Image with an arm64 nodeexec-spool beside an amd64 nodeexec: %v, want ErrWrongArch naming it", err)
+	}
+}
+
+// TestReadBinaries: nodeexec-spool is taken from beside the binary, and
+// is optional; the image of a binary alone has nodeexec alone.
+func TestReadBinaries(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nodeexec")
+	big, small := fakeELF(elf.EM_X86_64, false, "big"), fakeELF(elf.EM_X86_64, false, "small")
+	if err := os.WriteFile(bin, big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ReadBinaries(bin)
+	if err != nil || !bytes.Equal(b.Nodeexec, big) || b.Spool != nil {
+		t.Fatalf("ReadBinaries without nodeexec-spool: %v, spool %q", err, b.Spool)
+	}
+	alone, err := ImageFromFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nodeexec-spool"), small, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = ReadBinaries(bin); err != nil || !bytes.Equal(b.Spool, small) {
+		t.Fatalf("ReadBinaries with nodeexec-spool: %v, spool %q", err, b.Spool)
+	}
+	both, err := ImageFromFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, _ := alone.Digest()
+	db, _ := both.Digest()
+	if da == db {
+		t.Error("the image with nodeexec-spool has the digest of the one without")
+	}
+	if _, err := ReadBinaries(filepath.Join(dir, "missing")); err == nil {
+		t.Error("ReadBinaries of a missing binary: no error")
 	}
 }
 
 // TestDockerfileMatches keeps the repository's Dockerfile (final stage)
-// equal to what Image builds: FROM scratch, the binary at BinaryPath, PATH,
-// the entrypoint, no USER.
+// equal to what Image builds: FROM scratch, the binaries at BinaryPath and
+// SpoolBinaryPath, PATH, the entrypoint, no USER.
 func TestDockerfileMatches(t *testing.T) {
 	b, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
@@ -183,8 +231,8 @@ func TestDockerfileMatches(t *testing.T) {
 		}
 		final = append(final, line)
 	}
-	var from, dst, env, user string
-	var entrypoint []string
+	var from, env, user string
+	var dsts, entrypoint []string
 	for _, in := range final {
 		op, arg, _ := strings.Cut(in, " ")
 		switch strings.ToUpper(op) {
@@ -192,7 +240,7 @@ func TestDockerfileMatches(t *testing.T) {
 			from = arg
 		case "COPY":
 			f := strings.Fields(arg)
-			dst = f[len(f)-1]
+			dsts = append(dsts, f[len(f)-1])
 		case "ENV":
 			env = arg
 		case "USER":
@@ -205,8 +253,8 @@ func TestDockerfileMatches(t *testing.T) {
 			t.Errorf("Dockerfile's final stage has %q, which Image does not do", in)
 		}
 	}
-	if from != "scratch" || dst != BinaryPath || env != PathEnv || user != User {
-		t.Errorf("Dockerfile final stage: FROM %q, COPY to %q, ENV %q, USER %q; want scratch, %s, %s, %q", from, dst, env, user, BinaryPath, PathEnv, User)
+	if from != "scratch" || !cmp.Equal(dsts, []string{BinaryPath, SpoolBinaryPath}) || env != PathEnv || user != User {
+		t.Errorf("Dockerfile final stage: FROM %q, COPY to %q, ENV %q, USER %q; want scratch, %s and %s, %s, %q", from, dsts, env, user, BinaryPath, SpoolBinaryPath, PathEnv, User)
 	}
 	if !cmp.Equal(entrypoint, Entrypoint()) {
 		t.Errorf("ENTRYPOINT %q, want %q", entrypoint, Entrypoint())

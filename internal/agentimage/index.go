@@ -89,12 +89,12 @@ func ParsePlatforms(s string) ([]v1.Platform, error) {
 	return out, nil
 }
 
-// ImageFor is Image(bin) for platform p: Check's architecture of bin must
-// be p's (else the error wraps ErrWrongArch and names p and bin's ELF
-// architecture); the image's config says p's OS and architecture. Check's
-// errors (ErrNotStatic) are returned wrapped with p.
-func ImageFor(p v1.Platform, bin []byte) (v1.Image, error) {
-	arch, err := Check(bytes.NewReader(bin))
+// ImageFor is Image(b) for platform p: Check's architecture of b's
+// binaries must be p's (else the error wraps ErrWrongArch and names p and
+// the binary's ELF architecture); the image's config says p's OS and
+// architecture. Check's errors (ErrNotStatic) are returned wrapped with p.
+func ImageFor(p v1.Platform, b Binaries) (v1.Image, error) {
+	arch, err := Check(bytes.NewReader(b.Nodeexec))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p.String(), err)
 	}
@@ -102,7 +102,7 @@ func ImageFor(p v1.Platform, bin []byte) (v1.Image, error) {
 		return nil, fmt.Errorf("%s: %w: it is a linux/%s ELF executable; build it with GOOS=%s GOARCH=%s %s",
 			p.String(), ErrWrongArch, arch, p.OS, p.Architecture, StaticBuildHint)
 	}
-	img, err := Image(bin)
+	img, err := Image(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p.String(), err)
 	}
@@ -111,12 +111,12 @@ func ImageFor(p v1.Platform, bin []byte) (v1.Image, error) {
 
 // Index returns the OCI image index of nodeexec's image for several
 // platforms: bins maps a platform (ParsePlatform's syntax, e.g.
-// "linux/arm64") to the static binary for it; each platform's image is
-// ImageFor(platform, binary) and its descriptor in the index carries the
+// "linux/arm64") to the binaries for it; each platform's image is
+// ImageFor(platform, binaries) and its descriptor in the index carries the
 // platform. Manifests are in SupportedPlatforms' order, and the index has
 // no annotations or times, so the same binaries always give the same
 // digest. Errors: an empty map, ParsePlatform's, ImageFor's.
-func Index(bins map[string][]byte) (v1.ImageIndex, error) {
+func Index(bins map[string]Binaries) (v1.ImageIndex, error) {
 	if len(bins) == 0 {
 		return nil, fmt.Errorf("agentimage: no binary for any platform; give one for each of %s", strings.Join(SupportedPlatforms(), ", "))
 	}
@@ -206,21 +206,28 @@ func PushIndex(ctx context.Context, idx v1.ImageIndex, tag name.Tag, keychain au
 }
 
 // BuildBinaryFor compiles ./cmd/nodeexec of the module in moduleDir into
-// dir/nodeexec-OS-ARCH, a static binary for platform p, with make dist's
-// reproducible flags (release.GoBuildArgs without a version,
-// release.GoBuildEnv: CGO_ENABLED=0, -trimpath, no VCS stamp, no build ID),
-// and returns its path. The error carries `go build`'s output.
+// dir/OS-ARCH/nodeexec, a static binary for platform p, and
+// ./cmd/nodeexec-spool beside it (SpoolFile), with make dist's reproducible flags
+// (release.GoBuildArgs without a version, release.GoBuildSpoolArgs,
+// release.GoBuildEnv: CGO_ENABLED=0, -trimpath, no VCS stamp, no build
+// ID), and returns the nodeexec binary's path (ReadBinaries reads both).
+// The error carries `go build`'s output.
 func BuildBinaryFor(ctx context.Context, moduleDir, dir string, p v1.Platform) (string, error) {
 	goBin, err := goTool()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "nodeexec-"+p.OS+"-"+p.Architecture)
-	cmd := exec.CommandContext(ctx, goBin, release.GoBuildArgs("", bin)...)
-	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), release.GoBuildEnv(p.OS, p.Architecture)...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("agentimage: go build ./cmd/nodeexec for %s in %s: %w\n%s", p.String(), moduleDir, err, strings.TrimSpace(string(b)))
+	bin := filepath.Join(dir, p.OS+"-"+p.Architecture, "nodeexec")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", fmt.Errorf("agentimage: %w", err)
+	}
+	for _, args := range [][]string{release.GoBuildArgs("", bin), release.GoBuildSpoolArgs(SpoolFile(bin))} {
+		cmd := exec.CommandContext(ctx, goBin, args...)
+		cmd.Dir = moduleDir
+		cmd.Env = append(os.Environ(), release.GoBuildEnv(p.OS, p.Architecture)...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("agentimage: go build %s for %s in %s: %w\n%s", args[len(args)-1], p.String(), moduleDir, err, strings.TrimSpace(string(b)))
+		}
 	}
 	return bin, nil
 }

@@ -77,11 +77,20 @@ func layerMachine(t *testing.T, img v1.Image) elf.Machine {
 	}
 }
 
-func testBins() map[string][]byte {
-	return map[string][]byte{
-		"linux/arm64": fakeELF(elf.EM_AARCH64, false, strings.Repeat("arm", 500)),
-		"linux/amd64": fakeELF(elf.EM_X86_64, false, strings.Repeat("x86", 500)),
+func testBins() map[string]Binaries {
+	return map[string]Binaries{
+		"linux/arm64": {Nodeexec: fakeELF(elf.EM_AARCH64, false, strings.Repeat("arm", 500)), Spool: fakeELF(elf.EM_AARCH64, false, "arm spool")},
+		"linux/amd64": {Nodeexec: fakeELF(elf.EM_X86_64, false, strings.Repeat("x86", 500))},
 	}
+}
+
+// nodeexecOnly is bins as Binaries without nodeexec-spool.
+func nodeexecOnly(bins map[string][]byte) map[string]Binaries {
+	out := make(map[string]Binaries, len(bins))
+	for p, b := range bins {
+		out[p] = Binaries{Nodeexec: b}
+	}
+	return out
 }
 
 func TestIndex(t *testing.T) {
@@ -147,13 +156,15 @@ func TestIndexReproducible(t *testing.T) {
 		t.Errorf("index's linux/amd64 image %s, single-arch image %s", m.Manifests[0].Digest, ds)
 	}
 	other := testBins()
-	other["linux/arm64"] = append(other["linux/arm64"], '!')
+	arm := other["linux/arm64"]
+	arm.Spool = append(arm.Spool, '!')
+	other["linux/arm64"] = arm
 	c, err := Index(other)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if dc, _ := c.Digest(); dc == da {
-		t.Error("another arm64 binary, same index digest")
+		t.Error("another arm64 nodeexec-spool, same index digest")
 	}
 }
 
@@ -174,7 +185,7 @@ func TestIndexRefuses(t *testing.T) {
 		"nil binary":      {map[string][]byte{"linux/amd64": nil}, ErrNotStatic, "linux/amd64"},
 		"amd64 for amd64": {map[string][]byte{"linux/amd64": fakeELF(elf.EM_AARCH64, false, "x")}, ErrWrongArch, "linux/amd64"},
 	} {
-		_, err := Index(c.bins)
+		_, err := Index(nodeexecOnly(c.bins))
 		if err == nil || (c.is != nil && !errors.Is(err, c.is)) || !strings.Contains(err.Error(), c.wantErr) {
 			t.Errorf("%s: Index = %v, want an error (%v) saying %q", label, err, c.is, c.wantErr)
 		}

@@ -30,7 +30,7 @@ func testIndex(t *testing.T) (v1.ImageIndex, map[string]v1.Hash) {
 	digests := map[string]v1.Hash{}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, m := range []elf.Machine{elf.EM_X86_64, elf.EM_AARCH64} {
-		img, err := Image(fakeELF(m, false, "agent"))
+		img, err := Image(Binaries{Nodeexec: fakeELF(m, false, "agent")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestPlatforms(t *testing.T) {
 	if err := remote.WriteIndex(indexRef, idx, auth); err != nil {
 		t.Fatal(err)
 	}
-	single, err := Image(fakeELF(elf.EM_X86_64, false, "agent"))
+	single, err := Image(Binaries{Nodeexec: fakeELF(elf.EM_X86_64, false, "agent")})
 	if err != nil {
 		t.Fatal(err)
 	}

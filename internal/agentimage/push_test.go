@@ -62,7 +62,7 @@ func TestPush(t *testing.T) {
 	srv := httptest.NewServer(basicAuth(registry.New(registry.Logger(log.New(io.Discard, "", 0)))))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
-	img, err := Image(fakeELF(elf.EM_X86_64, false, "agent"))
+	img, err := Image(Binaries{Nodeexec: fakeELF(elf.EM_X86_64, false, "agent")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -81,6 +82,7 @@ func imagePushCommand(streams Streams) *ucli.Command {
 				return fmt.Errorf("image push: %w", err)
 			}
 			built := time.Since(start)
+			noSpoolNote(streams.ErrOut, bin)
 			ref, err := agentimage.Push(c.Context, img, tag, authn.DefaultKeychain)
 			if err != nil {
 				return err
@@ -100,6 +102,17 @@ func imagePushCommand(streams Streams) *ucli.Command {
 			return nil
 		},
 	}
+}
+
+// noSpoolNote says on stderr when the image of the nodeexec binary at path
+// has no nodeexec-spool (none beside path, agentimage.SpoolFile): the image
+// serves every backend, but the debugpod backend copies the whole binary
+// into its pods and --agent-image-volume finds nothing to run.
+func noSpoolNote(w io.Writer, path string) {
+	if _, err := os.Stat(agentimage.SpoolFile(path)); err == nil {
+		return
+	}
+	fmt.Fprintf(w, "note: no nodeexec-spool beside %s, so the image has nodeexec alone: debugpod runs copy all of it into their pods (slower to start) and cannot use it with --agent-image-volume; put the static build of ./cmd/nodeexec-spool there (make build does) to include it\n", path)
 }
 
 // printUse says on stderr how to use the pushed image ref.

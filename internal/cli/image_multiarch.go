@@ -86,14 +86,16 @@ func imagePushIndex(c *ucli.Context, streams Streams, tag name.Tag) error {
 		build = append(build, p)
 	}
 	start := time.Now()
-	bins := map[string][]byte{}
-	// The binaries given (and this one) are checked before any build.
+	bins := map[string]agentimage.Binaries{}
+	// The binaries given (and this one) are checked before any build; each
+	// takes the nodeexec-spool beside it, when there is one.
 	for ps, path := range paths {
 		p, _ := agentimage.ParsePlatform(ps)
-		b, err := os.ReadFile(path)
+		b, err := agentimage.ReadBinaries(path)
 		if err != nil {
 			return fmt.Errorf("image push: --binary %s=%s: %w", ps, path, err)
 		}
+		noSpoolNote(streams.ErrOut, path)
 		if _, err := agentimage.ImageFor(p, b); err != nil {
 			if errors.Is(err, agentimage.ErrNotStatic) && given[ps] == "" {
 				return fmt.Errorf("image push: this nodeexec cannot be the agent for %s (%s): %w; give one with --binary %s=PATH", ps, path, err, ps)
@@ -115,7 +117,7 @@ func imagePushIndex(c *ucli.Context, streams Streams, tag name.Tag) error {
 			if err != nil {
 				return fmt.Errorf("image push: %w", err)
 			}
-			b, err := os.ReadFile(path)
+			b, err := agentimage.ReadBinaries(path)
 			if err != nil {
 				return fmt.Errorf("image push: %w", err)
 			}

@@ -12,11 +12,22 @@ const VersionVar = "github.com/nodeexec/nodeexec/internal/cli.version"
 // make dist (cmd/dist) and the agent image's cross-compiled binaries
 // (internal/agentimage.BuildBinaryFor) both build with these.
 func GoBuildArgs(version, out string) []string {
+	return goBuildArgs(version, out, "./cmd/nodeexec")
+}
+
+// GoBuildSpoolArgs are GoBuildArgs for nodeexec-spool (./cmd/nodeexec-spool,
+// the small program the agent image holds beside nodeexec), with the same
+// reproducible flags and no version.
+func GoBuildSpoolArgs(out string) []string {
+	return goBuildArgs("", out, "./cmd/nodeexec-spool")
+}
+
+func goBuildArgs(version, out, pkg string) []string {
 	ldflags := "-s -w -buildid="
 	if version != "" {
 		ldflags += " -X " + VersionVar + "=" + version
 	}
-	return []string{"build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "./cmd/nodeexec"}
+	return []string{"build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, pkg}
 }
 
 // GoBuildEnv is what GoBuildArgs' build adds to the environment for the

@@ -25,6 +25,15 @@ const ContainerName = "agent"
 // Path is where the agent image holds the nodeexec binary.
 const Path = "/usr/local/bin/nodeexec"
 
+// SpoolPath is where the agent image holds nodeexec-spool, the small
+// program (a few MB, no client library) that runs `agent run` and `agent
+// attach` command lines in the user's image for the debugpod backend:
+// `agent copy` copies it rather than nodeexec when it is there, and an
+// image volume's command lines run it (ImageVolumePath). Images built by
+// `nodeexec image push` from a nodeexec binary without nodeexec-spool beside
+// it lack it.
+const SpoolPath = "/usr/local/bin/nodeexec-spool"
+
 // Target is the PID whose namespaces the agent enters: PID 1 of the
 // node, which a hostPID pod sees as PID 1 (the node's init).
 const Target = 1
@@ -210,19 +219,23 @@ func SpoolAt(bin string, argv []string, name string, req nodeexec.Request) ([]st
 }
 
 // CopiedDir is where the debugpod backend's agent container puts the
-// nodeexec binary (CopyArgv) for the user's container, which mounts the
-// same emptyDir volume there; CopiedPath is the binary.
+// program its command lines run (CopyArgv) for the user's container, which
+// mounts the same emptyDir volume there; CopiedPath is the program:
+// nodeexec-spool (SpoolPath in the image), or the nodeexec binary when the
+// image has no nodeexec-spool. Both run RunArgv's and SpoolAt's command
+// lines.
 const (
 	CopiedDir  = "/nodeexec-agent"
 	CopiedPath = CopiedDir + "/nodeexec"
-	// ImageVolumePath is the binary when the agent image itself is
+	// ImageVolumePath is the program when the agent image itself is
 	// mounted at CopiedDir (an image volume, debugpod.Options.AgentImageVolume):
-	// Path inside it.
-	ImageVolumePath = CopiedDir + Path
+	// SpoolPath inside it.
+	ImageVolumePath = CopiedDir + SpoolPath
 )
 
 // CopyArgv is the command of the debugpod backend's agent container: it
-// copies the binary to to (CopiedPath), whole or not at all, and exits 0.
+// copies nodeexec-spool (SpoolPath), else the nodeexec binary, to to
+// (CopiedPath), whole or not at all, and exits 0.
 //
 //	/usr/local/bin/nodeexec agent copy --to /nodeexec-agent/nodeexec
 func CopyArgv(to string) []string { return []string{Path, "agent", "copy", "--to", to} }

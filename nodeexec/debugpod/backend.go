@@ -10,9 +10,11 @@
 // pull secrets, a priority class and small resource requests.
 //
 // A run without a TTY runs its command under nodeexec's agent, in the
-// user's image: the pod's agent container (Options.AgentImage) copies the
-// static nodeexec binary into an emptyDir the debugging container mounts,
-// and the command runs as `agent run` with its spool (agent.RunArgv,
+// user's image: the pod's agent container (Options.AgentImage) copies
+// nodeexec-spool (agent.SpoolPath: a static program of a few MB that runs
+// agent command lines, without nodeexec's client libraries) into an
+// emptyDir the debugging container mounts, and the command runs as `agent
+// run` with its spool (agent.RunArgv,
 // agent.SpoolAt), so that a cut exec stream is resumed, or reported as
 // nodeexec.ErrOutcomeUnknown, never taken for a success (client-go reports
 // a connection to the kubelet dropped mid-stream as one). With
@@ -83,8 +85,9 @@ type Options struct {
 	// restricted, netadmin or sysadmin. Defaults to DefaultProfile.
 	Profile string
 	// AgentImage is nodeexec's image (agent.DefaultImage when empty), run
-	// by the agent container of a run without a TTY: it copies the static
-	// nodeexec binary into the pod (PodSpec.AgentImage), and the command
+	// by the agent container of a run without a TTY: it copies
+	// nodeexec-spool (agent.SpoolPath; from an image without it, the
+	// nodeexec binary) into the pod (PodSpec.AgentImage), and the command
 	// runs under it in the user's image, in the user's container
 	// (agent.RunArgv, with its spool): a stream cut on the way (the API
 	// server restarting, a dropped connection to the kubelet) is resumed
@@ -209,7 +212,7 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 	argv, resume := agent.SpoolAt(bin, agent.RunArgv(bin, b.Argv(req)), pod.Name, req)
 	l := podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume}
 	if !b.o.AgentImageVolume {
-		// The agent container copies the binary; the copy answers once it
+		// The agent container copies the program; the copy answers once it
 		// is whole. (The image volume's is there when the container starts.)
 		l.Stager, l.StagedProbe = AgentContainerName, []string{bin, "version", "--client"}
 	}
@@ -217,9 +220,20 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 }
 
 // Run runs req on req.Node in a new debug pod and deletes the pod. See
-// nodeexec.Backend for the errors.
+// nodeexec.Backend for the errors. With Options.AgentImageVolume, an agent
+// image without nodeexec-spool (agent.SpoolPath) fails the run before the
+// command starts, with an error naming the image and the fix that wraps
+// the *podexec.StartError (exit code 127).
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
-	return b.podBackend.Run(ctx, req, b.launch)
+	res, err := b.podBackend.Run(ctx, req, b.launch)
+	var se *podexec.StartError
+	if b.o.AgentImageVolume && b.spooled(req) && errors.As(err, &se) && se.Command == agent.ImageVolumePath && se.Code == podexec.ExitNotFound {
+		// The image predates nodeexec-spool, or was pushed without it:
+		// the user's command did not run.
+		err = fmt.Errorf("--agent-image-volume: the agent image %q has no %s (an image of an older nodeexec, or pushed by `nodeexec image push` from a binary without nodeexec-spool beside it): push this version's image (make build, then nodeexec image push), or drop --agent-image-volume: %w",
+			b.o.AgentImage, agent.SpoolPath, err)
+	}
+	return res, err
 }
 
 // Preflight asks the API server to admit the pod for node without creating

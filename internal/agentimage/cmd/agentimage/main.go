@@ -120,7 +120,7 @@ func run(ctx context.Context, ref, module, out string, plats []v1.Platform) erro
 	return nil
 }
 
-// buildIndex cross-compiles the static binary for each platform (one go
+// buildIndex cross-compiles the static binaries for each platform (one go
 // build at a time: on a small machine two at once are not faster) and
 // returns their index.
 func buildIndex(ctx context.Context, module string, plats []v1.Platform) (v1.ImageIndex, error) {
@@ -129,14 +129,14 @@ func buildIndex(ctx context.Context, module string, plats []v1.Platform) (v1.Ima
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bins := map[string][]byte{}
+	bins := map[string]agentimage.Binaries{}
 	for _, p := range plats {
 		t0 := time.Now()
 		path, err := agentimage.BuildBinaryFor(ctx, module, dir, p)
 		if err != nil {
 			return nil, err
 		}
-		b, err := os.ReadFile(path)
+		b, err := agentimage.ReadBinaries(path)
 		if err != nil {
 			return nil, err
 		}

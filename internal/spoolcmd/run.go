@@ -1,4 +1,4 @@
-package agentcmd
+package spoolcmd
 
 import (
 	"context"
@@ -17,14 +17,14 @@ import (
 	"github.com/nodeexec/nodeexec/nsenter"
 )
 
-// agentRunCommand is `nodeexec agent run [--spool DIR] [--timeout D] --
+// runCommand is `nodeexec agent run [--spool DIR] [--timeout D] --
 // CMD [ARGS...]`: CMD run as it is, in the container the agent runs in (no
 // namespace entered), with the agent's standard streams, environment and
 // working directory. The debugpod backend runs the user's command in the
 // user's image this way (agent.RunArgv), from the copy `agent copy` put
 // in the pod's agent volume, so that its run gets the spool and the end
 // mark.
-func agentRunCommand(streams Streams) *ucli.Command {
+func runCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "run",
 		Usage:     "run a command in this container as it is, under the spool (what the debugpod backend runs in the user's image)",
@@ -35,9 +35,9 @@ func agentRunCommand(streams Streams) *ucli.Command {
 			"when it is not executable, 127 when it is not found (the reason on stderr); 124 when --timeout\n" +
 			"ended it; 2 for bad usage.",
 		HideHelpCommand: true,
-		Flags:           []ucli.Flag{agentTimeoutFlag(), agentSpoolFlag()},
+		Flags:           []ucli.Flag{TimeoutFlag(), SpoolFlag()},
 		Action: func(c *ucli.Context) error {
-			return spooled(c, streams, func(streams Streams) error {
+			return Spooled(c, streams, func(streams Streams) error {
 				argv := c.Args().Slice()
 				if len(argv) == 0 || argv[0] == "" {
 					return errors.New("no command: give it after --, as in `run -- hostname`")
@@ -48,26 +48,26 @@ func agentRunCommand(streams Streams) *ucli.Command {
 				}
 				ctx, cancel := context.WithCancel(c.Context)
 				if d > 0 {
-					ctx, cancel = context.WithTimeoutCause(c.Context, d, errAgentTimeout)
+					ctx, cancel = context.WithTimeoutCause(c.Context, d, ErrTimeout)
 				}
 				defer cancel()
-				code, err := runCommand(ctx, argv, streams, nsenter.DefaultKillAfter)
+				code, err := run(ctx, argv, streams, nsenter.DefaultKillAfter)
 				if err != nil {
-					if ok, exit := agentTimeoutExit(ctx, c, streams); ok {
+					if ok, exit := TimeoutExit(ctx, c, streams); ok {
 						return exit
 					}
 					// Worded as the pod backends word the runtime's refusal
 					// (podexec.StartError), exit status as a shell's.
 					switch {
 					case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
-						fmt.Fprintf(streams.ErrOut, "nodeexec agent run: command %q was not found, so it did not run (exit code %d, as a shell's): %v\n", argv[0], agentNsenterNotFound, err)
-						return ExitStatus{Code: agentNsenterNotFound}
+						fmt.Fprintf(streams.ErrOut, "nodeexec agent run: command %q was not found, so it did not run (exit code %d, as a shell's): %v\n", argv[0], ExitNotFound, err)
+						return ExitStatus{Code: ExitNotFound}
 					case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR):
-						fmt.Fprintf(streams.ErrOut, "nodeexec agent run: command %q is not executable, so it did not run (exit code %d, as a shell's): %v\n", argv[0], agentNsenterNotExecable, err)
-						return ExitStatus{Code: agentNsenterNotExecable}
+						fmt.Fprintf(streams.ErrOut, "nodeexec agent run: command %q is not executable, so it did not run (exit code %d, as a shell's): %v\n", argv[0], ExitNotExecutable, err)
+						return ExitStatus{Code: ExitNotExecutable}
 					}
 					fmt.Fprintf(streams.ErrOut, "nodeexec agent run: %v\n", err)
-					return ExitStatus{Code: agentNsenterFailed}
+					return ExitStatus{Code: ExitFailed}
 				}
 				if code != 0 {
 					return ExitStatus{Code: code}
@@ -78,14 +78,14 @@ func agentRunCommand(streams Streams) *ucli.Command {
 	}
 }
 
-// runCommand runs argv with streams and waits for it: its exit code
+// run runs argv with streams and waits for it: its exit code
 // (128+N when killed by signal N), or -1 and why it could not be started
 // or was ended by ctx. When ctx ends, a command whose stdin is not a
 // terminal gets SIGTERM to its process group (it is started in one of its
 // own) and SIGKILL killAfter later, as timeout(1) with --kill-after does;
 // one on a terminal stays in the terminal's foreground group and gets the
 // same signals itself.
-func runCommand(ctx context.Context, argv []string, streams Streams, killAfter time.Duration) (int, error) {
+func run(ctx context.Context, argv []string, streams Streams, killAfter time.Duration) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("%s not started: %w", argv[0], err)
 	}
@@ -94,7 +94,7 @@ func runCommand(ctx context.Context, argv []string, streams Streams, killAfter t
 		cmd.Err = nil // ./prog is what the user wrote: run it, as a shell would
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = orNull(streams.In), streams.Out, streams.ErrOut
-	group := !isTerminal(streams.In)
+	group := !IsTerminal(streams.In)
 	if group {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
@@ -175,15 +175,18 @@ type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
-// agentCopyCommand is `nodeexec agent copy --to PATH`: the debugpod
-// backend's agent container, which puts this static binary where the
-// user's container runs it from (agent.CopyArgv). The copy appears at PATH
-// whole or not at all (written beside it, then renamed), so that a
-// command line run from PATH either finds the whole program or none.
-func agentCopyCommand() *ucli.Command {
+// copyCommand is `nodeexec agent copy --to PATH`: the debugpod backend's
+// agent container, which puts the program the user's container runs from
+// PATH there (agent.CopyArgv): nodeexec-spool (BinaryName) when it is beside
+// the running binary, as in the agent image, else the running binary
+// itself (an image that has nodeexec alone); both run the command lines
+// given to PATH. The copy appears at PATH whole or not at all (written
+// beside it, then renamed), so that a command line run from PATH either
+// finds the whole program or none.
+func copyCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "copy",
-		Usage:     "copy this binary to PATH, whole or not at all (the debugpod backend's agent container)",
+		Usage:     "copy nodeexec-spool (beside this binary), else this binary, to PATH, whole or not at all (the debugpod backend's agent container)",
 		UsageText: "copy --to PATH",
 		Hidden:    true,
 		Flags: []ucli.Flag{
@@ -201,9 +204,20 @@ func agentCopyCommand() *ucli.Command {
 			if err != nil {
 				return fmt.Errorf("agent copy: finding this binary: %w", err)
 			}
-			return copyExecutable(self, to)
+			return copyExecutable(copySource(self), to)
 		},
 	}
+}
+
+// copySource is the program `agent copy` copies for the running binary
+// self: BinaryName in self's directory when it is a regular file there,
+// else self.
+func copySource(self string) string {
+	small := filepath.Join(filepath.Dir(self), BinaryName)
+	if fi, err := os.Stat(small); err == nil && fi.Mode().IsRegular() {
+		return small
+	}
+	return self
 }
 
 // copyExecutable copies the file from to to (mode 0755), through a

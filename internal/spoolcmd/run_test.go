@@ -1,4 +1,4 @@
-package agentcmd
+package spoolcmd
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ func TestAgentRun(t *testing.T) {
 		{"not found", []string{"run", "--", "/nonexistent/prog"}, 127, `command "/nonexistent/prog" was not found`},
 		{"not in PATH", []string{"run", "--", "nosuchcommand-x"}, 127, `command "nosuchcommand-x" was not found`},
 		{"not executable", []string{"run", "--", plain}, 126, "is not executable"},
-		{"timeout", []string{"run", "--timeout", "200ms", "--", "sleep", "30"}, agentTimedOut, "ended after --timeout"},
+		{"timeout", []string{"run", "--timeout", "200ms", "--", "sleep", "30"}, ExitTimedOut, "ended after --timeout"},
 		{"no command", []string{"run"}, 2, "no command"},
 		{"negative timeout", []string{"run", "--timeout", "-1s", "--", "true"}, 2, "--timeout -1s"},
 	} {

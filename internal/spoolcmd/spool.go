@@ -1,4 +1,4 @@
-package agentcmd
+package spoolcmd
 
 import (
 	"errors"
@@ -10,25 +10,24 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/nodeexec/nodeexec/nodeexec/agent"
 	"github.com/nodeexec/nodeexec/nodeexec/spool"
 )
 
-// agentSpoolFlag is --spool of the agent's subcommands that run a command
+// SpoolFlag is --spool of the agent's subcommands that run a command
 // (nsenter, container-exec): the pod backends and the resident agents give
 // it so that a run survives its exec stream being cut (nsenter.WithSpool).
-func agentSpoolFlag() ucli.Flag {
+func SpoolFlag() ucli.Flag {
 	return &ucli.StringFlag{Name: "spool", Usage: "keep the command's output and exit status in `DIR` (" + spool.DefaultParent + "/NAME, which must not exist; any other path is refused) until `agent attach` has them: a cut stream loses nothing"}
 }
 
-// spooled runs action, with --spool: the command's output goes to the spool
+// Spooled runs action, with --spool: the command's output goes to the spool
 // and is streamed from there to streams (spool.Spool.Serve), and its exit
 // status is recorded, so that `agent attach` can deliver the rest after
 // the stream was cut. A stream that breaks (EPIPE) ends the streaming, not
 // the command. When everything was streamed, the agent writes the spool's
 // Trailer last on stderr: a client that does not read it knows the stream
 // was cut. Without --spool it is action(streams).
-func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error {
+func Spooled(c *ucli.Context, streams Streams, action func(Streams) error) error {
 	dir := c.String("spool")
 	if dir == "" {
 		return action(streams)
@@ -43,13 +42,13 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 	// spool.DefaultParent/NAME, and the sweep looks there only.
 	if err := spool.CheckDir(dir); err != nil {
 		fmt.Fprintf(streams.ErrOut, "nodeexec agent: --spool: %v\n", err)
-		return ExitStatus{Code: agentNsenterFailed}
+		return ExitStatus{Code: ExitFailed}
 	}
 	spool.Sweep(spool.DefaultParent, time.Now(), spool.DefaultRetention, spool.DefaultAbandoned)
 	s, err := spool.Create(dir)
 	if err != nil {
 		fmt.Fprintf(streams.ErrOut, "nodeexec agent: --spool: %v\n", err)
-		return ExitStatus{Code: agentNsenterFailed}
+		return ExitStatus{Code: ExitFailed}
 	}
 	served := make(chan struct{})
 	go func() {
@@ -83,16 +82,16 @@ func spooled(c *ucli.Context, streams Streams, action func(Streams) error) error
 // Exit codes of `nodeexec agent attach`: the command's own status when it
 // ended; these when the spool cannot give it.
 const (
-	// agentAttachCheckMissing is --check's answer for a missing spool.
-	agentAttachCheckMissing = agent.SpoolMissingExitCode
-	// agentAttachFailed: the spool could not be streamed (the reason on
+	// attachCheckMissing is --check's answer for a missing spool.
+	attachCheckMissing = ExitSpoolMissing
+	// attachFailed: the spool could not be streamed (the reason on
 	// stderr); the client reports the outcome as unknown.
-	agentAttachFailed = 125
+	attachFailed = ExitFailed
 )
 
-// agentAttachCommand is `nodeexec agent attach --spool DIR`: what a client
+// attachCommand is `nodeexec agent attach --spool DIR`: what a client
 // runs, over a new exec, after its stream was cut.
-func agentAttachCommand(streams Streams) *ucli.Command {
+func attachCommand(streams Streams) *ucli.Command {
 	return &ucli.Command{
 		Name:      "attach",
 		Usage:     "stream a spooled command's output from the given offsets and exit with its status (what a client runs after its stream was cut)",
@@ -122,15 +121,15 @@ func agentAttachCommand(streams Streams) *ucli.Command {
 			}
 			if err := spool.CheckDir(dir); err != nil {
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: --spool: %v\n", err)
-				return ExitStatus{Code: agentAttachFailed}
+				return ExitStatus{Code: attachFailed}
 			}
 			if c.Bool("stop") {
 				if err := spool.Stop(c.Context, dir, 0); err != nil {
 					fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %v\n", err)
 					if errors.Is(err, spool.ErrNotFound) {
-						return ExitStatus{Code: agentAttachCheckMissing}
+						return ExitStatus{Code: attachCheckMissing}
 					}
-					return ExitStatus{Code: agentAttachFailed}
+					return ExitStatus{Code: attachFailed}
 				}
 				return nil
 			}
@@ -139,12 +138,12 @@ func agentAttachCommand(streams Streams) *ucli.Command {
 					return nil
 				}
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %s: %v\n", dir, spool.ErrNotFound)
-				return ExitStatus{Code: agentAttachCheckMissing}
+				return ExitStatus{Code: attachCheckMissing}
 			}
 			end, err := spool.Attach(c.Context, dir, c.Int64("stdout-offset"), c.Int64("stderr-offset"), streams.Out, streams.ErrOut, 0)
 			if err != nil {
 				fmt.Fprintf(streams.ErrOut, "nodeexec agent attach: %v: the command's outcome is unknown\n", err)
-				return ExitStatus{Code: agentAttachFailed}
+				return ExitStatus{Code: attachFailed}
 			}
 			_, _ = streams.ErrOut.Write(end.Trailer())
 			if end.Code != 0 {

@@ -208,13 +208,16 @@ func (r *Runner) Run(ctx context.Context, targets Targets, req Request) ([]NodeR
 
 // RunNodes is Run on nodes already resolved (by Resolve), for callers that
 // look at the nodes first; it makes no node request of its own. nodes must
-// not be empty.
+// not be empty. A backend that is a NodeObserver is shown the nodes first.
 func (r *Runner) RunNodes(ctx context.Context, nodes []*corev1.Node, req Request) ([]NodeResult, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no nodes given", ErrNoNodes)
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
+	}
+	if o, ok := As[NodeObserver](r.o.Backend); ok {
+		o.ObserveNodes(nodes)
 	}
 	var err error
 	switch p, ok := As[Preflighter](r.o.Backend); {

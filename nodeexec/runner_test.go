@@ -798,6 +798,35 @@ func TestRunNoPrefix(t *testing.T) {
 	})
 }
 
+// observerBackend is a preflightBackend that is a nodeexec.NodeObserver,
+// recording what it was shown and what had happened by then.
+type observerBackend struct {
+	preflightBackend
+	observed                     []string
+	preflightsBefore, runsBefore int
+}
+
+func (b *observerBackend) ObserveNodes(nodes []*corev1.Node) {
+	b.observed = append(b.observed, nodeNames(nodes)...)
+	b.preflightsBefore, b.runsBefore = len(b.preflights), len(b.called())
+}
+
+// TestRunObserveNodes: a NodeObserver backend is shown the resolved nodes
+// once, before the preflight and before any run.
+func TestRunObserveNodes(t *testing.T) {
+	be := &observerBackend{}
+	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(readyNodes("c", "a", "b")...), Backend: be})
+	if _, err := r.Run(t.Context(), nodeexec.Targets{Nodes: []string{"b", "c"}}, nodeexec.Request{Command: []string{"true"}}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if diff := cmp.Diff([]string{"b", "c"}, be.observed); diff != "" {
+		t.Errorf("observed (-want +got):\n%s", diff)
+	}
+	if be.preflightsBefore != 0 || be.runsBefore != 0 || len(be.preflights) != 1 || len(be.called()) != 2 {
+		t.Errorf("shown after %d preflights and %d runs (want 0 and 0); %d preflights, %d runs in all", be.preflightsBefore, be.runsBefore, len(be.preflights), len(be.called()))
+	}
+}
+
 func TestRunPreflight(t *testing.T) {
 	t.Run("called once with the first node", func(t *testing.T) {
 		be := &preflightBackend{}

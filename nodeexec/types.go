@@ -254,6 +254,16 @@ type PreflightSkipper interface {
 	SkipPreflight(ctx context.Context, node string) bool
 }
 
+// NodeObserver is implemented by backends whose pods depend on what a
+// node runs (its status.nodeInfo: kubelet and container runtime versions),
+// such as the debugpod backend, which mounts its agent as an image volume
+// where the node has them. The Runner calls ObserveNodes once per run with
+// the resolved target nodes, before Preflight and before any Run; a
+// backend never told about a node assumes the least of it.
+type NodeObserver interface {
+	ObserveNodes(nodes []*corev1.Node)
+}
+
 // NodeResult is the outcome on one node of a Runner.Run.
 type NodeResult struct {
 	Result

@@ -81,3 +81,29 @@ func TestAgentCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestCopySource: `agent copy` copies nodeexec-spool when it is beside the
+// running binary (the agent image), else the running binary itself (an
+// image of nodeexec alone).
+func TestCopySource(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "nodeexec")
+	if got := copySource(self); got != self {
+		t.Errorf("without nodeexec-spool: %s, want %s", got, self)
+	}
+	if err := os.Mkdir(filepath.Join(dir, BinaryName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := copySource(self); got != self {
+		t.Errorf("with a directory named %s: %s, want %s", BinaryName, got, self)
+	}
+	other := t.TempDir()
+	self = filepath.Join(other, "nodeexec")
+	small := filepath.Join(other, BinaryName)
+	if err := os.WriteFile(small, []byte("small"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := copySource(self); got != small {
+		t.Errorf("with nodeexec-spool beside: %s, want %s", got, small)
+	}
+}

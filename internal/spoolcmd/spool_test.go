@@ -65,3 +65,20 @@ func TestAttachNotASpool(t *testing.T) {
 		}
 	}
 }
+
+// TestApp: the program answers `version` (what the debugpod backend's
+// probe runs), runs `agent run` command lines, and refuses what it does
+// not have (the nodeexec binary's other commands) as a usage error.
+func TestApp(t *testing.T) {
+	if code, stdout, _ := runApp(t, "version", "--client"); code != 0 || !strings.HasPrefix(stdout, BinaryName+" ") {
+		t.Errorf("version --client: exit %d, stdout %q; want 0 and %s's name", code, stdout, BinaryName)
+	}
+	if code, stdout, stderr := runApp(t, "agent", "run", "--", "sh", "-c", "echo out; exit 4"); code != 4 || stdout != "out\n" {
+		t.Errorf("agent run: exit %d, stdout %q, stderr %q; want 4 and out", code, stdout, stderr)
+	}
+	for _, args := range [][]string{{"agent", "nsenter", "--target", "1", "--", "true"}, {"run", "--node", "x"}} {
+		if code, _, _ := runApp(t, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (not a command of %s)", args, code, BinaryName)
+		}
+	}
+}

@@ -175,7 +175,7 @@ var registry = []Entry{
 		Check: checkDebugpod,
 		Build: func(_ context.Context, v Values, e Env) (nodeexec.Backend, error) {
 			return debugpod.New(debugpod.Options{PodOptions: podOptions(v, e, v.String("image")), Profile: v.String("profile"),
-				AgentImage: v.String("agent-image"), NoAgent: v.Bool("no-agent"), AgentImageVolume: v.Bool("agent-image-volume")})
+				AgentImage: v.String("agent-image"), NoAgent: v.Bool("no-agent"), AgentImageVolume: imageVolumeMode(v)})
 		},
 		Node: func(o NodeOptions, po podexec.PodOptions) (nodeexec.Backend, error) {
 			return debugpod.New(debugpod.Options{PodOptions: po, Profile: o.Profile})
@@ -244,7 +244,7 @@ func Flags() []Flag {
 		{Name: "namespaces", Value: "mnt,uts,ipc,net,pid", Usage: "nsenter backend: namespaces of the node's PID 1 to enter, a comma list of mnt, uts, ipc, net, pid, cgroup, user, or all"},
 		{Name: "agent-image", Value: agent.DefaultImage, Env: "NODEEXEC_AGENT_IMAGE", Usage: "nsenter, runtime and debugpod backends: nodeexec's image, the agent (nodeexec at " + agent.Path + "; debugpod copies it into its pod to run the command under it; default: $NODEEXEC_AGENT_IMAGE when set and not empty)"},
 		{Name: "no-agent", Kind: BoolFlag, Exclusive: true, Usage: "debugpod backend: run the command as kubectl debug would, without nodeexec's agent container (no --agent-image pulled; but a cut stream can then pass for a whole one, kubernetes/kubernetes#124571)"},
-		{Name: "agent-image-volume", Kind: BoolFlag, Exclusive: true, Usage: "debugpod backend: mount --agent-image as an image volume instead of copying its binary with an agent container (faster; nodes with the ImageVolume feature, Kubernetes 1.35+, and containerd 2.1+ or CRI-O 1.31+)"},
+		{Name: "agent-image-volume", Kind: BoolFlag, Exclusive: true, Usage: "debugpod backend: mount --agent-image as an image volume on every node (refusing nodes without: Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.31+) instead of copying nodeexec-spool from it with an agent container; =false: copy on every node (default: the volume on the nodes known to have image volumes, the copy elsewhere)"},
 		{Name: "runtime-endpoint", Kind: StringSliceFlag, Exclusive: true, Usage: "runtime backend: container runtime socket `PATH` on the node, tried before the well-known ones (repeatable)"},
 		{Name: "no-proc-fallback", Kind: BoolFlag, Exclusive: true, Usage: "runtime backend: fail when no runtime socket knows the container, instead of scanning /proc/*/cgroup for it"},
 		{Name: "use-resident", Kind: BoolFlag, Exclusive: true, Usage: "nsenter and runtime backends: run in the node's resident agent (`nodeexec agent install`), reached through pods/portforward (exec as the fallback), instead of creating a pod, when there is one"},
@@ -330,6 +330,20 @@ func checkProfile(v Values) error {
 		return fmt.Errorf("unknown --profile %q: want one of %s", p, strings.Join(debugpod.Profiles(), ", "))
 	}
 	return nil
+}
+
+// imageVolumeMode is debugpod's Options.AgentImageVolume for
+// --agent-image-volume: always when given, never when given =false, auto
+// when not given.
+func imageVolumeMode(v Values) debugpod.ImageVolumeMode {
+	switch {
+	case !v.IsSet("agent-image-volume"):
+		return debugpod.ImageVolumeAuto
+	case v.Bool("agent-image-volume"):
+		return debugpod.ImageVolumeAlways
+	default:
+		return debugpod.ImageVolumeNever
+	}
 }
 
 // checkDebugpod refuses an unknown --profile, and --agent-image-volume

@@ -18,9 +18,10 @@
 // agent.SpoolAt), so that a cut exec stream is resumed, or reported as
 // nodeexec.ErrOutcomeUnknown, never taken for a success (client-go reports
 // a connection to the kubelet dropped mid-stream as one). With
-// Options.AgentImageVolume the agent image is mounted as an image volume
-// instead (no agent container, no copy; nodes with containerd 2.1+ or
-// CRI-O 1.31+). Options.NoAgent turns the agent off.
+// Options.AgentImageVolume (by default on the nodes known to support it,
+// kubelet 1.35+ with containerd 2.1+ or CRI-O 1.31+) the agent image is
+// mounted as an image volume instead (no agent container, no copy).
+// Options.NoAgent turns the agent off.
 //
 // # Permissions
 //
@@ -37,8 +38,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -102,22 +105,46 @@ type Options struct {
 	// reports as a normal end (kubernetes/kubernetes#124571) cannot be told
 	// from a whole one. For clusters that cannot pull AgentImage.
 	NoAgent bool
-	// AgentImageVolume mounts AgentImage in the pod as an image volume
-	// (PodSpec.AgentImageVolume) instead of copying its binary with an
-	// agent container: one container start and the copy fewer per run.
-	// The node needs the ImageVolume feature (Kubernetes 1.35 and later)
-	// and a runtime that implements it (containerd 2.1 or later, CRI-O
-	// 1.31 or later); elsewhere the pod does not start (its debugging
-	// container waits, with the kubelet's reason, until Timeout).
-	// Ignored with NoAgent.
-	AgentImageVolume bool
+	// AgentImageVolume says when AgentImage is mounted in the pod as an
+	// image volume (PodSpec.AgentImageVolume) instead of an agent
+	// container copying nodeexec-spool from it: one container start fewer
+	// per run (about 70 ms). The node needs the ImageVolume feature
+	// (Kubernetes 1.35 and later) and a runtime that implements it
+	// (containerd 2.1 or later, CRI-O 1.31 or later; ImageVolumeSupport).
+	// Default ImageVolumeAuto: on the nodes known to have them, the copy
+	// elsewhere. Ignored with NoAgent.
+	AgentImageVolume ImageVolumeMode
 }
+
+// ImageVolumeMode is Options.AgentImageVolume: where the debug pod mounts
+// the agent image as an image volume rather than copying from it.
+type ImageVolumeMode string
+
+const (
+	// ImageVolumeAuto (the default, "") mounts it on the nodes the Runner
+	// showed the backend (ObserveNodes) whose kubelet is 1.35 or later and
+	// whose runtime is containerd 2.1 or later or CRI-O 1.31 or later, and
+	// copies elsewhere: on a node the backend was not shown, and on one
+	// with another runtime.
+	ImageVolumeAuto ImageVolumeMode = ""
+	// ImageVolumeAlways mounts it on every node. Preflight refuses a node
+	// without image volumes; on one it did not check, the pod does not
+	// start (its debugging container waits, with the kubelet's reason,
+	// until the run's timeout).
+	ImageVolumeAlways ImageVolumeMode = "always"
+	// ImageVolumeNever copies on every node, as before image volumes.
+	ImageVolumeNever ImageVolumeMode = "never"
+)
 
 // Backend is the debug-pod backend. It is safe for concurrent use; all its
 // pods share one watch. RunID is the value of the run-ID label on its pods.
 type Backend struct {
 	*podBackend
 	o Options
+
+	mu          sync.Mutex
+	volumeNodes map[string]bool // ImageVolumeAuto: the nodes shown that have image volumes
+	noSpool     bool            // ImageVolumeAuto: the image turned out to have no nodeexec-spool
 }
 
 // podBackend is embedded unexported: Backend gets its RunID.
@@ -132,6 +159,7 @@ var (
 	_ nodeexec.CommandDescriber     = (*Backend)(nil)
 	_ nodeexec.Requirer             = (*Backend)(nil)
 	_ nodeexec.HostRooter           = (*Backend)(nil)
+	_ nodeexec.NodeObserver         = (*Backend)(nil)
 )
 
 // New validates o and returns a Backend. Errors name the bad field.
@@ -149,7 +177,50 @@ func New(o Options) (*Backend, error) {
 	if o.AgentImage == "" {
 		o.AgentImage = agent.DefaultImage
 	}
-	return &Backend{podBackend: base, o: o}, nil
+	switch o.AgentImageVolume {
+	case ImageVolumeAuto, ImageVolumeAlways, ImageVolumeNever:
+	default:
+		return nil, fmt.Errorf("debugpod: Options.AgentImageVolume %q: want %q (auto), %q or %q", o.AgentImageVolume, ImageVolumeAuto, ImageVolumeAlways, ImageVolumeNever)
+	}
+	return &Backend{podBackend: base, o: o, volumeNodes: map[string]bool{}}, nil
+}
+
+// ObserveNodes records, for ImageVolumeAuto, which of nodes mount image
+// volumes (imageVolumesKnown: ImageVolumeSupport, with a runtime it
+// knows). The Runner calls it before the run (nodeexec.NodeObserver).
+func (b *Backend) ObserveNodes(nodes []*corev1.Node) {
+	if b.o.AgentImageVolume != ImageVolumeAuto || b.o.NoAgent {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range nodes {
+		if n != nil {
+			b.volumeNodes[n.Name] = imageVolumesKnown(n.Status.NodeInfo)
+		}
+	}
+}
+
+// imageVolume reports whether the pod for node mounts the agent image
+// (Options.AgentImageVolume).
+func (b *Backend) imageVolume(node string) bool {
+	switch b.o.AgentImageVolume {
+	case ImageVolumeAlways:
+		return true
+	case ImageVolumeNever:
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.volumeNodes[node] && !b.noSpool
+}
+
+// imageVolumesKnown reports a node known to mount image volumes:
+// ImageVolumeSupport's yes, with a runtime it knows (containerd or CRI-O),
+// not its benefit of the doubt.
+func imageVolumesKnown(info corev1.NodeSystemInfo) bool {
+	runtime, _, _ := strings.Cut(info.ContainerRuntimeVersion, "://")
+	return (runtime == "containerd" || runtime == "cri-o") && ImageVolumeSupport(info) == nil
 }
 
 // Name returns "debugpod".
@@ -182,7 +253,7 @@ func (b *Backend) build(req nodeexec.Request, name string, now time.Time, withAg
 		Profile: b.o.Profile, Stdin: req.Stdin != nil, TTY: req.TTY,
 	}
 	if withAgent {
-		s.AgentImage, s.AgentImageVolume = b.o.AgentImage, b.o.AgentImageVolume
+		s.AgentImage, s.AgentImageVolume = b.o.AgentImage, b.imageVolume(req.Node)
 	}
 	return BuildPod(s)
 }
@@ -205,13 +276,14 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 	if err != nil || !b.spooled(req) {
 		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
 	}
+	volume := b.imageVolume(req.Node)
 	bin := agent.CopiedPath
-	if b.o.AgentImageVolume {
+	if volume {
 		bin = agent.ImageVolumePath
 	}
 	argv, resume := agent.SpoolAt(bin, agent.RunArgv(bin, b.Argv(req)), pod.Name, req)
 	l := podexec.Launch{Pod: pod, Container: ContainerName, Argv: argv, Resume: resume}
-	if !b.o.AgentImageVolume {
+	if !volume {
 		// The agent container copies the program; the copy answers once it
 		// is whole. (The image volume's is there when the container starts.)
 		l.Stager, l.StagedProbe = AgentContainerName, []string{bin, "version", "--client"}
@@ -220,39 +292,49 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 }
 
 // Run runs req on req.Node in a new debug pod and deletes the pod. See
-// nodeexec.Backend for the errors. With Options.AgentImageVolume, an agent
-// image without nodeexec-spool (agent.SpoolPath) fails the run before the
-// command starts, with an error naming the image and the fix that wraps
-// the *podexec.StartError (exit code 127).
+// nodeexec.Backend for the errors.
+//
+// An agent image without nodeexec-spool (agent.SpoolPath: an older image,
+// or one pushed from a nodeexec binary alone) mounted as an image volume
+// cannot start the command, so nothing ran: with ImageVolumeAuto the run
+// is made again with the copy (which then runs nodeexec itself), as is
+// every later run of the backend, unless req has stdin (which the refused
+// exec may have read); otherwise the error names the image and the fix
+// and wraps the *podexec.StartError (exit code 127).
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
 	res, err := b.podBackend.Run(ctx, req, b.launch)
 	var se *podexec.StartError
-	if b.o.AgentImageVolume && b.spooled(req) && errors.As(err, &se) && se.Command == agent.ImageVolumePath && se.Code == podexec.ExitNotFound {
-		// The image predates nodeexec-spool, or was pushed without it:
-		// the user's command did not run.
-		err = fmt.Errorf("--agent-image-volume: the agent image %q has no %s (an image of an older nodeexec, or pushed by `nodeexec image push` from a binary without nodeexec-spool beside it): push this version's image (make build, then nodeexec image push), or drop --agent-image-volume: %w",
-			b.o.AgentImage, agent.SpoolPath, err)
+	if !b.spooled(req) || !b.imageVolume(req.Node) || !errors.As(err, &se) || se.Command != agent.ImageVolumePath || se.Code != podexec.ExitNotFound {
+		return res, err
 	}
-	return res, err
+	if b.o.AgentImageVolume == ImageVolumeAuto && req.Stdin == nil {
+		b.mu.Lock()
+		b.noSpool = true
+		b.mu.Unlock()
+		logr.FromContextOrDiscard(ctx).Info("the agent image has no nodeexec-spool to run from its image volume: running again with the agent container's copy", "node", req.Node, "image", b.o.AgentImage)
+		return b.podBackend.Run(ctx, req, b.launch)
+	}
+	return res, fmt.Errorf("agent image volume: the agent image %q has no %s (an image of an older nodeexec, or pushed by `nodeexec image push` from a binary without nodeexec-spool beside it): push this version's image (make build, then nodeexec image push), or give --agent-image-volume=false (the copy, which runs nodeexec itself from such an image): %w",
+		b.o.AgentImage, agent.SpoolPath, err)
 }
 
 // Preflight asks the API server to admit the pod for node without creating
 // it (a server-side dry-run create), so that an RBAC refusal or a Pod Security
 // rejection is reported before any pod exists. Errors wrap nodeexec.ErrForbidden.
 //
-// With Options.AgentImageVolume it first reads the node (RBAC: list nodes,
-// with a metadata.name field selector) and refuses one whose kubelet or
-// container runtime has no image volumes (ImageVolumeSupport), naming them
-// and the fix, before anything is created.
+// With ImageVolumeAlways it first reads the node (RBAC: list nodes, with a
+// metadata.name field selector) and refuses one whose kubelet or container
+// runtime has no image volumes (ImageVolumeSupport), naming them and the
+// fix, before anything is created.
 func (b *Backend) Preflight(ctx context.Context, node string) error {
-	if b.o.AgentImageVolume && !b.o.NoAgent {
+	if b.o.AgentImageVolume == ImageVolumeAlways && !b.o.NoAgent {
 		list, err := b.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String()})
 		if err != nil {
 			return fmt.Errorf("debugpod: reading node %q for --agent-image-volume: %w", node, err)
 		}
 		if len(list.Items) == 1 {
 			if err := ImageVolumeSupport(list.Items[0].Status.NodeInfo); err != nil {
-				return fmt.Errorf("--agent-image-volume: node %q: %w: drop --agent-image-volume (Options.AgentImageVolume; the agent container then copies the binary)", node, err)
+				return fmt.Errorf("--agent-image-volume: node %q: %w: drop --agent-image-volume (Options.AgentImageVolume ImageVolumeAlways; without it the agent container copies nodeexec-spool where the node has no image volumes)", node, err)
 			}
 		}
 	}

@@ -286,29 +286,60 @@ func TestArgv(t *testing.T) {
 	}
 }
 
-// TestLaunchAgentImageVolume: with AgentImageVolume the command runs the
-// binary inside the mounted image (agent.ImageVolumePath) under its spool,
-// with no stager to wait for; by default it runs the agent container's copy.
+// TestLaunchAgentImageVolume: with the agent image mounted the command
+// runs nodeexec-spool inside it (agent.ImageVolumePath) under its spool,
+// with no stager to wait for; otherwise the agent container's copy. Auto
+// (the default) mounts it on the nodes shown (ObserveNodes) that have image
+// volumes with a runtime it knows, and copies on the others and on nodes
+// never shown.
 func TestLaunchAgentImageVolume(t *testing.T) {
-	req := nodeexec.Request{Node: "node-a", Command: []string{"id"}}
+	node := func(name, kubelet, runtime string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet, ContainerRuntimeVersion: runtime}}}
+	}
+	nodes := []*corev1.Node{
+		node("new", "v1.37.1", "containerd://2.3.7"),
+		node("old", "v1.37.1", "containerd://1.6.20"),
+		node("old-kubelet", "v1.34.4", "containerd://2.3.7"),
+		node("crio", "v1.36.0", "cri-o://1.33.1"),
+		node("other", "v1.37.1", "someruntime://0.1"),
+	}
 	for _, tc := range []struct {
-		volume      bool
-		bin, stager string
-	}{{false, agent.CopiedPath, AgentContainerName}, {true, agent.ImageVolumePath, ""}} {
-		b, err := New(Options{PodOptions: podexec.PodOptions{Client: fake.NewClientset(), Streamer: nopStreamer{}}, AgentImageVolume: tc.volume})
+		mode   ImageVolumeMode
+		node   string
+		volume bool
+	}{
+		{ImageVolumeNever, "new", false},
+		{ImageVolumeAlways, "old", true},
+		{ImageVolumeAlways, "unseen", true},
+		{ImageVolumeAuto, "new", true},
+		{ImageVolumeAuto, "crio", true},
+		{ImageVolumeAuto, "old", false},
+		{ImageVolumeAuto, "old-kubelet", false},
+		{ImageVolumeAuto, "other", false},
+		{ImageVolumeAuto, "unseen", false},
+	} {
+		b, err := New(Options{PodOptions: podexec.PodOptions{Client: fake.NewClientset(), Streamer: nopStreamer{}}, AgentImageVolume: tc.mode})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := b.launch(req)
+		b.ObserveNodes(nodes)
+		l, err := b.launch(nodeexec.Request{Node: tc.node, Command: []string{"id"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(l.Argv) < 3 || l.Argv[0] != tc.bin || l.Argv[2] != "run" || l.Stager != tc.stager || l.Resume == nil || l.Resume.Attach(0, 0)[0] != tc.bin {
-			t.Errorf("AgentImageVolume %v: argv %q, stager %q, resume %+v", tc.volume, l.Argv, l.Stager, l.Resume)
+		bin, stager := agent.CopiedPath, AgentContainerName
+		if tc.volume {
+			bin, stager = agent.ImageVolumePath, ""
+		}
+		if len(l.Argv) < 3 || l.Argv[0] != bin || l.Argv[2] != "run" || l.Stager != stager || l.Resume == nil || l.Resume.Attach(0, 0)[0] != bin {
+			t.Errorf("%q on %s: argv %q, stager %q, resume %+v; want %s", tc.mode, tc.node, l.Argv, l.Stager, l.Resume, bin)
 		}
 		if n := len(l.Pod.Spec.Containers); (n == 1) != tc.volume {
-			t.Errorf("AgentImageVolume %v: %d containers", tc.volume, n)
+			t.Errorf("%q on %s: %d containers", tc.mode, tc.node, n)
 		}
+	}
+	if _, err := New(Options{PodOptions: podexec.PodOptions{Client: fake.NewClientset(), Streamer: nopStreamer{}}, AgentImageVolume: "sometimes"}); err == nil || !strings.Contains(err.Error(), "AgentImageVolume") {
+		t.Errorf("AgentImageVolume \"sometimes\": %v, want an error naming the field", err)
 	}
 }
 
@@ -337,7 +368,7 @@ func TestImageVolumeSupport(t *testing.T) {
 func TestPreflightImageVolume(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://1.6.20"}}}
 	client := fake.NewClientset(node)
-	b, err := New(Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}}, AgentImageVolume: true})
+	b, err := New(Options{PodOptions: podexec.PodOptions{Client: client, Streamer: nopStreamer{}}, AgentImageVolume: ImageVolumeAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ MATRIX_OLD_KUBERNETES ?= 1.34.4
 MATRIX_COLUMNS ?= 1.37.1/debian,1.37.1/$(MATRIX_CONTAINERD),$(MATRIX_OLD_KUBERNETES)/$(MATRIX_CONTAINERD)
 # MATRIX_LOCK: a file flock(2)ed from after the build until the default cluster is back.
 MATRIX_LOCK ?=
-MATRIX_TESTS ?= ^(TestBackendConformance|TestDebugpodAgentImageVolume|TestDebugpodSpoolProgram|TestShellBackends|TestShellInteractive|TestResidentAgents|TestAPIServerRestartPodDeleted|TestKilledClientCollectedByNextRun|TestTimeout|TestCLIInterrupt|TestWatcherAppliesToJoiningNode)$$
+MATRIX_TESTS ?= ^(TestBackendConformance|TestDebugpodAgentImageVolume|TestDebugpodSpoolProgram|TestAPIServerRestartResumes|TestShellBackends|TestShellInteractive|TestResidentAgents|TestAPIServerRestartPodDeleted|TestKilledClientCollectedByNextRun|TestTimeout|TestCLIInterrupt|TestWatcherAppliesToJoiningNode)$$
 test-matrix: ## the compatibility matrix: each of $(MATRIX_COLUMNS) (Kubernetes/containerd) runs MATRIX_TESTS; bench/matrix.json, docs/compatibility.md
 	$(GO) run ./internal/matrix/cmd/matrix -columns '$(MATRIX_COLUMNS)' -run '$(MATRIX_TESTS)' -nodes $(NODES) \
 	  -out bench/matrix.json -doc docs/compatibility.md $(if $(MATRIX_LOCK),-lock $(MATRIX_LOCK)) -command "make test-matrix MATRIX_COLUMNS=$(MATRIX_COLUMNS)"

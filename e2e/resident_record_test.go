@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +26,9 @@ import (
 //   - a user who may not, but may exec, runs over exec (whose audit event
 //     holds the command line);
 //   - a shell (TTY, TERM) through the recorded agent;
+//   - a client killed mid-run: the command runs to its end, no process of
+//     it is left, no record, and the audit log keeps the record's create
+//     (who ran what, where);
 //   - by hand, speaking the agent's protocol through a port-forward: a
 //     request naming no record, a record for another node, for another
 //     command line, or one used already is refused, saying which, and
@@ -83,6 +88,57 @@ func TestResidentRecorded(t *testing.T) {
 		s, logFile := startResidentShell(t, node, ns)
 		endResidentShell(t, s, logFile)
 		recordsLeft(t)
+	})
+
+	t.Run("client killed", func(t *testing.T) {
+		// Killed mid-run: the command runs to its end in the agent, no
+		// process of it is left, its record was consumed, and the audit
+		// log still says who ran what, where (the record's create).
+		token := "reckill" + randomSuffix()
+		marker := "/tmp/" + token
+		t.Cleanup(func() { os.Remove(marker) })
+		var offset int64
+		if env.cluster != nil {
+			st, err := os.Stat(env.cluster.AuditLog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			offset = st.Size()
+		}
+		cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", env.kubeconfig}, run("--", "sh", "-c", "echo started; sleep 3; echo "+token+" > "+marker)...)...)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		if n, _ := out.Read(buf); !strings.Contains(string(buf[:n]), "started") {
+			t.Fatalf("first output %q", buf[:n])
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		if !waitFor(15*time.Second, func() bool { b, err := os.ReadFile(marker); return err == nil && strings.Contains(string(b), token) }) {
+			t.Error("the command did not run to its end after its client was killed")
+		}
+		if !waitFor(10*time.Second, func() bool { return len(scanProc("/proc", token)) == 0 }) {
+			t.Errorf("processes left: %q", scanProc("/proc", token))
+		}
+		recordsLeft(t)
+		if env.cluster == nil {
+			return
+		}
+		found := false
+		for _, e := range auditEventsOf(t, offset, "") {
+			if e.Verb == "create" && e.ObjectRef.Resource == "leases" && e.ObjectRef.Namespace == ns && strings.Contains(string(e.RequestObject), token) &&
+				strings.Contains(string(e.RequestObject), `"nodeexec.io/node":"`+node+`"`) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no audit event of the killed run's record (a lease create in %s naming node %s and holding %s)", ns, node, token)
+		}
 	})
 
 	t.Run("refused by hand", func(t *testing.T) {

@@ -229,7 +229,29 @@ func (b *Backend) Name() string { return Name }
 // Pod builds the pod that Run would create for req, without creating it:
 // with the agent container unless req has a TTY or Options.NoAgent is set.
 func (b *Backend) Pod(req nodeexec.Request) (*corev1.Pod, error) {
-	return b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now(), b.spooled(req))
+	return b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now(), b.agentFor(req))
+}
+
+// agentVia is how the agent reaches a pod: not at all (a TTY, or NoAgent),
+// copied by the agent container, or mounted as an image volume.
+type agentVia int
+
+const (
+	noAgent agentVia = iota
+	agentCopied
+	agentVolume
+)
+
+// agentFor is how the agent reaches req's pod, decided once per pod (the
+// pod and its command line must agree).
+func (b *Backend) agentFor(req nodeexec.Request) agentVia {
+	switch {
+	case !b.spooled(req):
+		return noAgent
+	case b.imageVolume(req.Node):
+		return agentVolume
+	}
+	return agentCopied
 }
 
 // spooled reports whether req runs under the agent: not an interactive
@@ -242,18 +264,18 @@ func (b *Backend) spooled(req nodeexec.Request) bool { return !req.TTY && !b.o.N
 // NodeScript watcher runs scripts in these pods. Errors name the invalid
 // field; req.Node must be set.
 func (b *Backend) CompletionPod(req nodeexec.Request, name string, now time.Time) (*corev1.Pod, error) {
-	return podexec.CompletionPod(Name, req, func(req nodeexec.Request) (*corev1.Pod, error) { return b.build(req, name, now, false) }, b.Argv)
+	return podexec.CompletionPod(Name, req, func(req nodeexec.Request) (*corev1.Pod, error) { return b.build(req, name, now, noAgent) }, b.Argv)
 }
 
-// build is req's pod, named name and created at now, with the agent
-// container when withAgent.
-func (b *Backend) build(req nodeexec.Request, name string, now time.Time, withAgent bool) (*corev1.Pod, error) {
+// build is req's pod, named name and created at now, with the agent as
+// via says.
+func (b *Backend) build(req nodeexec.Request, name string, now time.Time, via agentVia) (*corev1.Pod, error) {
 	s := PodSpec{
 		PodBase: podexec.NewPodBase(&b.o.PodOptions, req, name, now, b.Argv(req)),
 		Profile: b.o.Profile, Stdin: req.Stdin != nil, TTY: req.TTY,
 	}
-	if withAgent {
-		s.AgentImage, s.AgentImageVolume = b.o.AgentImage, b.imageVolume(req.Node)
+	if via != noAgent {
+		s.AgentImage, s.AgentImageVolume = b.o.AgentImage, via == agentVolume
 	}
 	return BuildPod(s)
 }
@@ -272,11 +294,12 @@ func (b *Backend) Argv(req nodeexec.Request) []string {
 // agent's copy and its spool (agent.RunArgv, agent.SpoolAt), resumable,
 // when the pod has the agent container.
 func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
-	pod, err := b.Pod(req)
-	if err != nil || !b.spooled(req) {
+	via := b.agentFor(req)
+	pod, err := b.build(req, podexec.PodName(req.Node, b.o.NameSuffix()), b.o.Clock.Now(), via)
+	if err != nil || via == noAgent {
 		return podexec.Launch{Pod: pod, Container: ContainerName, Argv: b.Argv(req)}, err
 	}
-	volume := b.imageVolume(req.Node)
+	volume := via == agentVolume
 	bin := agent.CopiedPath
 	if volume {
 		bin = agent.ImageVolumePath
@@ -304,7 +327,7 @@ func (b *Backend) launch(req nodeexec.Request) (podexec.Launch, error) {
 func (b *Backend) Run(ctx context.Context, req nodeexec.Request) (nodeexec.Result, error) {
 	res, err := b.podBackend.Run(ctx, req, b.launch)
 	var se *podexec.StartError
-	if !b.spooled(req) || !b.imageVolume(req.Node) || !errors.As(err, &se) || se.Command != agent.ImageVolumePath || se.Code != podexec.ExitNotFound {
+	if !b.spooled(req) || !errors.As(err, &se) || se.Command != agent.ImageVolumePath || se.Code != podexec.ExitNotFound {
 		return res, err
 	}
 	if b.o.AgentImageVolume == ImageVolumeAuto && req.Stdin == nil {

@@ -94,6 +94,7 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 		}
 		backoff = min(backoff*2, ResumeMaxBackoff)
 
+		log.V(2).Info("checking the spool", "pod", pod, "attempt", attempt)
 		cerr := s.Exec(ctx, namespace, pod, resumeOpts(opts, r.Check), remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
 		checkCode, checkExited := exitCode(cerr)
 		switch {
@@ -110,6 +111,7 @@ func ExecResuming(ctx context.Context, s Streamer, clk clock.WithTicker, namespa
 			continue
 		}
 
+		log.V(2).Info("attaching to the spool", "pod", pod, "attempt", attempt, "stdoutOffset", stdout.n, "stderrOffset", stderr.n)
 		aerr := s.Exec(ctx, namespace, pod, resumeOpts(opts, r.Attach(stdout.n, stderr.n)), attachStreams)
 		if xerr, ok := whole(aerr, trailer, stdout, stderr); ok {
 			log.V(1).Info("reattached: the run's outcome is in", "pod", pod, "attempts", attempt, "err", xerr)

@@ -284,10 +284,10 @@ func (s *Spool) Finish(code int) error {
 	return nil
 }
 
-func (s *Spool) exit() (int, bool) {
+func (s *Spool) exit() (int, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.code, s.finished
+	return s.code, s.finished, nil
 }
 
 // Serve copies the spool's output files to stdout and stderr as they grow,
@@ -306,7 +306,10 @@ func (s *Spool) Serve(ctx context.Context, stdout, stderr io.Writer) (End, error
 // DefaultPollInterval); it returns the command's exit status and the
 // files' sizes. Errors: dir
 // is not a spool (Exists; wrapping ErrNotFound), an offset beyond what the file
-// holds, ctx's end, a failed read or write.
+// holds, its agent gone without the exit status (wrapping ErrAgentGone:
+// killed, as a container runtime may kill an exec whose stream it lost;
+// what it had written is streamed first), ctx's end, a failed read or
+// write.
 func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, stdout, stderr io.Writer, poll time.Duration) (End, error) {
 	if st, _ := inspect(dir); st != complete {
 		return End{}, notSpool(dir, st)
@@ -314,10 +317,24 @@ func Attach(ctx context.Context, dir string, stdoutOffset, stderrOffset int64, s
 	if poll <= 0 {
 		poll = DefaultPollInterval
 	}
-	return follow(ctx, dir, stdoutOffset, stderrOffset, stdout, stderr, nil, poll, func() (int, bool) {
-		return ReadExit(dir)
+	return follow(ctx, dir, stdoutOffset, stderrOffset, stdout, stderr, nil, poll, func() (int, bool, error) {
+		if code, ok := ReadExit(dir); ok {
+			return code, true, nil
+		}
+		if pid, start, ok := readPID(dir); ok && !runsSpool(pid, start, dir) {
+			if code, ok := ReadExit(dir); ok { // it ended meanwhile
+				return code, true, nil
+			}
+			return 0, false, fmt.Errorf("spool: %s: %w (PID %d)", dir, ErrAgentGone, pid)
+		}
+		return 0, false, nil
 	})
 }
+
+// ErrAgentGone is wrapped by Attach's and Stop's errors when the process
+// that runs the spool's command (its PIDFile) is gone without recording the
+// command's exit status: the outcome is unknown.
+var ErrAgentGone = errors.New("its agent is gone without the command's exit status")
 
 // Exists reports whether dir is a spool: a directory (not a symbolic link)
 // holding the spool's PIDFile, StdoutFile and StderrFile, and no file a
@@ -342,8 +359,9 @@ func ReadExit(dir string) (int, bool) {
 
 // follow copies dir's files from the offsets to the writers whenever wake
 // fires or every poll, until exit reports the command ended and a copy pass
-// made after that found nothing more.
-func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stderr io.Writer, wake <-chan struct{}, poll time.Duration, exit func() (int, bool)) (End, error) {
+// made after that found nothing more, or exit's error (after a last copy
+// pass).
+func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stderr io.Writer, wake <-chan struct{}, poll time.Duration, exit func() (int, bool, error)) (End, error) {
 	files := [2]struct {
 		name string
 		off  int64
@@ -375,13 +393,16 @@ func follow(ctx context.Context, dir string, outOff, errOff int64, stdout, stder
 	}
 	buf := make([]byte, 64<<10)
 	for {
-		code, ended := exit() // before the pass: whatever was written before the end is copied by it
+		code, ended, exitErr := exit() // before the pass: whatever was written before the end is copied by it
 		for i := range files {
 			n, err := copyAvailable(files[i].w, files[i].f, buf)
 			files[i].off += n
 			if err != nil {
 				return End{}, err
 			}
+		}
+		if exitErr != nil {
+			return End{}, exitErr
 		}
 		if ended {
 			return End{Code: code, Stdout: files[0].off, Stderr: files[1].off}, nil

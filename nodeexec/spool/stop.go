@@ -33,7 +33,8 @@ const CreateGrace = 2 * time.Second
 // looked at again for up to CreateGrace.
 //
 // Errors: dir does not exist or is not a spool (wrapping ErrNotFound), its
-// agent is gone without an exit status (the command's outcome is unknown),
+// agent is gone without an exit status (wrapping ErrAgentGone: the
+// command's outcome is unknown),
 // the signal failed, ctx's end.
 func Stop(ctx context.Context, dir string, poll time.Duration) error {
 	if poll <= 0 {
@@ -63,7 +64,7 @@ func Stop(ctx context.Context, dir string, poll time.Duration) error {
 				if _, ended := ReadExit(dir); ended { // it ended meanwhile
 					return nil
 				}
-				return fmt.Errorf("spool: %s: its agent (PID %d) is gone without the command's exit status", dir, pid)
+				return fmt.Errorf("spool: %s: %w (PID %d)", dir, ErrAgentGone, pid)
 			}
 			if !signalled {
 				if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {

@@ -3,8 +3,10 @@
 package spool_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -239,5 +241,33 @@ func TestNotASpool(t *testing.T) {
 	err := spool.Stop(ctx, partial, 10*time.Millisecond)
 	if took := time.Since(start); !errors.Is(err, spool.ErrNotFound) || took < spool.CreateGrace || took > spool.CreateGrace+time.Second {
 		t.Errorf("Stop on an incomplete spool: %v after %s, want ErrNotFound after about %s", err, took, spool.CreateGrace)
+	}
+}
+
+// TestAttachAgentGone: an agent killed before it recorded the exit status
+// (as a container runtime may kill an exec whose stream it lost) ends
+// Attach with ErrAgentGone once what it wrote is streamed, instead of
+// following the files for ever; an agent alive keeps Attach following.
+func TestAttachAgentGone(t *testing.T) {
+	dir, cmd := fakeAgent(t, "")
+	if err := os.WriteFile(filepath.Join(dir, spool.StdoutFile), []byte("before the kill\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	var out bytes.Buffer
+	if _, err := spool.Attach(ctx, dir, 0, 0, &out, io.Discard, 10*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("agent alive: Attach %v, want it to follow until ctx ends", err)
+	}
+	cancel()
+	_ = cmd.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(cmd.Process.Pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	out.Reset()
+	start := time.Now()
+	_, err := spool.Attach(t.Context(), dir, 0, 0, &out, io.Discard, 10*time.Millisecond)
+	if !errors.Is(err, spool.ErrAgentGone) || out.String() != "before the kill\n" || time.Since(start) > 2*time.Second {
+		t.Errorf("agent killed: Attach %v after %s, stdout %q; want ErrAgentGone at once, after the output", err, time.Since(start), out.String())
 	}
 }

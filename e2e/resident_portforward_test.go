@@ -163,30 +163,7 @@ func TestResidentPortForward(t *testing.T) {
 	})
 
 	t.Run("client killed", func(t *testing.T) {
-		token := "pfkill" + randomSuffix()
-		marker := "/tmp/" + token
-		t.Cleanup(func() { os.Remove(marker) })
-		cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", env.kubeconfig}, run("--", "sh", "-c", "echo started; sleep 3; echo "+token+" > "+marker)...)...)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64)
-		if n, _ := out.Read(buf); !strings.Contains(string(buf[:n]), "started") {
-			t.Fatalf("first output %q", buf[:n])
-		}
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
-		if !waitFor(15*time.Second, func() bool { b, err := os.ReadFile(marker); return err == nil && strings.Contains(string(b), token) }) {
-			t.Error("the command did not run to its end after its client was killed")
-		}
-		// The test cluster's nodes share this machine's kernel: /proc shows them.
-		if !waitFor(10*time.Second, func() bool { return len(scanProc("/proc", token)) == 0 }) {
-			t.Errorf("processes left: %q", scanProc("/proc", token))
-		}
+		killClientMidRun(ctx, t, "pfkill", run)
 	})
 
 	t.Run("shell", func(t *testing.T) {
@@ -270,4 +247,38 @@ func readFileIn(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// killClientMidRun runs `nodeexec run(-- sh -c ...)` with a command that
+// prints "started", sleeps 3 s and then writes a token of prefix to a
+// marker file, SIGKILLs the client after the first output, and checks that
+// the command ran to its end in the agent and that no process of it is
+// left. It returns the token (in the command line).
+func killClientMidRun(ctx context.Context, t *testing.T, prefix string, run func(args ...string) []string) string {
+	t.Helper()
+	token := prefix + randomSuffix()
+	marker := "/tmp/" + token
+	t.Cleanup(func() { os.Remove(marker) })
+	cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", env.kubeconfig}, run("--", "sh", "-c", "echo started; sleep 3; echo "+token+" > "+marker)...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, _ := out.Read(buf); !strings.Contains(string(buf[:n]), "started") {
+		t.Fatalf("first output %q", buf[:n])
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if !waitFor(15*time.Second, func() bool { b, err := os.ReadFile(marker); return err == nil && strings.Contains(string(b), token) }) {
+		t.Error("the command did not run to its end after its client was killed")
+	}
+	// The test cluster's nodes share this machine's kernel: /proc shows them.
+	if !waitFor(10*time.Second, func() bool { return len(scanProc("/proc", token)) == 0 }) {
+		t.Errorf("processes left: %q", scanProc("/proc", token))
+	}
+	return token
 }

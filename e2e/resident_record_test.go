@@ -5,9 +5,7 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -94,9 +92,6 @@ func TestResidentRecorded(t *testing.T) {
 		// Killed mid-run: the command runs to its end in the agent, no
 		// process of it is left, its record was consumed, and the audit
 		// log still says who ran what, where (the record's create).
-		token := "reckill" + randomSuffix()
-		marker := "/tmp/" + token
-		t.Cleanup(func() { os.Remove(marker) })
 		var offset int64
 		if env.cluster != nil {
 			st, err := os.Stat(env.cluster.AuditLog())
@@ -105,26 +100,7 @@ func TestResidentRecorded(t *testing.T) {
 			}
 			offset = st.Size()
 		}
-		cmd := exec.CommandContext(ctx, env.cli, append([]string{"--kubeconfig", env.kubeconfig}, run("--", "sh", "-c", "echo started; sleep 3; echo "+token+" > "+marker)...)...)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64)
-		if n, _ := out.Read(buf); !strings.Contains(string(buf[:n]), "started") {
-			t.Fatalf("first output %q", buf[:n])
-		}
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
-		if !waitFor(15*time.Second, func() bool { b, err := os.ReadFile(marker); return err == nil && strings.Contains(string(b), token) }) {
-			t.Error("the command did not run to its end after its client was killed")
-		}
-		if !waitFor(10*time.Second, func() bool { return len(scanProc("/proc", token)) == 0 }) {
-			t.Errorf("processes left: %q", scanProc("/proc", token))
-		}
+		token := killClientMidRun(ctx, t, "reckill", run)
 		recordsLeft(t)
 		if env.cluster == nil {
 			return

@@ -220,7 +220,20 @@ func (b *Backend) imageVolume(node string) bool {
 // not its benefit of the doubt.
 func imageVolumesKnown(info corev1.NodeSystemInfo) bool {
 	runtime, _, _ := strings.Cut(info.ContainerRuntimeVersion, "://")
-	return (runtime == "containerd" || runtime == "cri-o") && ImageVolumeSupport(info) == nil
+	return imageVolumeMinVersion(runtime) != nil && ImageVolumeSupport(info) == nil
+}
+
+// imageVolumeMinVersion is the first version of the container runtime
+// named runtime (as in status.nodeInfo.containerRuntimeVersion, before
+// "://") that mounts image volumes, or nil for a runtime not known here.
+func imageVolumeMinVersion(runtime string) *utilversion.Version {
+	switch runtime {
+	case "containerd":
+		return utilversion.MajorMinor(2, 1)
+	case "cri-o":
+		return utilversion.MajorMinor(1, 31)
+	}
+	return nil
 }
 
 // Name returns "debugpod".
@@ -381,7 +394,7 @@ func ImageVolumeSupport(info corev1.NodeSystemInfo) error {
 		return fmt.Errorf("its kubelet %s has %w (Kubernetes 1.35 or later)", info.KubeletVersion, ErrNoImageVolumes)
 	}
 	runtime, ver, _ := strings.Cut(info.ContainerRuntimeVersion, "://")
-	minVersion := map[string]*utilversion.Version{"containerd": utilversion.MajorMinor(2, 1), "cri-o": utilversion.MajorMinor(1, 31)}[runtime]
+	minVersion := imageVolumeMinVersion(runtime)
 	if minVersion == nil {
 		return nil
 	}

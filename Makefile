@@ -116,14 +116,16 @@ bench-fanout: build ## run --all on every real node vs run on one (the default p
 # BENCH_SCALE_NODES: the fleet sizes of bench-fanout-scale (SIMULATED nodes);
 # BENCH_SCALE_PEER_NODES: the largest the kubectl peers run on (one kubectl per node).
 # BENCH_SCALE_PATHS: pods, resident or both; BENCH_SCALE_OUT: the JSON file.
+# BENCH_SCALE_LARGE_CONCURRENCY: beyond the peers' sizes, default, raised or default,raised.
 BENCH_SCALE_NODES ?= 100,1000,5000
+BENCH_SCALE_LARGE_CONCURRENCY ?= default
 BENCH_SCALE_PEER_NODES ?= 1000
 BENCH_SCALE_PATHS ?= pods,resident
 BENCH_SCALE_OUT ?= bench/fanout-scale.json
 .PHONY: bench-fanout-scale
 bench-fanout-scale: build ## run -l type=kwok at $(BENCH_SCALE_NODES) SIMULATED nodes (pods and resident path, default and raised --max-concurrency) vs xargs kubectl debug/exec, same run; JSON in bench/fanout-scale.json
 	@mkdir -p bench
-	NODEEXEC_BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) NODEEXEC_BENCH_SCALE_PEER_NODES=$(BENCH_SCALE_PEER_NODES) NODEEXEC_BENCH_SCALE_PATHS=$(BENCH_SCALE_PATHS) NODEEXEC_BENCH_SCALE_OUT=$(abspath $(BENCH_SCALE_OUT)) $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkFanoutScale$$' -benchtime 1x -timeout 120m -v ./e2e/
+	NODEEXEC_BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) NODEEXEC_BENCH_SCALE_PEER_NODES=$(BENCH_SCALE_PEER_NODES) NODEEXEC_BENCH_SCALE_PATHS=$(BENCH_SCALE_PATHS) NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY=$(BENCH_SCALE_LARGE_CONCURRENCY) NODEEXEC_BENCH_SCALE_OUT=$(abspath $(BENCH_SCALE_OUT)) $(GO) test -tags e2e -count=1 -run '^$$' -bench '^BenchmarkFanoutScale$$' -benchtime 1x -timeout 120m -v ./e2e/
 	@cat $(BENCH_SCALE_OUT)
 
 bench-stream: build ## 300 MB of long-line and short-line output: nodeexec run (prefixed, --no-prefix) vs kubectl exec, same run; JSON in bench/stream.json

@@ -57,6 +57,11 @@ const (
 	// no run starts after it, so the cleanup still fits the cluster slot;
 	// the runs left out are listed in the JSON.
 	scaleBudgetEnv = "NODEEXEC_BENCH_SCALE_BUDGET"
+	// scaleLargeConcurrencyEnv says which concurrencies run beyond the
+	// peers' sizes: "default" (the default), "raised" or "default,raised".
+	// On this machine a raised one is no faster there (the simulated
+	// nodes' commands share the client's 2 cores) and takes longer.
+	scaleLargeConcurrencyEnv = "NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY"
 )
 
 // scaleRun is one timed run of one tool over a whole fleet.
@@ -187,9 +192,23 @@ func BenchmarkFanoutScale(b *testing.B) {
 		concurrencies := []int{nodeexec.DefaultMaxConcurrency, raised}
 		ndjsonC, ndjsonQPS := nodeexec.DefaultMaxConcurrency, 0
 		if !peer {
-			// Beyond the peers' sizes only the raised concurrency: at the
-			// default QPS a 5,000-node run takes 5 minutes of the slot.
-			concurrencies, ndjsonC, ndjsonQPS = []int{raised}, raised, raisedQPS
+			// Beyond the peers' sizes only nodeexec, at the concurrencies
+			// $NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY names; -o ndjson at
+			// the first of them.
+			concurrencies = nil
+			for _, w := range strings.Split(envOr(scaleLargeConcurrencyEnv, "default"), ",") {
+				switch w {
+				case "default":
+					concurrencies = append(concurrencies, nodeexec.DefaultMaxConcurrency)
+				case "raised":
+					concurrencies = append(concurrencies, raised)
+				default:
+					b.Fatalf("%s=%q: give default, raised or default,raised", scaleLargeConcurrencyEnv, os.Getenv(scaleLargeConcurrencyEnv))
+				}
+			}
+			if concurrencies[0] != nodeexec.DefaultMaxConcurrency {
+				ndjsonC, ndjsonQPS = raised, raisedQPS
+			}
 			if slicesContain(paths, "pods") {
 				specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
 			}
@@ -224,6 +243,11 @@ func BenchmarkFanoutScale(b *testing.B) {
 			runs = append(runs, scaleOnce(ctx, b, fast, dir, sp))
 		}
 	}
+	if slicesContain(paths, "pods") && len(sizes) > 0 && time.Since(t0) <= budget {
+		// Ctrl-C on the largest fleet, at the raised concurrency: the
+		// most pods live at once.
+		res["interrupt"] = scaleInterrupt(ctx, b, sizes[len(sizes)-1], raised, raisedQPS)
+	}
 	fleet.cleanup()
 	res["skipped"] = skipped
 	res["measure_s"] = round(time.Since(t0).Seconds())
@@ -239,6 +263,86 @@ func BenchmarkFanoutScale(b *testing.B) {
 			b.Error(err)
 		}
 	}
+}
+
+// interruptRun is what Ctrl-C did to a run over a whole fleet.
+type interruptRun struct {
+	Nodes       int    `json:"nodes"`
+	Concurrency int    `json:"concurrency"`
+	Command     string `json:"command"`
+	// LivePods: nodeexec's pods on the simulated nodes when SIGINT was
+	// sent; SignalAfterS: seconds from the start to SIGINT.
+	LivePods     int     `json:"live_pods_at_signal"`
+	SignalAfterS float64 `json:"signal_after_s"`
+	// ReturnedS: seconds from SIGINT to the process's exit (the target:
+	// within 10 s); ExitCode: its exit code (not 0).
+	ReturnedS float64 `json:"returned_s"`
+	ExitCode  int     `json:"exit_code"`
+	// PodsAtExit: nodeexec's pods still present when it exited, of which
+	// NotDeleting have no deletion timestamp; Uncollectable: those with
+	// neither a deletion timestamp nor a deadline for gc (the target: 0).
+	PodsAtExit    int `json:"pods_at_exit"`
+	NotDeleting   int `json:"pods_not_deleting_at_exit"`
+	Uncollectable int `json:"pods_uncollectable_at_exit"`
+	// GoneS: seconds from the exit until no pod of the run was left (-1:
+	// some were left after 2 minutes).
+	GoneS float64 `json:"all_gone_after_exit_s"`
+}
+
+// scaleInterrupt starts `nodeexec run -l type=kwok -- sleep 30` on the
+// whole simulated fleet of n nodes at concurrency c, sends SIGINT (Ctrl-C)
+// once c pods run (or after 60 s), and measures how fast it returns and
+// what it leaves.
+func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptRun {
+	b.Helper()
+	args := []string{"--kubeconfig", env.kubeconfig, "run", "-l", testcluster.KwokNodeSelector, "--max-concurrency", strconv.Itoa(c),
+		"--qps", strconv.Itoa(qps), "--burst", strconv.Itoa(2 * qps), "--agent-image", agentImage(), "--", "sleep", "30"}
+	r := interruptRun{Nodes: n, Concurrency: c, Command: "nodeexec " + strings.Join(args[2:], " ")}
+	cmd := exec.Command(env.cli, args...)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var live int
+	waitFor(60*time.Second, func() bool { live = len(kwokPods(ctx, b)); return live >= c })
+	r.LivePods, r.SignalAfterS = live, round3(time.Since(t0))
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		b.Fatal(err)
+	}
+	ts := time.Now()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		b.Errorf("SIMULATED: still running 60 s after Ctrl-C on %d nodes; output:\n%s", n, tailLines(out.String(), 20))
+	}
+	r.ReturnedS, r.ExitCode = round3(time.Since(ts)), cmd.ProcessState.ExitCode()
+	te := time.Now()
+	left := kwokPods(ctx, b)
+	r.PodsAtExit = len(left)
+	for _, p := range left {
+		if p.DeletionTimestamp == nil {
+			r.NotDeleting++
+			if p.Annotations[nodeexec.AnnotationDeadline] == "" {
+				r.Uncollectable++
+			}
+		}
+	}
+	r.GoneS = -1
+	if waitFor(2*time.Minute, func() bool { return len(kwokPods(ctx, b)) == 0 }) {
+		r.GoneS = round3(time.Since(te))
+	}
+	b.Logf("SIMULATED: Ctrl-C on %d nodes, C=%d, %d pods live at %.1f s: returned in %.2f s (exit %d); at exit %d pods left (%d not deleting, %d without a deadline), all gone %.1f s later",
+		n, c, r.LivePods, r.SignalAfterS, r.ReturnedS, r.ExitCode, r.PodsAtExit, r.NotDeleting, r.Uncollectable, r.GoneS)
+	if r.ReturnedS > 10 || r.ExitCode == 0 || r.Uncollectable > 0 || r.GoneS < 0 {
+		b.Errorf("SIMULATED: Ctrl-C on %d nodes missed its target (returned within 10 s, a failure exit code, every pod deleted or collectable): %+v\n%s", n, r, tailLines(out.String(), 20))
+	}
+	return r
 }
 
 // scaleSpec is one run to make.

@@ -241,7 +241,7 @@ func checkRecords(t *testing.T, names []string, stdout string, want func(node st
 }
 
 // kwokPods lists nodeexec's pods on simulated nodes (any namespace).
-func kwokPods(ctx context.Context, t *testing.T) []corev1.Pod {
+func kwokPods(ctx context.Context, t testing.TB) []corev1.Pod {
 	t.Helper()
 	list, err := env.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: nodeexec.LabelManagedBy + "=" + nodeexec.ManagedByValue + ",app.kubernetes.io/component!=agent"})
 	if err != nil {

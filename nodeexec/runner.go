@@ -410,23 +410,51 @@ func (r *Runner) lineWriter(node string, w io.Writer, shared *lockedWriter, sing
 	return p
 }
 
-// trimNode drops what a run never reads of a node and can be large (see
-// Resolve).
-func trimNode(n *corev1.Node) {
-	n.ManagedFields = nil
-	n.Status.Images = nil
-	n.Status.VolumesInUse = nil
-	n.Status.VolumesAttached = nil
+// slimNode is the part of node n a run keeps (see Resolve): a new object,
+// so that nothing else of n, nor of the list page n came in, stays in
+// memory.
+func slimNode(n *corev1.Node) *corev1.Node {
+	out := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Generation: n.Generation,
+			Labels: n.Labels, Annotations: n.Annotations,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: n.Spec,
+		Status: corev1.NodeStatus{
+			Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable,
+			Addresses: n.Status.Addresses, DaemonEndpoints: n.Status.DaemonEndpoints,
+			NodeInfo: n.Status.NodeInfo, RuntimeHandlers: n.Status.RuntimeHandlers,
+		},
+	}
+	for _, c := range n.Status.Conditions {
+		// Ready, and any other condition that is not False: a pressure
+		// condition that holds, a condition in an unknown state, a
+		// condition of another component (NodeProblemDetector's, a
+		// NodeScript's). The False ones ("kubelet has sufficient memory
+		// available") say nothing and are most of a node's size after
+		// its images.
+		if c.Type == corev1.NodeReady || c.Status != corev1.ConditionFalse {
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	return out
 }
 
 // Resolve returns the nodes targets select, in the order given (names) or by
 // name (selector, all). It lists nodes page by page (RBAC: list nodes) and
 // fails with ErrNodeNotFound naming every missing node, or ErrNoNodes.
 //
-// The nodes come without their managedFields, status.images,
-// status.volumesInUse and status.volumesAttached (nothing nodeexec reads):
-// a kubelet reports up to 50 images per node, and a run holds its nodes from
-// start to end, at 5,000 nodes tens of MiB.
+// The nodes are trimmed to what a run reads, because a run holds its nodes
+// from start to end (at 5,000 nodes tens of MiB otherwise): metadata keeps
+// name, UID, resourceVersion, generation, labels, annotations and the
+// creation and deletion timestamps (no managedFields, owner references or
+// finalizers); spec is whole; status keeps capacity, allocatable,
+// addresses, daemonEndpoints, nodeInfo, runtimeHandlers, and of the
+// conditions Ready and every one whose status is not False. Dropped are
+// status.images (a kubelet reports up to 50 per node), volumes, config,
+// features and phase.
 func (r *Runner) Resolve(ctx context.Context, targets Targets) ([]*corev1.Node, error) {
 	if err := targets.Validate(); err != nil {
 		return nil, err
@@ -448,8 +476,7 @@ func (r *Runner) Resolve(ctx context.Context, targets Targets) ([]*corev1.Node, 
 			return nil, fmt.Errorf("listing nodes: %w", err)
 		}
 		for i := range list.Items {
-			n := &list.Items[i]
-			trimNode(n)
+			n := slimNode(&list.Items[i])
 			if len(want) > 0 {
 				if want[n.Name] {
 					found[n.Name] = n

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -979,26 +980,40 @@ func TestRunCancelStartsNoMoreNodes(t *testing.T) {
 }
 
 // TestResolveTrimsNodes: the nodes Resolve returns carry no managedFields,
-// images or volumes (what a run never reads), and keep their labels,
-// taints, conditions and node info.
+// images, volumes or False conditions (what a run never reads), and keep
+// their labels, annotations, taints, allocatable, node info, Ready and the
+// conditions that hold.
 func TestResolveTrimsNodes(t *testing.T) {
-	n := node("n1", true, map[string]string{"zone": "a"})
+	n := node("n1", false, map[string]string{"zone": "a"})
+	n.Annotations = map[string]string{"a": "b"}
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	n.Finalizers = []string{"x"}
 	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
 	n.Status.NodeInfo.Architecture = "arm64"
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")}
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
 	n.Status.VolumesInUse = []corev1.UniqueVolumeName{"v"}
 	n.Status.VolumesAttached = []corev1.AttachedVolume{{Name: "v", DevicePath: "/dev/x"}}
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue, Message: "disk full"})
 	r := newRunner(t, nodeexec.RunnerOptions{Client: fake.NewClientset(n), Backend: &fakeBackend{}})
-	nodes, err := r.Resolve(t.Context(), nodeexec.Targets{All: true})
-	if err != nil || len(nodes) != 1 {
-		t.Fatalf("Resolve: %v, %d nodes", err, len(nodes))
-	}
-	got := nodes[0]
-	if got.ManagedFields != nil || got.Status.Images != nil || got.Status.VolumesInUse != nil || got.Status.VolumesAttached != nil {
-		t.Errorf("node not trimmed: managedFields %v, images %v, volumes %v %v", got.ManagedFields, got.Status.Images, got.Status.VolumesInUse, got.Status.VolumesAttached)
-	}
-	if got.Labels["zone"] != "a" || len(got.Spec.Taints) != 1 || len(got.Status.Conditions) == 0 || got.Status.NodeInfo.Architecture != "arm64" {
-		t.Errorf("node lost what a run reads: %+v", got)
+	for _, targets := range []nodeexec.Targets{{All: true}, {Nodes: []string{"n1"}}} {
+		nodes, err := r.Resolve(t.Context(), targets)
+		if err != nil || len(nodes) != 1 {
+			t.Fatalf("Resolve(%+v): %v, %d nodes", targets, err, len(nodes))
+		}
+		got := nodes[0]
+		if got.ManagedFields != nil || got.Finalizers != nil || got.Status.Images != nil || got.Status.VolumesInUse != nil || got.Status.VolumesAttached != nil {
+			t.Errorf("node not trimmed: managedFields %v, finalizers %v, images %v, volumes %v %v", got.ManagedFields, got.Finalizers, got.Status.Images, got.Status.VolumesInUse, got.Status.VolumesAttached)
+		}
+		var conds []string
+		for _, c := range got.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s", c.Type, c.Status))
+		}
+		if want := []string{"Ready=False", "DiskPressure=True"}; !slices.Equal(conds, want) {
+			t.Errorf("conditions %q, want %q (Ready and those that hold; not MemoryPressure=False)", conds, want)
+		}
+		if got.Labels["zone"] != "a" || got.Annotations["a"] != "b" || len(got.Spec.Taints) != 1 || got.Status.NodeInfo.Architecture != "arm64" || got.Status.Allocatable.Pods().Value() != 110 {
+			t.Errorf("node lost what a run reads: %+v", got)
+		}
 	}
 }

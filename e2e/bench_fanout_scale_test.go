@@ -62,6 +62,13 @@ const (
 	// On this machine a raised one is no faster there (the simulated
 	// nodes' commands share the client's 2 cores) and takes longer.
 	scaleLargeConcurrencyEnv = "NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY"
+	// scalePeerConcurrencyEnv says the same up to the peers' sizes
+	// (default "default,raised").
+	scalePeerConcurrencyEnv = "NODEEXEC_BENCH_SCALE_PEER_CONCURRENCY"
+	// scaleExtrasEnv lists the runs made besides the pairs: ndjson
+	// (nodeexec -o ndjson on the pods path) and interrupt (Ctrl-C on the
+	// largest fleet); default "ndjson,interrupt", "none" for neither.
+	scaleExtrasEnv = "NODEEXEC_BENCH_SCALE_EXTRAS"
 )
 
 // scaleRun is one timed run of one tool over a whole fleet.
@@ -171,6 +178,13 @@ func BenchmarkFanoutScale(b *testing.B) {
 		}
 		budget = d
 	}
+	extras := strings.Split(envOr(scaleExtrasEnv, "ndjson,interrupt"), ",")
+	for _, x := range extras {
+		if x != "ndjson" && x != "interrupt" && x != "none" {
+			b.Fatalf("%s=%q: give ndjson, interrupt, ndjson,interrupt or none", scaleExtrasEnv, os.Getenv(scaleExtrasEnv))
+		}
+	}
+	ndjson := slicesContain(extras, "ndjson") && slicesContain(paths, "pods")
 	raisedQPS := intList(b, scaleRaisedQPSEnv, "300")[0]
 	res["raised_client_qps_burst"] = fmt.Sprintf("%d/%d", raisedQPS, 2*raisedQPS)
 	t0 := time.Now()
@@ -189,29 +203,20 @@ func BenchmarkFanoutScale(b *testing.B) {
 			res[fmt.Sprintf("peer_not_run_at_%d", n)] = fmt.Sprintf("the kubectl peers run up to %s=%d nodes: at %d the pods peer alone starts %d kubectl processes on the 2 cores the cluster shares; nodeexec runs only at the raised concurrency there", scalePeerNodesEnv, peerMax, n, n)
 		}
 		var specs []scaleSpec
-		concurrencies := []int{nodeexec.DefaultMaxConcurrency, raised}
-		ndjsonC, ndjsonQPS := nodeexec.DefaultMaxConcurrency, 0
+		// Up to the peers' sizes both tools at the concurrencies
+		// $NODEEXEC_BENCH_SCALE_PEER_CONCURRENCY names, beyond them only
+		// nodeexec at those $NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY names;
+		// -o ndjson at the first of them.
+		concurrencies := concurrencySet(b, scalePeerConcurrencyEnv, "default,raised", raised)
 		if !peer {
-			// Beyond the peers' sizes only nodeexec, at the concurrencies
-			// $NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY names; -o ndjson at
-			// the first of them.
-			concurrencies = nil
-			for _, w := range strings.Split(envOr(scaleLargeConcurrencyEnv, "default"), ",") {
-				switch w {
-				case "default":
-					concurrencies = append(concurrencies, nodeexec.DefaultMaxConcurrency)
-				case "raised":
-					concurrencies = append(concurrencies, raised)
-				default:
-					b.Fatalf("%s=%q: give default, raised or default,raised", scaleLargeConcurrencyEnv, os.Getenv(scaleLargeConcurrencyEnv))
-				}
-			}
-			if concurrencies[0] != nodeexec.DefaultMaxConcurrency {
-				ndjsonC, ndjsonQPS = raised, raisedQPS
-			}
-			if slicesContain(paths, "pods") {
-				specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
-			}
+			concurrencies = concurrencySet(b, scaleLargeConcurrencyEnv, "default", raised)
+		}
+		ndjsonC, ndjsonQPS := nodeexec.DefaultMaxConcurrency, 0
+		if concurrencies[0] != nodeexec.DefaultMaxConcurrency {
+			ndjsonC, ndjsonQPS = raised, raisedQPS
+		}
+		if !peer && ndjson {
+			specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
 		}
 		for _, c := range concurrencies {
 			qps := 0
@@ -232,7 +237,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 				}
 			}
 		}
-		if peer && slicesContain(paths, "pods") {
+		if peer && ndjson {
 			specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
 		}
 		for _, sp := range specs {
@@ -243,7 +248,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 			runs = append(runs, scaleOnce(ctx, b, fast, dir, sp))
 		}
 	}
-	if slicesContain(paths, "pods") && len(sizes) > 0 && time.Since(t0) <= budget {
+	if slicesContain(extras, "interrupt") && slicesContain(paths, "pods") && len(sizes) > 0 && time.Since(t0) <= budget {
 		// Ctrl-C on the largest fleet, at the raised concurrency: the
 		// most pods live at once.
 		res["interrupt"] = scaleInterrupt(ctx, b, sizes[len(sizes)-1], raised, raisedQPS)
@@ -343,6 +348,24 @@ func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptR
 		b.Errorf("SIMULATED: Ctrl-C on %d nodes missed its target (returned within 10 s, a failure exit code, every pod deleted or collectable): %+v\n%s", n, r, tailLines(out.String(), 20))
 	}
 	return r
+}
+
+// concurrencySet reads the comma-separated list of "default" and "raised"
+// in environment variable name (def when unset) as concurrencies.
+func concurrencySet(b *testing.B, name, def string, raised int) []int {
+	b.Helper()
+	var cs []int
+	for _, w := range strings.Split(envOr(name, def), ",") {
+		switch w {
+		case "default":
+			cs = append(cs, nodeexec.DefaultMaxConcurrency)
+		case "raised":
+			cs = append(cs, raised)
+		default:
+			b.Fatalf("%s=%q: give default, raised or default,raised", name, os.Getenv(name))
+		}
+	}
+	return cs
 }
 
 // scaleSpec is one run to make.

@@ -200,7 +200,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 		selector, agentsNS := fleet.grow(ctx, b, n, slicesContain(paths, "resident"))
 		peer := n <= peerMax
 		if !peer {
-			res[fmt.Sprintf("peer_not_run_at_%d", n)] = fmt.Sprintf("the kubectl peers run up to %s=%d nodes: at %d the pods peer alone starts %d kubectl processes on the 2 cores the cluster shares; nodeexec runs only at the raised concurrency there", scalePeerNodesEnv, peerMax, n, n)
+			res[fmt.Sprintf("peer_not_run_at_%d", n)] = fmt.Sprintf("the kubectl peers run up to %s=%d nodes: at %d the pods peer alone starts %d kubectl processes on the 2 cores the cluster shares; nodeexec runs alone there, at the concurrencies %s names", scalePeerNodesEnv, peerMax, n, n, scaleLargeConcurrencyEnv)
 		}
 		var specs []scaleSpec
 		// Up to the peers' sizes both tools at the concurrencies

@@ -115,7 +115,7 @@ bench-fanout: build ## run --all on every real node vs run on one (the default p
 
 # BENCH_SCALE_NODES: the fleet sizes of bench-fanout-scale (SIMULATED nodes);
 # BENCH_SCALE_PEER_NODES: the largest the kubectl peers run on (one kubectl per node).
-# BENCH_SCALE_PATHS: pods, resident or both; BENCH_SCALE_OUT: the JSON file.
+# BENCH_SCALE_PATHS: pods, resident, both, or none (only the extras); BENCH_SCALE_OUT: the JSON file.
 # BENCH_SCALE_LARGE_CONCURRENCY: beyond the peers' sizes, default, raised or default,raised
 # (NODEEXEC_BENCH_SCALE_PEER_CONCURRENCY, default,raised by default, up to them;
 # NODEEXEC_BENCH_SCALE_EXTRAS: ndjson,interrupt by default, or none).

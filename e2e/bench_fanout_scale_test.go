@@ -42,7 +42,8 @@ const (
 	// 2 cores the cluster runs on too).
 	scalePeerNodesEnv = "NODEEXEC_BENCH_SCALE_PEER_NODES"
 	// scalePathsEnv lists the paths: pods (the default nsenter pod per
-	// node) and resident (--use-resident), default both.
+	// node) and resident (--use-resident), default both; "none" makes no
+	// pair (only the extras).
 	scalePathsEnv = "NODEEXEC_BENCH_SCALE_PATHS"
 	// scaleRealEnv, set to 1, runs on the real nodes instead of simulated
 	// ones (to debug the harness; the fleet sizes are then ignored).
@@ -151,6 +152,14 @@ func BenchmarkFanoutScale(b *testing.B) {
 	raised := intList(b, scaleConcurrencyEnv, "100")[0]
 	peerMax := intList(b, scalePeerNodesEnv, "1000")[0]
 	paths := strings.Split(envOr(scalePathsEnv, "pods,resident"), ",")
+	if len(paths) == 1 && paths[0] == "none" {
+		paths = nil
+	}
+	for _, p := range paths {
+		if p != "pods" && p != "resident" {
+			b.Fatalf("%s=%q: give pods, resident, pods,resident or none", scalePathsEnv, os.Getenv(scalePathsEnv))
+		}
+	}
 	real := os.Getenv(scaleRealEnv) == "1"
 	if real {
 		sizes = []int{len(env.nodes)}
@@ -184,7 +193,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 			b.Fatalf("%s=%q: give ndjson, interrupt, ndjson,interrupt or none", scaleExtrasEnv, os.Getenv(scaleExtrasEnv))
 		}
 	}
-	ndjson := slicesContain(extras, "ndjson") && slicesContain(paths, "pods")
+	ndjson := slicesContain(extras, "ndjson")
 	raisedQPS := intList(b, scaleRaisedQPSEnv, "300")[0]
 	res["raised_client_qps_burst"] = fmt.Sprintf("%d/%d", raisedQPS, 2*raisedQPS)
 	t0 := time.Now()
@@ -248,7 +257,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 			runs = append(runs, scaleOnce(ctx, b, fast, dir, sp))
 		}
 	}
-	if slicesContain(extras, "interrupt") && slicesContain(paths, "pods") && len(sizes) > 0 && time.Since(t0) <= budget {
+	if slicesContain(extras, "interrupt") && len(sizes) > 0 && time.Since(t0) <= budget {
 		// Ctrl-C on the largest fleet, at the raised concurrency: the
 		// most pods live at once.
 		res["interrupt"] = scaleInterrupt(ctx, b, sizes[len(sizes)-1], raised, raisedQPS)
@@ -277,7 +286,10 @@ type interruptRun struct {
 	Command     string `json:"command"`
 	// LivePods: nodeexec's pods on the simulated nodes when SIGINT was
 	// sent; SignalAfterS: seconds from the start to SIGINT.
-	LivePods     int     `json:"live_pods_at_signal"`
+	LivePods int `json:"live_pods_at_signal"`
+	// NodesDone: the nodes whose "done" line nodeexec had printed when
+	// SIGINT was sent.
+	NodesDone    int     `json:"nodes_done_at_signal"`
 	SignalAfterS float64 `json:"signal_after_s"`
 	// ReturnedS: seconds from SIGINT to the process's exit (the target:
 	// within 10 s); ExitCode: its exit code (not 0).
@@ -294,14 +306,15 @@ type interruptRun struct {
 	GoneS float64 `json:"all_gone_after_exit_s"`
 }
 
-// scaleInterrupt starts `nodeexec run -l type=kwok -- sleep 30` on the
-// whole simulated fleet of n nodes at concurrency c, sends SIGINT (Ctrl-C)
-// once c pods run (or after 60 s), and measures how fast it returns and
-// what it leaves.
+// scaleInterrupt starts `nodeexec run -l type=kwok -- sh -c 'sleep 5; echo
+// done'` on the whole simulated fleet of n nodes at concurrency c, sends
+// SIGINT (Ctrl-C) in the middle of the run, at least 20 s after its start
+// and with c pods present (or after 60 s), when waves of nodes are done and
+// c are in flight, and measures how fast it returns and what it leaves.
 func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptRun {
 	b.Helper()
 	args := []string{"--kubeconfig", env.kubeconfig, "run", "-l", testcluster.KwokNodeSelector, "--max-concurrency", strconv.Itoa(c),
-		"--qps", strconv.Itoa(qps), "--burst", strconv.Itoa(2 * qps), "--agent-image", agentImage(), "--", "sleep", "30"}
+		"--qps", strconv.Itoa(qps), "--burst", strconv.Itoa(2 * qps), "--agent-image", agentImage(), "--", "sh", "-c", "sleep 5; echo done"}
 	r := interruptRun{Nodes: n, Concurrency: c, Command: "nodeexec " + strings.Join(args[2:], " ")}
 	cmd := exec.Command(env.cli, args...)
 	var out syncBuffer
@@ -313,7 +326,11 @@ func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptR
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	var live int
-	waitFor(60*time.Second, func() bool { live = len(kwokPods(ctx, b)); return live >= c })
+	waitFor(60*time.Second, func() bool {
+		live = len(kwokPods(ctx, b))
+		return live >= c && time.Since(t0) >= 20*time.Second
+	})
+	r.NodesDone = strings.Count(out.String(), "] done\n")
 	r.LivePods, r.SignalAfterS = live, round3(time.Since(t0))
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		b.Fatal(err)
@@ -342,8 +359,8 @@ func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptR
 	if waitFor(2*time.Minute, func() bool { return len(kwokPods(ctx, b)) == 0 }) {
 		r.GoneS = round3(time.Since(te))
 	}
-	b.Logf("SIMULATED: Ctrl-C on %d nodes, C=%d, %d pods live at %.1f s: returned in %.2f s (exit %d); at exit %d pods left (%d not deleting, %d without a deadline), all gone %.1f s later",
-		n, c, r.LivePods, r.SignalAfterS, r.ReturnedS, r.ExitCode, r.PodsAtExit, r.NotDeleting, r.Uncollectable, r.GoneS)
+	b.Logf("SIMULATED: Ctrl-C on %d nodes, C=%d, %d nodes done and %d pods live at %.1f s: returned in %.2f s (exit %d); at exit %d pods left (%d not deleting, %d without a deadline), all gone %.1f s later",
+		n, c, r.NodesDone, r.LivePods, r.SignalAfterS, r.ReturnedS, r.ExitCode, r.PodsAtExit, r.NotDeleting, r.Uncollectable, r.GoneS)
 	if r.ReturnedS > 10 || r.ExitCode == 0 || r.Uncollectable > 0 || r.GoneS < 0 {
 		b.Errorf("SIMULATED: Ctrl-C on %d nodes missed its target (returned within 10 s, a failure exit code, every pod deleted or collectable): %+v\n%s", n, r, tailLines(out.String(), 20))
 	}

@@ -151,15 +151,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 	sizes := intList(b, scaleNodesEnv, "100,1000,5000")
 	raised := intList(b, scaleConcurrencyEnv, "100")[0]
 	peerMax := intList(b, scalePeerNodesEnv, "1000")[0]
-	paths := strings.Split(envOr(scalePathsEnv, "pods,resident"), ",")
-	if len(paths) == 1 && paths[0] == "none" {
-		paths = nil
-	}
-	for _, p := range paths {
-		if p != "pods" && p != "resident" {
-			b.Fatalf("%s=%q: give pods, resident, pods,resident or none", scalePathsEnv, os.Getenv(scalePathsEnv))
-		}
-	}
+	paths := wordList(b, scalePathsEnv, "pods,resident", "pods", "resident")
 	real := os.Getenv(scaleRealEnv) == "1"
 	if real {
 		sizes = []int{len(env.nodes)}
@@ -187,14 +179,22 @@ func BenchmarkFanoutScale(b *testing.B) {
 		}
 		budget = d
 	}
-	extras := strings.Split(envOr(scaleExtrasEnv, "ndjson,interrupt"), ",")
-	for _, x := range extras {
-		if x != "ndjson" && x != "interrupt" && x != "none" {
-			b.Fatalf("%s=%q: give ndjson, interrupt, ndjson,interrupt or none", scaleExtrasEnv, os.Getenv(scaleExtrasEnv))
-		}
-	}
+	extras := wordList(b, scaleExtrasEnv, "ndjson,interrupt", "ndjson", "interrupt")
 	ndjson := slicesContain(extras, "ndjson")
 	raisedQPS := intList(b, scaleRaisedQPSEnv, "300")[0]
+	// Up to the peers' sizes both tools at the concurrencies
+	// $NODEEXEC_BENCH_SCALE_PEER_CONCURRENCY names, beyond them only
+	// nodeexec at those $NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY names; -o
+	// ndjson at the first of them. A raised concurrency runs with the
+	// raised QPS.
+	peerConcurrencies := concurrencySet(b, scalePeerConcurrencyEnv, "default,raised", raised)
+	largeConcurrencies := concurrencySet(b, scaleLargeConcurrencyEnv, "default", raised)
+	qpsFor := func(c int) int {
+		if c == nodeexec.DefaultMaxConcurrency {
+			return 0
+		}
+		return raisedQPS
+	}
 	res["raised_client_qps_burst"] = fmt.Sprintf("%d/%d", raisedQPS, 2*raisedQPS)
 	t0 := time.Now()
 	var runs []scaleRun
@@ -212,26 +212,16 @@ func BenchmarkFanoutScale(b *testing.B) {
 			res[fmt.Sprintf("peer_not_run_at_%d", n)] = fmt.Sprintf("the kubectl peers run up to %s=%d nodes: at %d the pods peer alone starts %d kubectl processes on the 2 cores the cluster shares; nodeexec runs alone there, at the concurrencies %s names", scalePeerNodesEnv, peerMax, n, n, scaleLargeConcurrencyEnv)
 		}
 		var specs []scaleSpec
-		// Up to the peers' sizes both tools at the concurrencies
-		// $NODEEXEC_BENCH_SCALE_PEER_CONCURRENCY names, beyond them only
-		// nodeexec at those $NODEEXEC_BENCH_SCALE_LARGE_CONCURRENCY names;
-		// -o ndjson at the first of them.
-		concurrencies := concurrencySet(b, scalePeerConcurrencyEnv, "default,raised", raised)
+		concurrencies := peerConcurrencies
 		if !peer {
-			concurrencies = concurrencySet(b, scaleLargeConcurrencyEnv, "default", raised)
+			concurrencies = largeConcurrencies
 		}
-		ndjsonC, ndjsonQPS := nodeexec.DefaultMaxConcurrency, 0
-		if concurrencies[0] != nodeexec.DefaultMaxConcurrency {
-			ndjsonC, ndjsonQPS = raised, raisedQPS
-		}
+		ndjsonRun := scaleSpec{ours: true, path: "pods", nodes: n, concurrency: concurrencies[0], qps: qpsFor(concurrencies[0]), selector: selector, output: "ndjson"}
 		if !peer && ndjson {
-			specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
+			specs = append(specs, ndjsonRun)
 		}
 		for _, c := range concurrencies {
-			qps := 0
-			if c != nodeexec.DefaultMaxConcurrency {
-				qps = raisedQPS
-			}
+			qps := qpsFor(c)
 			for _, path := range paths {
 				// Who goes first alternates from pair to pair.
 				order := []bool{true, false}
@@ -247,7 +237,7 @@ func BenchmarkFanoutScale(b *testing.B) {
 			}
 		}
 		if peer && ndjson {
-			specs = append(specs, scaleSpec{ours: true, path: "pods", nodes: n, concurrency: ndjsonC, qps: ndjsonQPS, selector: selector, output: "ndjson"})
+			specs = append(specs, ndjsonRun)
 		}
 		for _, sp := range specs {
 			if time.Since(t0) > budget {
@@ -327,11 +317,21 @@ func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptR
 	go func() { _ = cmd.Wait(); close(done) }()
 	var live int
 	waitFor(60*time.Second, func() bool {
+		select {
+		case <-done:
+			return true // ended: nothing to interrupt
+		default:
+		}
 		live = len(kwokPods(ctx, b))
 		return live >= c && time.Since(t0) >= 20*time.Second
 	})
 	r.NodesDone = strings.Count(out.String(), "] done\n")
 	r.LivePods, r.SignalAfterS = live, round3(time.Since(t0))
+	select {
+	case <-done:
+		b.Fatalf("SIMULATED: the run on %d nodes ended %.1f s after its start, before Ctrl-C was sent: give a fleet that takes longer than 20 s at C=%d", n, r.SignalAfterS, c)
+	default:
+	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		b.Fatal(err)
 	}
@@ -372,17 +372,36 @@ func scaleInterrupt(ctx context.Context, b *testing.B, n, c, qps int) interruptR
 func concurrencySet(b *testing.B, name, def string, raised int) []int {
 	b.Helper()
 	var cs []int
-	for _, w := range strings.Split(envOr(name, def), ",") {
-		switch w {
-		case "default":
+	for _, w := range wordList(b, name, def, "default", "raised") {
+		if w == "default" {
 			cs = append(cs, nodeexec.DefaultMaxConcurrency)
-		case "raised":
+		} else {
 			cs = append(cs, raised)
-		default:
-			b.Fatalf("%s=%q: give default, raised or default,raised", name, os.Getenv(name))
 		}
 	}
+	if len(cs) == 0 {
+		b.Fatalf("%s=none: give default, raised or default,raised", name)
+	}
 	return cs
+}
+
+// wordList reads the comma-separated words of environment variable name
+// (def when unset), each one of allowed; "none" alone is the empty list.
+// Any other word fails the benchmark, naming the variable, before anything
+// is created.
+func wordList(b *testing.B, name, def string, allowed ...string) []string {
+	b.Helper()
+	v := envOr(name, def)
+	if v == "none" {
+		return nil
+	}
+	words := strings.Split(v, ",")
+	for _, w := range words {
+		if !slicesContain(allowed, w) {
+			b.Fatalf("%s=%q: give a comma-separated list of %s, or none", name, v, strings.Join(allowed, ", "))
+		}
+	}
+	return words
 }
 
 // scaleSpec is one run to make.
